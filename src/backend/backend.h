@@ -1,0 +1,121 @@
+#pragma once
+// The Backend interface: one typed entry per op family. Model code builds a forward pass out of
+// these calls and never knows the device or the weight format; a backend implements each op for
+// every weight format it supports. The CPU backend is the oracle: every other backend is tested
+// against it, op by op.
+//
+// Conventions
+// - Shapes are outermost first: activations are [tokens, width] or [tokens, heads, head_dim].
+// - Activations are f32. Weights may be any dtype with a quant format (f32, f16, bf16, q8_0,
+//   hfq4/hfq6); ops dequantize on the fly.
+// - 2-D views may have a row stride wider than the row (a narrow() slice); the innermost
+//   dimension is always contiguous.
+// - Positions are a device tensor of int32 (one per token) so that a decode step has fixed
+//   arguments and can be replayed as a CUDA graph.
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "core/tensor.h"
+
+namespace fl {
+
+enum class NormGain {
+  none,             // rms(x)
+  weight,           // rms(x) * w        (Gemma 4)
+  one_plus_weight,  // rms(x) * (1 + w)  (Qwen3.5)
+};
+
+enum class Activation { gelu_tanh, silu };
+
+// Storage on a backend's device. Freed when the object dies.
+class DeviceBuffer {
+ public:
+  virtual ~DeviceBuffer() = default;
+  virtual void* data() const = 0;
+  virtual size_t size() const = 0;
+};
+
+// The K and V rows of one attention layer of one sequence. Row r holds the key/value of the
+// token at a position p with p % n_rows == r: a sliding layer's ring has n_rows = window, a
+// linear cache has n_rows = max_seq (so the row is the position).
+struct KvView {
+  Tensor k;  // [n_rows, n_kv_heads, head_dim]
+  Tensor v;  // [n_rows, n_kv_heads, head_dim]
+  int64_t n_rows() const { return k.dim(0); }
+};
+
+struct AttentionParams {
+  int n_heads = 0;
+  int n_kv_heads = 0;  // query head h uses KV head h / (n_heads / n_kv_heads)
+  int head_dim = 0;
+  float scale = 1.0f;  // multiplies q.k before the softmax
+  int window = 0;      // 0: causal over all earlier positions; W: only the W most recent (self included)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string_view name() const = 0;
+  virtual Device device() const = 0;
+
+  // ---- memory ----
+  virtual std::unique_ptr<DeviceBuffer> allocate(size_t bytes) = 0;  // zero-filled
+  // A device copy of a host weight view (the CPU backend returns the view itself: weights stay
+  // in the mapped file).
+  virtual Tensor upload_weight(const Tensor& host) = 0;
+  virtual void copy_to_device(Tensor dst, const void* src) = 0;  // dst contiguous
+  virtual void copy_to_host(void* dst, const Tensor& src) = 0;   // src contiguous
+  virtual void synchronize() = 0;
+
+  // ---- ops ----
+  // out[t, :] = table[ids[t], :] * scale.             out [T, H] f32; table [V, H]; ids [T] i32
+  virtual void embed(Tensor out, const Tensor& table, const Tensor& ids, float scale) = 0;
+
+  // out = rms(x) (* gain): rms(x) = x * (mean(x^2) + eps)^-1/2 over the last dim.
+  // x, out [R, N] (in place allowed); weight [N] or null for NormGain::none.
+  virtual void rms_norm(Tensor out, const Tensor& x, const Tensor* weight, NormGain gain, float eps) = 0;
+
+  // out[t, m] = sum_k x[t, k] * weight[m, k].          out [T, M]; x [T, K]; weight [M, K]
+  virtual void matmul(Tensor out, const Tensor& x, const Tensor& weight) = 0;
+
+  // Rotate-half RoPE in place. x [T, n_heads, D]; inv_freq [R/2] f32 with R <= D the rotated
+  // span: for i < R/2, angle = positions[t] * inv_freq[i], and the pair (i, i + R/2) rotates.
+  // Dims >= R pass through. (Gemma's proportional RoPE is R = D with zero frequencies.)
+  virtual void rope(Tensor x, const Tensor& positions, const Tensor& inv_freq) = 0;
+
+  // out = act(gate) * up, elementwise.                 all [T, N]
+  virtual void gated_activation(Tensor out, const Tensor& gate, const Tensor& up, Activation act) = 0;
+
+  virtual void add(Tensor out, const Tensor& a, const Tensor& b) = 0;  // out = a + b      [R, N]
+  virtual void scale(Tensor x, float s) = 0;                           // x *= s
+  virtual void scale_by(Tensor x, const Tensor& scalar) = 0;           // x *= scalar[0] (a 1-element weight)
+  virtual void softcap(Tensor x, float cap) = 0;                       // x = cap * tanh(x / cap)
+
+  // Attention of T queries at consecutive positions p0 = positions[0], ..., p0 + T - 1 of one
+  // sequence. Keys/values at positions >= p0 come from k_new/v_new ([T, n_kv_heads, D]); earlier
+  // ones from `cache` (written by earlier calls). Softmax in f32 over the visible keys.
+  // out, q [T, n_heads, D].
+  virtual void attention(Tensor out, const Tensor& q, const Tensor& k_new, const Tensor& v_new, const KvView& cache,
+                         const Tensor& positions, const AttentionParams& params) = 0;
+
+  // Stores k, v ([T, n_kv_heads, D]) in rows positions[t] % n_rows of the cache, converting to
+  // the cache's element type.
+  virtual void kv_write(const KvView& cache, const Tensor& k, const Tensor& v, const Tensor& positions) = 0;
+
+  // Mixture-of-experts routing: softmax over logits [T, E], keep the top_k, renormalise them to
+  // sum to 1, then multiply by per_expert_scale[e] when given. weights [T, top_k] f32,
+  // ids [T, top_k] i32, highest probability first.
+  virtual void moe_route(Tensor weights, Tensor ids, const Tensor& logits, const Tensor* per_expert_scale) = 0;
+
+  // out[t] = sum_j weights[t, j] * down[e] (act(gate_e x[t]) * up_e x[t]) with e = ids[t, j],
+  // where gate_up[e] holds the gate rows then the up rows: [E, 2 I, H]; down [E, H, I].
+  // Experts are summed in ascending id order (as transformers' index_add loop does).
+  virtual void moe_experts(Tensor out, const Tensor& x, const Tensor& gate_up, const Tensor& down,
+                           const Tensor& ids, const Tensor& weights, Activation act) = 0;
+};
+
+// The CPU oracle backend.
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace fl

@@ -1,0 +1,116 @@
+// fireline logits MODEL --ids 2,105,... : prints the model's logits as JSON, so that anyone can
+// compare them with another implementation (transformers, llama.cpp, an earlier fireline).
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "model/model.h"
+
+namespace fl::cli {
+namespace {
+
+struct LogitsOptions {
+  std::string model;
+  std::vector<int32_t> ids;
+  bool all_positions = false;
+  int generate = 0;
+  std::string backend = "cpu";
+  std::string kv = "f32";
+  int top = 0;
+  int64_t max_seq = 0;
+};
+
+DType parse_kv_type(const std::string& name) {
+  if (name == "f32") return DType::f32;
+  if (name == "bf16") return DType::bf16;
+  if (name == "q8") return DType::q8_0;
+  fail("--kv {} is not a KV cache type (f32, bf16, q8)", name);
+}
+
+int32_t argmax(const float* row, int64_t n) { return static_cast<int32_t>(std::max_element(row, row + n) - row); }
+
+// %.9g round-trips every f32 exactly.
+void append_row(std::string& out, const float* row, int64_t n) {
+  out += '[';
+  for (int64_t i = 0; i < n; ++i) {
+    if (i) out += ',';
+    out += std::isfinite(row[i]) ? fmt::format("{:.9g}", row[i]) : std::string("null");
+  }
+  out += ']';
+}
+
+void append_top(std::string& out, const float* row, int64_t n, int k) {
+  std::vector<int32_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  k = static_cast<int>(std::min<int64_t>(k, n));
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+  out += '[';
+  for (int i = 0; i < k; ++i)
+    out += fmt::format("{}{{\"id\":{},\"logit\":{:.9g}}}", i ? "," : "", order[i], row[order[i]]);
+  out += ']';
+}
+
+void run_logits(const LogitsOptions& opt) {
+  if (opt.ids.empty()) fail("--ids needs at least one token id");
+  if (opt.backend != "cpu") fail("--backend {} is not available (available: cpu)", opt.backend);
+  auto backend = make_cpu_backend();
+  auto source = open_model_source(opt.model);
+  auto model = load_model(*source, *backend);
+  SequenceOptions seq_opt;
+  seq_opt.kv_dtype = parse_kv_type(opt.kv);
+  seq_opt.max_seq = opt.max_seq > 0 ? opt.max_seq : static_cast<int64_t>(opt.ids.size()) + opt.generate;
+  auto seq = model->new_sequence(seq_opt);
+  const int64_t V = model->vocab_size();
+
+  std::vector<float> logits = model->forward(*seq, opt.ids, opt.all_positions ? LogitsMode::all : LogitsMode::last);
+  const int64_t rows = static_cast<int64_t>(logits.size()) / V;
+  std::vector<int32_t> generated;
+  int32_t next = argmax(logits.data() + (rows - 1) * V, V);
+  for (int i = 0; i < opt.generate; ++i) {
+    generated.push_back(next);
+    if (i + 1 == opt.generate) break;
+    std::vector<float> step = model->forward(*seq, std::span<const int32_t>(&next, 1), LogitsMode::last);
+    next = argmax(step.data(), V);
+  }
+
+  std::string out = opt.top > 0 ? "{\"top\":[" : "{\"logits\":[";
+  for (int64_t r = 0; r < rows; ++r) {
+    if (r) out += ',';
+    if (opt.top > 0)
+      append_top(out, logits.data() + r * V, V, opt.top);
+    else
+      append_row(out, logits.data() + r * V, V);
+  }
+  out += "],\"generated\":[";
+  for (size_t i = 0; i < generated.size(); ++i) out += fmt::format("{}{}", i ? "," : "", generated[i]);
+  out += "]}\n";
+  std::fwrite(out.data(), 1, out.size(), stdout);
+}
+
+}  // namespace
+
+void add_logits_command(CLI::App& app) {
+  auto opt = std::make_shared<LogitsOptions>();
+  CLI::App* cmd = app.add_subcommand("logits", "Print a model's logits for given token ids as JSON");
+  cmd->add_option("model", opt->model, "Model: a Hugging Face directory")->required();
+  cmd->add_option("--ids", opt->ids, "Comma-separated token ids, e.g. 2,105,2364")->required()->delimiter(',');
+  cmd->add_flag("--all-positions", opt->all_positions, "Logits for every position, not just the last");
+  cmd->add_option("--generate", opt->generate, "Then generate N tokens greedily (listed in \"generated\")")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--backend", opt->backend, "cpu (default)");
+  cmd->add_option("--kv", opt->kv, "KV cache type: f32 (default), bf16, q8");
+  cmd->add_option("--top", opt->top, "Print the K highest logits per position instead of whole rows")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-seq", opt->max_seq, "Context size to allocate (default: prompt + generated)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->callback([opt] { run_logits(*opt); });
+}
+
+}  // namespace fl::cli

@@ -1,0 +1,11 @@
+#pragma once
+// One function per subcommand, each in its own cmd_*.cpp; main.cpp calls them all. A command
+// adds its CLI11 subcommand and sets a callback that does the work. Errors are thrown as
+// fl::Error and printed by main.
+#include <CLI/CLI.hpp>
+
+namespace fl::cli {
+
+void add_logits_command(CLI::App& app);
+
+}  // namespace fl::cli

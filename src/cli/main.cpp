@@ -1,0 +1,44 @@
+// fireline: the command-line entry point. Parses the subcommand, runs it, and turns any error
+// into one line on stderr and a non-zero exit status.
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "core/thread_pool.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"fireline: run open-weight LLMs fast (Gemma 4, Qwen3.5) on NVIDIA GPUs or the CPU"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "fireline 0.1.0");
+  bool verbose = false, quiet = false;
+  int threads = 0;
+  app.add_flag("-v,--verbose", verbose, "Print debug messages");
+  app.add_flag("-q,--quiet", quiet, "Print only errors");
+  app.add_option("--threads", threads, "CPU threads (default: one per hardware thread)")->check(CLI::Range(0, 4096));
+  app.parse_complete_callback([&] {
+    fl::set_log_level(verbose ? fl::LogLevel::debug : quiet ? fl::LogLevel::error : fl::LogLevel::info);
+    fl::ThreadPool::set_global_threads(threads);
+  });
+
+  fl::cli::add_logits_command(app);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const fl::Error& e) {
+    std::fprintf(stderr, "fireline: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "fireline: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fireline: error: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,34 @@
+#pragma once
+// A read-only memory map of a whole file. Model weights are used in place from the map, so a
+// 50 GB checkpoint costs no copy and pages in on demand.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace fl {
+
+class MappedFile {
+ public:
+  MappedFile() = default;
+  explicit MappedFile(const std::string& path);  // throws fl::Error naming the path on failure
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  void release();
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::string path_;
+};
+
+// Reads a whole (small) file into a string; throws fl::Error naming the path.
+std::string read_text_file(const std::string& path);
+
+}  // namespace fl

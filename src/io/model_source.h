@@ -1,0 +1,37 @@
+#pragma once
+// Where a model's weights and metadata come from. A Hugging Face directory (config.json +
+// safetensors, single or sharded) today; the .fire file implements the same interface. Model
+// code asks a ModelSource for tensors by their HF names and never knows which one it has.
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+#include "io/hf_config.h"
+
+namespace fl {
+
+class ModelSource {
+ public:
+  virtual ~ModelSource() = default;
+  virtual const std::string& path() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  virtual const std::string& hf_config_json() const = 0;  // config.json as written
+  virtual std::optional<Tensor> find(std::string_view name) const = 0;  // a host view, valid while this lives
+  virtual std::vector<std::string> tensor_names() const = 0;
+  // Optional side files (empty when the model has none).
+  virtual std::string tokenizer_json() const = 0;
+  virtual std::string generation_config_json() const = 0;
+  virtual std::string chat_template() const = 0;
+};
+
+// A directory holding config.json and model.safetensors(.index.json); throws fl::Error with what
+// is missing or wrong.
+std::unique_ptr<ModelSource> open_hf_directory(const std::string& path);
+
+// Any model path a command accepts (a HF directory today; a .fire file once that exists).
+std::unique_ptr<ModelSource> open_model_source(const std::string& path);
+
+}  // namespace fl

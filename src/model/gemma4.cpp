@@ -1,0 +1,330 @@
+// Google Gemma 4 text decoder (dense 31B-style, 26B-A4B mixture of experts, E2B/E4B with
+// per-layer embeddings and KV sharing), following ../shared/reference/models-gemma4-qwen35.md §2
+// and transformers 5.17 modeling_gemma4.py. Model code only: every computation is a Backend op,
+// every weight a Tensor of whatever format the source holds.
+#include <cmath>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "model/gemma4.h"
+#include "model/scratch_arena.h"
+#include "model/weight_loader.h"
+
+namespace fl {
+namespace {
+
+struct Gemma4Layer {
+  Tensor input_norm, post_attention_norm, pre_feedforward_norm, post_feedforward_norm;
+  Tensor layer_scalar;  // [1]
+  Tensor q_proj, q_norm, k_proj, k_norm, v_proj, o_proj;  // k/v absent on KV-shared layers, v absent with k_eq_v
+  Tensor gate_proj, up_proj, down_proj;
+  // mixture of experts
+  Tensor router_proj, router_scale, per_expert_scale, experts_gate_up, experts_down;
+  Tensor pre_feedforward_norm_2, post_feedforward_norm_1, post_feedforward_norm_2;
+  // per-layer embeddings
+  Tensor per_layer_input_gate, per_layer_projection, post_per_layer_input_norm;
+  Tensor inv_freq;  // [head_dim / 2] f32 on the device
+};
+
+// Rounds `value` the way torch's .to(dtype) would for the checkpoint's activation dtype.
+float round_to_dtype(float value, const std::string& dtype) {
+  if (dtype == "bfloat16") return bf16_to_f32(f32_to_bf16(value));
+  if (dtype == "float16") return f16_to_f32(f32_to_f16(value));
+  return value;
+}
+
+class Gemma4Model final : public Model {
+ public:
+  Gemma4Model(const ModelSource& source, Backend& backend)
+      : source_config_(source.config()),
+        c_(std::get<Gemma4Config>(source_config_.arch)),
+        backend_(backend),
+        scratch_(backend) {
+    WeightLoader w(source, backend, "embed_tokens.weight");
+    const int64_t H = c_.hidden_size, L = c_.num_layers, V = c_.vocab_size, P = c_.hidden_size_per_layer_input;
+    embed_tokens_ = w.get("embed_tokens.weight", {V, H});
+    final_norm_ = w.get("norm.weight", {H});
+    lm_head_ = c_.tie_word_embeddings ? embed_tokens_ : w.get_unprefixed_optional("lm_head.weight", {V, H});
+    if (!lm_head_.data) fail("{}: tie_word_embeddings is false but lm_head.weight is missing", source.path());
+    if (P > 0) {
+      embed_tokens_per_layer_ = w.get("embed_tokens_per_layer.weight", {c_.vocab_size_per_layer_input, L * P});
+      per_layer_model_projection_ = w.get("per_layer_model_projection.weight", {L * P, H});
+      per_layer_projection_norm_ = w.get("per_layer_projection_norm.weight", {P});
+    }
+
+    // The embedding scale sqrt(H) is cast to the checkpoint's dtype before use, as transformers
+    // does (bf16 checkpoints multiply by 53.0, not 53.07, on the 26B).
+    const std::string dtype = source_dtype(source);
+    embed_scale_ = round_to_dtype(static_cast<float>(std::sqrt(static_cast<double>(H))), dtype);
+    ple_embed_scale_ = round_to_dtype(static_cast<float>(std::sqrt(static_cast<double>(P))), dtype);
+
+    layers_.resize(L);
+    for (int64_t l = 0; l < L; ++l) {
+      const Gemma4LayerConfig& lc = c_.layers[l];
+      Gemma4Layer& layer = layers_[l];
+      const std::string p = "layers." + std::to_string(l) + ".";
+      const int64_t D = lc.head_dim, nH = c_.num_heads, nKV = lc.n_kv_heads, I = lc.intermediate_size;
+      layer.input_norm = w.get(p + "input_layernorm.weight", {H});
+      layer.post_attention_norm = w.get(p + "post_attention_layernorm.weight", {H});
+      layer.pre_feedforward_norm = w.get(p + "pre_feedforward_layernorm.weight", {H});
+      layer.post_feedforward_norm = w.get(p + "post_feedforward_layernorm.weight", {H});
+      layer.layer_scalar = w.get(p + "layer_scalar", {1});
+      layer.q_proj = w.get(p + "self_attn.q_proj.weight", {nH * D, H});
+      layer.q_norm = w.get(p + "self_attn.q_norm.weight", {D});
+      layer.o_proj = w.get(p + "self_attn.o_proj.weight", {H, nH * D});
+      if (lc.kv_source_layer < 0) {
+        layer.k_proj = w.get(p + "self_attn.k_proj.weight", {nKV * D, H});
+        layer.k_norm = w.get(p + "self_attn.k_norm.weight", {D});
+        if (!lc.value_from_key) layer.v_proj = w.get(p + "self_attn.v_proj.weight", {nKV * D, H});
+      }
+      layer.gate_proj = w.get(p + "mlp.gate_proj.weight", {I, H});
+      layer.up_proj = w.get(p + "mlp.up_proj.weight", {I, H});
+      layer.down_proj = w.get(p + "mlp.down_proj.weight", {H, I});
+      if (c_.enable_moe_block) {
+        const int64_t E = c_.num_experts, Ie = c_.moe_intermediate_size;
+        layer.router_proj = w.get(p + "router.proj.weight", {E, H});
+        layer.router_scale = w.get(p + "router.scale", {H});
+        layer.per_expert_scale = w.get(p + "router.per_expert_scale", {E});
+        layer.experts_gate_up = w.get(p + "experts.gate_up_proj", {E, 2 * Ie, H});
+        layer.experts_down = w.get(p + "experts.down_proj", {E, H, Ie});
+        layer.pre_feedforward_norm_2 = w.get(p + "pre_feedforward_layernorm_2.weight", {H});
+        layer.post_feedforward_norm_1 = w.get(p + "post_feedforward_layernorm_1.weight", {H});
+        layer.post_feedforward_norm_2 = w.get(p + "post_feedforward_layernorm_2.weight", {H});
+      }
+      if (P > 0) {
+        layer.per_layer_input_gate = w.get(p + "per_layer_input_gate.weight", {P, H});
+        layer.per_layer_projection = w.get(p + "per_layer_projection.weight", {H, P});
+        layer.post_per_layer_input_norm = w.get(p + "post_per_layer_input_norm.weight", {H});
+      }
+      layer.inv_freq = make_inv_freq(lc);
+    }
+
+    // A layer whose K/V a later (KV-shared) layer reads writes its cache only at the end of the
+    // forward, so that the sharer still sees the cache as it was before this call.
+    writes_deferred_.assign(L, false);
+    for (const auto& lc : c_.layers)
+      if (lc.kv_source_layer >= 0) writes_deferred_[lc.kv_source_layer] = true;
+  }
+
+  const ModelConfig& config() const override { return source_config_; }
+  int vocab_size() const override { return c_.vocab_size; }
+
+  std::unique_ptr<Sequence> new_sequence(const SequenceOptions& options) override {
+    if (options.max_seq <= 0) fail("max_seq must be positive (got {})", options.max_seq);
+    if (options.kv_dtype != DType::f32 && options.kv_dtype != DType::bf16 && options.kv_dtype != DType::q8_0)
+      fail("KV cache type {} is not supported (f32, bf16, q8_0)", dtype_name(options.kv_dtype));
+    auto seq = std::make_unique<Sequence>();
+    seq->max_seq = options.max_seq;
+    seq->kv.resize(c_.num_layers);
+    for (int l = 0; l < c_.num_layers; ++l) {
+      const Gemma4LayerConfig& lc = c_.layers[l];
+      if (lc.kv_source_layer >= 0) continue;
+      int64_t rows = options.max_seq;
+      if (lc.type == AttentionType::sliding && options.sliding_ring)
+        rows = std::min<int64_t>(c_.sliding_window, options.max_seq);
+      Tensor probe = make_tensor(nullptr, options.kv_dtype, {rows, lc.n_kv_heads, lc.head_dim}, backend_.device());
+      for (Tensor* t : {&seq->kv[l].k, &seq->kv[l].v}) {
+        seq->storage.push_back(backend_.allocate(static_cast<size_t>(probe.nbytes())));
+        *t = make_tensor(seq->storage.back()->data(), options.kv_dtype, {rows, lc.n_kv_heads, lc.head_dim},
+                         backend_.device());
+        seq->kv_bytes += static_cast<size_t>(probe.nbytes());
+      }
+    }
+    for (int l = 0; l < c_.num_layers; ++l)
+      if (c_.layers[l].kv_source_layer >= 0) seq->kv[l] = seq->kv[c_.layers[l].kv_source_layer];
+    return seq;
+  }
+
+  std::vector<float> forward(Sequence& seq, std::span<const int32_t> ids, LogitsMode mode) override {
+    const int64_t T = static_cast<int64_t>(ids.size());
+    if (T == 0) fail("forward: no tokens");
+    if (seq.n_past + T > seq.max_seq)
+      fail("the sequence would reach {} tokens but its context holds {}", seq.n_past + T, seq.max_seq);
+    for (int32_t id : ids)
+      if (id < 0 || id >= c_.vocab_size) fail("token id {} is outside the vocabulary [0, {})", id, c_.vocab_size);
+    const int64_t H = c_.hidden_size, L = c_.num_layers, P = c_.hidden_size_per_layer_input, nH = c_.num_heads;
+    Backend& b = backend_;
+    scratch_.reset();
+
+    Tensor ids_t = scratch_.alloc(DType::i32, {T});
+    b.copy_to_device(ids_t, ids.data());
+    std::vector<int32_t> pos_host(T);
+    for (int64_t t = 0; t < T; ++t) pos_host[t] = static_cast<int32_t>(seq.n_past + t);
+    Tensor positions = scratch_.alloc(DType::i32, {T});
+    b.copy_to_device(positions, pos_host.data());
+
+    Tensor h = scratch_.alloc(DType::f32, {T, H});  // the residual stream
+    b.embed(h, embed_tokens_, ids_t, embed_scale_);
+
+    // Per-layer embeddings: P_tok = E_ple[ids] * sqrt(P); P_ctx = norm((W h) / sqrt(H));
+    // ple = (P_ctx + P_tok) / sqrt(2).                                     [T, L * P]
+    Tensor ple;
+    if (P > 0) {
+      Tensor ple_tok = scratch_.alloc(DType::f32, {T, L * P});
+      b.embed(ple_tok, embed_tokens_per_layer_, ids_t, ple_embed_scale_);
+      ple = scratch_.alloc(DType::f32, {T, L * P});
+      b.matmul(ple, h, per_layer_model_projection_);
+      b.scale(ple, static_cast<float>(1.0 / std::sqrt(static_cast<double>(H))));
+      Tensor ple_rows = ple.reshape({T * L, P});
+      b.rms_norm(ple_rows, ple_rows, &per_layer_projection_norm_, NormGain::weight, c_.rms_norm_eps);
+      b.add(ple, ple, ple_tok);
+      b.scale(ple, static_cast<float>(1.0 / std::sqrt(2.0)));
+    }
+
+    Tensor x = scratch_.alloc(DType::f32, {T, H});
+    Tensor tmp = scratch_.alloc(DType::f32, {T, H});
+    std::vector<Tensor> fresh_k(L), fresh_v(L);
+    for (int64_t l = 0; l < L; ++l) {
+      const Gemma4LayerConfig& lc = c_.layers[l];
+      const Gemma4Layer& layer = layers_[l];
+      const int64_t D = lc.head_dim, nKV = lc.n_kv_heads;
+
+      // ---- attention ----
+      b.rms_norm(x, h, &layer.input_norm, NormGain::weight, c_.rms_norm_eps);
+      Tensor q = scratch_.alloc(DType::f32, {T, nH, D});
+      b.matmul(q.reshape({T, nH * D}), x, layer.q_proj);
+      b.rms_norm(q, q, &layer.q_norm, NormGain::weight, c_.rms_norm_eps);
+      b.rope(q, positions, layer.inv_freq);
+
+      int64_t kv_layer = l;
+      if (lc.kv_source_layer >= 0) {
+        kv_layer = lc.kv_source_layer;  // attend over the source layer's keys and values
+      } else {
+        Tensor k = scratch_.alloc(DType::f32, {T, nKV, D});
+        Tensor v = scratch_.alloc(DType::f32, {T, nKV, D});
+        b.matmul(k.reshape({T, nKV * D}), x, layer.k_proj);
+        // With attention_k_eq_v, V is the raw K projection (before k_norm and RoPE).
+        b.matmul(v.reshape({T, nKV * D}), x, lc.value_from_key ? layer.k_proj : layer.v_proj);
+        b.rms_norm(k, k, &layer.k_norm, NormGain::weight, c_.rms_norm_eps);
+        b.rope(k, positions, layer.inv_freq);
+        b.rms_norm(v, v, nullptr, NormGain::none, c_.rms_norm_eps);  // v_norm has no gain
+        fresh_k[l] = k;
+        fresh_v[l] = v;
+      }
+      AttentionParams params;
+      params.n_heads = static_cast<int>(nH);
+      params.n_kv_heads = static_cast<int>(nKV);
+      params.head_dim = static_cast<int>(D);
+      params.scale = 1.0f;  // Gemma 4: q/k norms replace 1/sqrt(D)
+      params.window = lc.type == AttentionType::sliding ? c_.sliding_window : 0;
+      Tensor attn = scratch_.alloc(DType::f32, {T, nH, D});
+      b.attention(attn, q, fresh_k[kv_layer], fresh_v[kv_layer], seq.kv[kv_layer], positions, params);
+      if (lc.kv_source_layer < 0 && !writes_deferred_[l]) b.kv_write(seq.kv[l], fresh_k[l], fresh_v[l], positions);
+      b.matmul(tmp, attn.reshape({T, nH * D}), layer.o_proj);
+      b.rms_norm(tmp, tmp, &layer.post_attention_norm, NormGain::weight, c_.rms_norm_eps);
+      b.add(h, h, tmp);
+
+      // ---- feed-forward: dense MLP, plus the expert block on MoE models ----
+      const int64_t I = lc.intermediate_size;
+      b.rms_norm(x, h, &layer.pre_feedforward_norm, NormGain::weight, c_.rms_norm_eps);
+      Tensor gate = scratch_.alloc(DType::f32, {T, I});
+      Tensor up = scratch_.alloc(DType::f32, {T, I});
+      b.matmul(gate, x, layer.gate_proj);
+      b.matmul(up, x, layer.up_proj);
+      b.gated_activation(gate, gate, up, Activation::gelu_tanh);
+      Tensor mlp = scratch_.alloc(DType::f32, {T, H});
+      b.matmul(mlp, gate, layer.down_proj);
+      if (c_.enable_moe_block) {
+        const int64_t E = c_.num_experts, K = c_.top_k_experts;
+        b.rms_norm(mlp, mlp, &layer.post_feedforward_norm_1, NormGain::weight, c_.rms_norm_eps);
+        // Router on the residual h (not the pre-FFN-normed x): rms(h) * scale / sqrt(H).
+        b.rms_norm(x, h, &layer.router_scale, NormGain::weight, c_.rms_norm_eps);
+        b.scale(x, static_cast<float>(1.0 / std::sqrt(static_cast<double>(H))));
+        Tensor router_logits = scratch_.alloc(DType::f32, {T, E});
+        b.matmul(router_logits, x, layer.router_proj);
+        Tensor expert_weights = scratch_.alloc(DType::f32, {T, K});
+        Tensor expert_ids = scratch_.alloc(DType::i32, {T, K});
+        b.moe_route(expert_weights, expert_ids, router_logits, &layer.per_expert_scale);
+        b.rms_norm(x, h, &layer.pre_feedforward_norm_2, NormGain::weight, c_.rms_norm_eps);
+        b.moe_experts(tmp, x, layer.experts_gate_up, layer.experts_down, expert_ids, expert_weights,
+                      Activation::gelu_tanh);
+        b.rms_norm(tmp, tmp, &layer.post_feedforward_norm_2, NormGain::weight, c_.rms_norm_eps);
+        b.add(mlp, mlp, tmp);
+      }
+      b.rms_norm(mlp, mlp, &layer.post_feedforward_norm, NormGain::weight, c_.rms_norm_eps);
+      b.add(h, h, mlp);
+
+      // ---- per-layer embedding input (E2B/E4B) ----
+      if (P > 0) {
+        Tensor g = scratch_.alloc(DType::f32, {T, P});
+        b.matmul(g, h, layer.per_layer_input_gate);
+        b.gated_activation(g, g, ple.narrow(1, l * P, P), Activation::gelu_tanh);
+        b.matmul(tmp, g, layer.per_layer_projection);
+        b.rms_norm(tmp, tmp, &layer.post_per_layer_input_norm, NormGain::weight, c_.rms_norm_eps);
+        b.add(h, h, tmp);
+      }
+      b.scale_by(h, layer.layer_scalar);
+    }
+    for (int64_t l = 0; l < L; ++l)
+      if (writes_deferred_[l]) b.kv_write(seq.kv[l], fresh_k[l], fresh_v[l], positions);
+
+    // ---- output: final norm, tied head, soft-cap ----
+    const int64_t n_out = mode == LogitsMode::all ? T : 1;
+    Tensor last = h.slice(T - n_out, T);
+    Tensor normed = scratch_.alloc(DType::f32, {n_out, H});
+    b.rms_norm(normed, last, &final_norm_, NormGain::weight, c_.rms_norm_eps);
+    Tensor logits = scratch_.alloc(DType::f32, {n_out, c_.vocab_size});
+    b.matmul(logits, normed, lm_head_);
+    if (c_.final_logit_softcapping) b.softcap(logits, *c_.final_logit_softcapping);
+    std::vector<float> out(static_cast<size_t>(n_out * c_.vocab_size));
+    b.copy_to_host(out.data(), logits);
+    seq.n_past += T;
+    return out;
+  }
+
+ private:
+  // The checkpoint's declared activation dtype (config "dtype", or "torch_dtype" in older files).
+  static std::string source_dtype(const ModelSource& source) {
+    auto json = nlohmann::json::parse(source.hf_config_json(), nullptr, false);
+    for (const nlohmann::json* obj : {&json, json.contains("text_config") ? &json["text_config"] : nullptr}) {
+      if (!obj || !obj->is_object()) continue;
+      for (const char* key : {"dtype", "torch_dtype"})
+        if (obj->contains(key) && (*obj)[key].is_string()) return (*obj)[key].get<std::string>();
+    }
+    return "float32";
+  }
+
+  // Inverse RoPE frequencies for one layer type, computed in f32 exactly as transformers does:
+  // standard  f_i = 1 / theta^(2i / D), i < D/2;
+  // proportional: the first floor(partial * D / 2) frequencies as above (exponent over the full
+  // D), the rest 0, so that pairs (i, i + D/2) with i beyond them pass through unrotated.
+  Tensor make_inv_freq(const Gemma4LayerConfig& lc) {
+    const RopeConfig& rope = lc.type == AttentionType::sliding ? c_.rope_sliding : c_.rope_full;
+    const int64_t D = lc.head_dim, half = D / 2;
+    int64_t rotated = half;
+    if (rope.type == RopeType::proportional)
+      rotated = static_cast<int64_t>(rope.partial_rotary_factor * static_cast<double>(D) / 2.0);
+    std::vector<float> freq(half, 0.0f);
+    for (int64_t i = 0; i < rotated; ++i) {
+      float exponent = static_cast<float>(2 * i) / static_cast<float>(D);
+      freq[i] = 1.0f / std::pow(static_cast<float>(rope.theta), exponent);
+      freq[i] /= static_cast<float>(rope.factor);
+    }
+    inv_freq_storage_.push_back(backend_.allocate(half * sizeof(float)));
+    Tensor t = make_tensor(inv_freq_storage_.back()->data(), DType::f32, {half}, backend_.device());
+    backend_.copy_to_device(t, freq.data());
+    return t;
+  }
+
+  ModelConfig source_config_;
+  const Gemma4Config& c_;
+  Backend& backend_;
+  ScratchArena scratch_;
+  Tensor embed_tokens_, final_norm_, lm_head_;
+  Tensor embed_tokens_per_layer_, per_layer_model_projection_, per_layer_projection_norm_;
+  float embed_scale_ = 1.0f, ple_embed_scale_ = 1.0f;
+  std::vector<Gemma4Layer> layers_;
+  std::vector<bool> writes_deferred_;
+  std::vector<std::unique_ptr<DeviceBuffer>> inv_freq_storage_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_gemma4_model(const ModelSource& source, Backend& backend) {
+  return std::make_unique<Gemma4Model>(source, backend);
+}
+
+}  // namespace fl

@@ -1,0 +1,53 @@
+#pragma once
+// The model interface: an architecture turns token ids into logits through Backend ops. One file
+// per architecture implements it (gemma4.cpp); the registry picks one from the config.
+//
+// A Sequence holds the per-sequence state (KV cache rows, position). A forward call appends
+// tokens to a sequence: prefill is one call with the whole prompt, decode one call per token,
+// and any mix of the two gives the same logits.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "io/model_source.h"
+
+namespace fl {
+
+struct SequenceOptions {
+  int64_t max_seq = 4096;       // positions this sequence may reach
+  DType kv_dtype = DType::f32;  // KV cache element type: f32, bf16 or q8_0
+  bool sliding_ring = true;     // false: sliding layers keep every position (linear), for testing
+};
+
+class Sequence {
+ public:
+  int64_t n_past = 0;   // tokens already in the cache
+  int64_t max_seq = 0;
+  std::vector<KvView> kv;  // one per layer; KV-shared layers alias their source layer
+  std::vector<std::unique_ptr<DeviceBuffer>> storage;
+  size_t kv_bytes = 0;
+};
+
+enum class LogitsMode { last, all };
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual int vocab_size() const = 0;
+  virtual std::unique_ptr<Sequence> new_sequence(const SequenceOptions& options) = 0;
+  // Appends `ids` to `seq` and returns their logits on the host: [1, vocab] for LogitsMode::last,
+  // [ids.size(), vocab] for LogitsMode::all, row-major.
+  virtual std::vector<float> forward(Sequence& seq, std::span<const int32_t> ids, LogitsMode mode) = 0;
+};
+
+struct LoadOptions {};
+
+// Builds the model the source's config names; throws fl::Error for unknown architectures and for
+// missing or misshapen tensors (naming the tensor).
+std::unique_ptr<Model> load_model(const ModelSource& source, Backend& backend, const LoadOptions& options = {});
+
+}  // namespace fl

@@ -1,0 +1,32 @@
+#include "model/scratch_arena.h"
+
+namespace fl {
+
+void ScratchArena::reset() {
+  if (!spill_.empty() || (!main_ && high_water_ > 0)) {
+    spill_.clear();
+    main_.reset();
+    main_ = backend_.allocate(high_water_);
+  }
+  used_ = 0;
+  high_water_ = main_ ? main_->size() : 0;
+}
+
+Tensor ScratchArena::alloc(DType dtype, std::initializer_list<int64_t> shape) {
+  Tensor probe = make_tensor(nullptr, dtype, shape, backend_.device());
+  size_t bytes = (static_cast<size_t>(probe.nbytes()) + kAlign - 1) / kAlign * kAlign;
+  used_ += bytes;
+  high_water_ = std::max(high_water_, used_);
+  void* data;
+  if (main_ && used_ <= main_->size()) {
+    data = static_cast<char*>(main_->data()) + (used_ - bytes);
+  } else {
+    spill_.push_back(backend_.allocate(bytes == 0 ? kAlign : bytes));
+    data = spill_.back()->data();
+  }
+  return make_tensor(data, dtype, shape, backend_.device());
+}
+
+size_t ScratchArena::capacity() const { return main_ ? main_->size() : 0; }
+
+}  // namespace fl
