@@ -100,7 +100,8 @@ class Backend {
                          const Tensor& positions, const AttentionParams& params) = 0;
 
   // Stores k, v ([T, n_kv_heads, D]) in rows positions[t] % n_rows of the cache, converting to
-  // the cache's element type.
+  // the cache's element type. Positions are consecutive; when several tokens of one call land on
+  // the same ring row, the last one is what the row holds afterwards.
   virtual void kv_write(const KvView& cache, const Tensor& k, const Tensor& v, const Tensor& positions) = 0;
 
   // Mixture-of-experts routing: softmax over logits [T, E], keep the top_k, renormalise them to
@@ -113,9 +114,16 @@ class Backend {
   // Experts are summed in ascending id order (as transformers' index_add loop does).
   virtual void moe_experts(Tensor out, const Tensor& x, const Tensor& gate_up, const Tensor& down,
                            const Tensor& ids, const Tensor& weights, Activation act) = 0;
+
+  // out_ids[r] = argmax over logits[r, :] (lowest index on ties).   out_ids [R] i32; logits [R, V]
+  virtual void argmax(Tensor out_ids, const Tensor& logits) = 0;
 };
 
 // The CPU oracle backend.
 std::unique_ptr<Backend> make_cpu_backend();
+
+// A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.
+// Throws fl::Error naming the available backends otherwise.
+std::unique_ptr<Backend> make_backend(std::string_view name);
 
 }  // namespace fl

@@ -59,8 +59,7 @@ void append_top(std::string& out, const float* row, int64_t n, int k) {
 
 void run_logits(const LogitsOptions& opt) {
   if (opt.ids.empty()) fail("--ids needs at least one token id");
-  if (opt.backend != "cpu") fail("--backend {} is not available (available: cpu)", opt.backend);
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(opt.backend);
   auto source = open_model_source(opt.model);
   auto model = load_model(*source, *backend);
   SequenceOptions seq_opt;
@@ -104,7 +103,7 @@ void add_logits_command(CLI::App& app) {
   cmd->add_flag("--all-positions", opt->all_positions, "Logits for every position, not just the last");
   cmd->add_option("--generate", opt->generate, "Then generate N tokens greedily (listed in \"generated\")")
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--backend", opt->backend, "cpu (default)");
+  cmd->add_option("--backend", opt->backend, "cpu (default), cuda or cuda:N");
   cmd->add_option("--kv", opt->kv, "KV cache type: f32 (default), bf16, q8");
   cmd->add_option("--top", opt->top, "Print the K highest logits per position instead of whole rows")
       ->check(CLI::Range(1, 1 << 20));

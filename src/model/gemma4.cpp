@@ -275,6 +275,31 @@ class Gemma4Model final : public Model {
     return out;
   }
 
+  DecodeTraffic decode_traffic(int64_t context, DType kv_dtype) const override {
+    DecodeTraffic traffic;
+    auto bytes = [](const Tensor& t) { return t.data ? static_cast<double>(t.nbytes()) : 0.0; };
+    traffic.weight_bytes += bytes(final_norm_) + bytes(lm_head_) + static_cast<double>(embed_tokens_.row_bytes());
+    if (embed_tokens_per_layer_.data)
+      traffic.weight_bytes += static_cast<double>(embed_tokens_per_layer_.row_bytes()) + bytes(per_layer_model_projection_) +
+                              bytes(per_layer_projection_norm_);
+    const double expert_share = c_.enable_moe_block ? static_cast<double>(c_.top_k_experts) / c_.num_experts : 0.0;
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Gemma4Layer& w = layers_[l];
+      for (const Tensor* t : {&w.input_norm, &w.post_attention_norm, &w.pre_feedforward_norm, &w.post_feedforward_norm,
+                              &w.layer_scalar, &w.q_proj, &w.q_norm, &w.k_proj, &w.k_norm, &w.v_proj, &w.o_proj,
+                              &w.gate_proj, &w.up_proj, &w.down_proj, &w.router_proj, &w.router_scale,
+                              &w.per_expert_scale, &w.pre_feedforward_norm_2, &w.post_feedforward_norm_1,
+                              &w.post_feedforward_norm_2, &w.per_layer_input_gate, &w.per_layer_projection,
+                              &w.post_per_layer_input_norm})
+        traffic.weight_bytes += bytes(*t);
+      traffic.weight_bytes += expert_share * (bytes(w.experts_gate_up) + bytes(w.experts_down));
+      const Gemma4LayerConfig& lc = c_.layers[l];
+      const int64_t visible = lc.type == AttentionType::sliding ? std::min<int64_t>(context, c_.sliding_window) : context;
+      traffic.kv_bytes += 2.0 * static_cast<double>(visible) * lc.n_kv_heads * static_cast<double>(row_bytes(kv_dtype, lc.head_dim));
+    }
+    return traffic;
+  }
+
  private:
   // The checkpoint's declared activation dtype (config "dtype", or "torch_dtype" in older files).
   static std::string source_dtype(const ModelSource& source) {
@@ -322,6 +347,59 @@ class Gemma4Model final : public Model {
 };
 
 }  // namespace
+
+std::vector<WeightSpec> gemma4_weight_specs(const Gemma4Config& c) {
+  std::vector<WeightSpec> specs;
+  auto add = [&](std::string name, std::vector<int64_t> shape, WeightKind kind) {
+    specs.push_back({std::move(name), std::move(shape), kind});
+  };
+  const int64_t H = c.hidden_size, L = c.num_layers, V = c.vocab_size, P = c.hidden_size_per_layer_input;
+  add("embed_tokens.weight", {V, H}, WeightKind::embedding);
+  add("norm.weight", {H}, WeightKind::vector);
+  if (P > 0) {
+    add("embed_tokens_per_layer.weight", {c.vocab_size_per_layer_input, L * P}, WeightKind::embedding);
+    add("per_layer_model_projection.weight", {L * P, H}, WeightKind::matrix);
+    add("per_layer_projection_norm.weight", {P}, WeightKind::vector);
+  }
+  for (int64_t l = 0; l < L; ++l) {
+    const Gemma4LayerConfig& lc = c.layers[l];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    const int64_t D = lc.head_dim, nH = c.num_heads, nKV = lc.n_kv_heads, I = lc.intermediate_size;
+    for (const char* norm : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                             "post_feedforward_layernorm"})
+      add(p + norm + ".weight", {H}, WeightKind::vector);
+    add(p + "layer_scalar", {1}, WeightKind::vector);
+    add(p + "self_attn.q_proj.weight", {nH * D, H}, WeightKind::matrix);
+    add(p + "self_attn.q_norm.weight", {D}, WeightKind::vector);
+    add(p + "self_attn.o_proj.weight", {H, nH * D}, WeightKind::matrix);
+    if (lc.kv_source_layer < 0) {
+      add(p + "self_attn.k_proj.weight", {nKV * D, H}, WeightKind::matrix);
+      add(p + "self_attn.k_norm.weight", {D}, WeightKind::vector);
+      if (!lc.value_from_key) add(p + "self_attn.v_proj.weight", {nKV * D, H}, WeightKind::matrix);
+    }
+    add(p + "mlp.gate_proj.weight", {I, H}, WeightKind::matrix);
+    add(p + "mlp.up_proj.weight", {I, H}, WeightKind::matrix);
+    add(p + "mlp.down_proj.weight", {H, I}, WeightKind::matrix);
+    if (c.enable_moe_block) {
+      const int64_t E = c.num_experts, Ie = c.moe_intermediate_size;
+      add(p + "router.proj.weight", {E, H}, WeightKind::matrix);
+      add(p + "router.scale", {H}, WeightKind::vector);
+      add(p + "router.per_expert_scale", {E}, WeightKind::vector);
+      add(p + "experts.gate_up_proj", {E, 2 * Ie, H}, WeightKind::experts);
+      add(p + "experts.down_proj", {E, H, Ie}, WeightKind::experts);
+      for (const char* norm : {"pre_feedforward_layernorm_2", "post_feedforward_layernorm_1",
+                               "post_feedforward_layernorm_2"})
+        add(p + norm + ".weight", {H}, WeightKind::vector);
+    }
+    if (P > 0) {
+      add(p + "per_layer_input_gate.weight", {P, H}, WeightKind::matrix);
+      add(p + "per_layer_projection.weight", {H, P}, WeightKind::matrix);
+      add(p + "post_per_layer_input_norm.weight", {H}, WeightKind::vector);
+    }
+  }
+  if (!c.tie_word_embeddings) add("lm_head.weight", {V, H}, WeightKind::embedding);
+  return specs;
+}
 
 std::unique_ptr<Model> make_gemma4_model(const ModelSource& source, Backend& backend) {
   return std::make_unique<Gemma4Model>(source, backend);

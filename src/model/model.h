@@ -33,6 +33,14 @@ class Sequence {
 
 enum class LogitsMode { last, all };
 
+// Bytes one decode step must move through memory at a given context: every weight read once
+// (the experts a token actually uses, one row of embedding tables), plus the KV rows attention
+// reads. Over the memory bandwidth this is the roofline `bench` compares against.
+struct DecodeTraffic {
+  double weight_bytes = 0;
+  double kv_bytes = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -42,6 +50,7 @@ class Model {
   // Appends `ids` to `seq` and returns their logits on the host: [1, vocab] for LogitsMode::last,
   // [ids.size(), vocab] for LogitsMode::all, row-major.
   virtual std::vector<float> forward(Sequence& seq, std::span<const int32_t> ids, LogitsMode mode) = 0;
+  virtual DecodeTraffic decode_traffic(int64_t context, DType kv_dtype) const = 0;
 };
 
 struct LoadOptions {};

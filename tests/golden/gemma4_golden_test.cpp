@@ -10,6 +10,13 @@
 #include <gtest/gtest.h>
 
 #include "io/safetensors.h"
+#ifdef FIRELINE_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#else
+namespace fl {
+inline bool cuda_device_available() { return false; }
+}  // namespace fl
+#endif
 #include "model/model.h"
 #include "util/test_util.h"
 
@@ -48,11 +55,14 @@ float max_abs_diff(const float* a, const float* b, size_t n) {
   return m;
 }
 
-class Gemma4Golden : public ::testing::TestWithParam<std::string> {
+// (fixture, backend): the CPU oracle, and every other backend this build has.
+class Gemma4Golden : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
  protected:
   void SetUp() override {
-    dir_ = test::fixtures_dir() + "/" + GetParam();
-    backend_ = make_cpu_backend();
+    const auto& [fixture, backend] = GetParam();
+    if (backend == "cuda" && !cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    dir_ = test::fixtures_dir() + "/" + fixture;
+    backend_ = make_backend(backend);
     source_ = open_model_source(dir_);
     model_ = load_model(*source_, *backend_);
     golden_ = load_golden(dir_);
@@ -156,9 +166,17 @@ TEST_P(Gemma4Golden, GreedyContinuationMatchesTransformers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Gemma4Golden, ::testing::Values("gemma4-moe", "gemma4-dense", "gemma4-e2b"),
+const std::string kBackends[] = {"cpu",
+#ifdef FIRELINE_HAVE_CUDA
+                                  "cuda"
+#endif
+};
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Gemma4Golden,
+                         ::testing::Combine(::testing::Values(std::string("gemma4-moe"), std::string("gemma4-dense"), std::string("gemma4-e2b")),
+                                            ::testing::ValuesIn(kBackends)),
                          [](const auto& info) {
-                           std::string name = info.param;
+                           std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
                            std::replace(name.begin(), name.end(), '-', '_');
                            return name;
                          });

@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -35,6 +36,9 @@ std::string shell_quote(const std::string& s) {
   return out + "'";
 }
 
-std::string fireline_binary() { return FIRELINE_BINARY; }
+std::string fireline_binary() {
+  const char* env = std::getenv("FIRELINE_BINARY");
+  return env && *env ? env : FIRELINE_BINARY;
+}
 
 }  // namespace fl::test

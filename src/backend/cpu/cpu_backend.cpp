@@ -300,6 +300,8 @@ class CpuBackend final : public Backend {
     const QuantFormat& vf = quant_format(cache.v.dtype);
     const int32_t* pos = positions.ptr<int32_t>();
     const int64_t n_rows = cache.n_rows();
+    for (int64_t t = 1; t < T; ++t)
+      if (pos[t] != pos[0] + t) fail("kv_write: positions must be consecutive");
     for (int64_t t = 0; t < T; ++t) {
       const int64_t row = pos[t] % n_rows;
       for (int64_t h = 0; h < n_kv; ++h) {
@@ -370,6 +372,15 @@ class CpuBackend final : public Backend {
         float* dst = o.row(t);
         for (int64_t i = 0; i < H; ++i) dst[i] += y[i] * weight;
       }
+    }
+  }
+
+  void argmax(Tensor out_ids, const Tensor& logits) override {
+    Rows l = f32_rows(logits, "argmax");
+    if (out_ids.dtype != DType::i32 || out_ids.numel() != l.rows) fail("argmax: out_ids must be i32[{}]", l.rows);
+    for (int64_t r = 0; r < l.rows; ++r) {
+      const float* row = l.row(r);
+      out_ids.ptr<int32_t>()[r] = static_cast<int32_t>(std::max_element(row, row + l.cols) - row);
     }
   }
 };
