@@ -88,6 +88,44 @@ __device__ __forceinline__ float load_weight_t(const uint8_t* row, int64_t k) {
   }
 }
 
+// Eight consecutive weights k0 .. k0 + 7 of a packed row of format F (k0 a multiple of 8), with
+// the widest loads each format's alignment allows: the 4- or 6-bit codes of one lane come from
+// one aligned word (HFQ4) or three halfwords (HFQ6, Q8_0). Values past the row's end come from
+// the padded tail block (quantized formats) or are zero (plain formats); callers mask k >= K.
+template <DType F>
+__device__ __forceinline__ void decode8(const uint8_t* row, int64_t k0, int64_t K, float w[8]) {
+  if constexpr (F == DType::hfq4_g256 || F == DType::hfq4_g128) {
+    constexpr int kGroup = F == DType::hfq4_g256 ? 256 : 128;
+    const uint8_t* block = row + (k0 / kGroup) * (8 + kGroup / 2);
+    const int i = static_cast<int>(k0 % kGroup) / 8;
+    const uint32_t codes = *reinterpret_cast<const uint32_t*>(block + 8 + 4 * i);
+    const float scale = *reinterpret_cast<const float*>(block), min = *reinterpret_cast<const float*>(block + 4);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j] = static_cast<float>((codes >> (4 * j)) & 15u) * scale + min;
+  } else if constexpr (F == DType::hfq6_g256) {
+    const uint8_t* block = row + (k0 / 256) * 200;
+    const int i = static_cast<int>(k0 % 256) / 8;
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(block + 8 + 6 * i);
+    const uint64_t codes = static_cast<uint64_t>(p[0]) | static_cast<uint64_t>(p[1]) << 16 | static_cast<uint64_t>(p[2]) << 32;
+    const float scale = *reinterpret_cast<const float*>(block), min = *reinterpret_cast<const float*>(block + 4);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j] = static_cast<float>((codes >> (6 * j)) & 63u) * scale + min;
+  } else if constexpr (F == DType::q8_0) {
+    const uint8_t* block = row + (k0 / 32) * 34;
+    const int within = static_cast<int>(k0 % 32);
+    const float scale = f16_bits_to_float(*reinterpret_cast<const uint16_t*>(block));
+    const uint16_t* p = reinterpret_cast<const uint16_t*>(block + 2 + within);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      w[2 * j] = static_cast<float>(static_cast<int8_t>(p[j] & 0xff)) * scale;
+      w[2 * j + 1] = static_cast<float>(static_cast<int8_t>(p[j] >> 8)) * scale;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j] = k0 + j < K ? load_weight_t<F>(row, k0 + j) : 0.0f;
+  }
+}
+
 // The same with the format known only at run time (norm gains, embeddings: not hot paths).
 __device__ __forceinline__ float load_weight(const uint8_t* row, int64_t k, DType type) {
   switch (type) {

@@ -1,10 +1,12 @@
 // Matrix-vector products on packed weights: out[i, m] = sum_k x[i, k] * W[m, k] for every weight
-// format, with the weight decoded in registers. One warp per output row; lanes stride over K, so
-// each warp reads its row once per group of up to kTokens inputs. Rows are read whole including
-// the padded tail block; values with k >= K are never used (tail predication).
+// format, with the weight decoded in registers. One warp per output row; each lane decodes 8
+// consecutive weights per 256-wide chunk (one word of HFQ4 codes, three halfwords of HFQ6/Q8_0
+// codes), so a warp reads 256 weights of its row with coalesced loads and reads the row once per
+// group of up to kTokens inputs. Rows are read whole including the padded tail block; values
+// with k >= K are never used (tail predication).
 //
-// Correctness-first version (issue 6): element-wise decode, no shared-memory staging. The speed
-// work (16-byte loads, fused experts, tensor-core GEMM for prefill) is issue 7.
+// Still to come (issue 7): 16-byte loads with several in flight, fused expert kernels, and a
+// tensor-core GEMM for prefill.
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/kernels.cuh"
 
@@ -33,14 +35,22 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_kernel(MatvecAr
     float acc[kT];
 #pragma unroll
     for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
-    for (int64_t k = lane; k < a.K; k += kWarp) {
-      const float w = load_weight_t<F>(row, k);
+    for (int64_t k0 = lane * 8; k0 < a.K; k0 += 8 * kWarp) {
+      float w[8];
+      decode8<F>(row, k0, a.K, w);
+      const bool whole = k0 + 8 <= a.K;
 #pragma unroll
       for (int t = 0; t < kT; ++t) {
         if (t < count) {
-          const int64_t input = first + t;
-          const float* x = a.x + (input / a.x_row_div) * a.x_stride;
-          acc[t] += w * x[k];
+          const float* x = a.x + ((first + t) / a.x_row_div) * a.x_stride + k0;
+          float sum = 0.0f;
+          if (whole) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) sum += w[j] * x[j];
+          } else {
+            for (int j = 0; k0 + j < a.K; ++j) sum += w[j] * x[j];
+          }
+          acc[t] += sum;
         }
       }
     }
