@@ -18,11 +18,21 @@ namespace {
 constexpr int kAttnWarps = 4;
 constexpr int kMaxPerLane = 16;  // head_dim <= 512
 
-__device__ __forceinline__ float load_kv(const AttentionArgs& a, const float* fresh, const uint8_t* cache, int64_t j,
-                                         int64_t p0, int g, int d) {
-  if (j >= p0) return fresh[((j - p0) * a.n_kv_heads + g) * a.head_dim + d];
-  const uint8_t* row = cache + ((j % a.cache_rows) * a.n_kv_heads + g) * a.cache_row_bytes;
-  return load_weight(row, d, a.cache_type);
+// Where key/value j of KV head g lives: the step's fresh rows (f32) or a cache row (any format).
+// Resolved once per key, so the per-element loads do no 64-bit index arithmetic.
+struct KvRow {
+  const float* fresh;    // non-null: read fresh[d]
+  const uint8_t* cached;  // otherwise: element d of this packed row
+};
+
+__device__ __forceinline__ KvRow kv_row(const AttentionArgs& a, const float* fresh, const uint8_t* cache, int64_t j,
+                                        int64_t p0, int g) {
+  if (j >= p0) return {fresh + ((j - p0) * a.n_kv_heads + g) * a.head_dim, nullptr};
+  return {nullptr, cache + ((j % a.cache_rows) * a.n_kv_heads + g) * a.cache_row_bytes};
+}
+
+__device__ __forceinline__ float kv_load(const KvRow& row, int d, DType type) {
+  return row.fresh ? row.fresh[d] : load_weight(row.cached, d, type);
 }
 
 __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(AttentionArgs a) {
@@ -48,11 +58,13 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(Attention
   }
   float m = -FLT_MAX, l = 0.0f;
   for (int64_t j = begin + warp; j < end; j += kAttnWarps) {
+    const KvRow krow = kv_row(a, a.k_new, a.k_cache, j, p0, g);
+    const KvRow vrow = kv_row(a, a.v_new, a.v_cache, j, p0, g);
     float dot = 0.0f;
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i) {
       const int d = lane + i * kWarp;
-      if (d < D) dot += q[i] * load_kv(a, a.k_new, a.k_cache, j, p0, g, d);
+      if (d < D) dot += q[i] * kv_load(krow, d, a.cache_type);
     }
     const float s = warp_sum(dot) * a.scale;
     const float m_new = fmaxf(m, s);
@@ -61,7 +73,7 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(Attention
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i) {
       const int d = lane + i * kWarp;
-      if (d < D) acc[i] = acc[i] * correction + p * load_kv(a, a.v_new, a.v_cache, j, p0, g, d);
+      if (d < D) acc[i] = acc[i] * correction + p * kv_load(vrow, d, a.cache_type);
     }
     m = m_new;
   }

@@ -33,8 +33,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_kernel(MatvecAr
     if (first + count > a.n_inputs) count = a.n_inputs - first;
     const uint8_t* row = weight + m * a.row_bytes;
     float acc[kT];
+    const float* xs[kT];  // input rows, resolved once: no 64-bit division in the inner loop
 #pragma unroll
-    for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
+    for (int t = 0; t < kT; ++t) {
+      acc[t] = 0.0f;
+      xs[t] = a.x + ((first + (t < count ? t : 0)) / a.x_row_div) * a.x_stride;
+    }
     for (int64_t k0 = lane * 8; k0 < a.K; k0 += 8 * kWarp) {
       float w[8];
       decode8<F>(row, k0, a.K, w);
@@ -42,7 +46,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_kernel(MatvecAr
 #pragma unroll
       for (int t = 0; t < kT; ++t) {
         if (t < count) {
-          const float* x = a.x + ((first + t) / a.x_row_div) * a.x_stride + k0;
+          const float* x = xs[t] + k0;
           float sum = 0.0f;
           if (whole) {
 #pragma unroll
