@@ -13,6 +13,7 @@
 // - Positions are a device tensor of int32 (one per token) so that a decode step has fixed
 //   arguments and can be replayed as a CUDA graph.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 
@@ -53,6 +54,13 @@ struct AttentionParams {
   int window = 0;      // 0: causal over all earlier positions; W: only the W most recent (self included)
 };
 
+// A recorded sequence of ops that can be relaunched as a whole (a CUDA graph).
+class CapturedSteps {
+ public:
+  virtual ~CapturedSteps() = default;
+  virtual void replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -67,6 +75,9 @@ class Backend {
   virtual void copy_to_device(Tensor dst, const void* src) = 0;  // dst contiguous
   virtual void copy_to_host(void* dst, const Tensor& src) = 0;   // src contiguous
   virtual void synchronize() = 0;
+  // Records the ops `body` issues without running them, for replay(). Inside body: ops only (no
+  // copies, no allocation, no synchronisation). The CPU backend simply re-runs body.
+  virtual std::unique_ptr<CapturedSteps> capture(const std::function<void()>& body) = 0;
 
   // ---- ops ----
   // out[t, :] = table[ids[t], :] * scale.             out [T, H] f32; table [V, H]; ids [T] i32

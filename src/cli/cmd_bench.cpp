@@ -74,19 +74,29 @@ void run_bench(const BenchOptions& opt) {
   }
 
   // Decode at `context`: the sequence is advanced to the context without running a prompt (its KV
-  // rows stay zero), which reads exactly the bytes a real context would; then one token per step.
-  std::vector<double> decode_tps;
-  for (int r = 0; r < opt.runs + 1; ++r) {
-    auto seq = model->new_sequence({opt.context + opt.gen_tokens + 1, kv, true});
-    seq->n_past = opt.context;
-    int32_t next = token(rng);
-    auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < opt.gen_tokens; ++i) {
-      std::vector<float> logits = model->forward(*seq, std::span<const int32_t>(&next, 1), LogitsMode::last);
-      next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  // rows stay zero), which reads exactly the bytes a real context would; then one token per step,
+  // replayed from a captured graph (and, for comparison, launched eagerly).
+  auto measure_decode = [&](bool graph) {
+    std::vector<double> tps;
+    for (int r = 0; r < opt.runs + 1; ++r) {
+      auto seq = model->new_sequence({opt.context + opt.gen_tokens + 3, kv, true});
+      seq->n_past = opt.context;
+      auto steps = graph ? model->make_decode_graph(*seq) : nullptr;
+      int32_t next = token(rng);
+      auto decode_one = [&] {
+        std::vector<float> logits =
+            graph ? steps->step(next) : model->forward(*seq, std::span<const int32_t>(&next, 1), LogitsMode::last);
+        next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      };
+      if (graph) decode_one(), decode_one();  // eager step and capture step are not timed
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < opt.gen_tokens; ++i) decode_one();
+      if (r > 0) tps.push_back(opt.gen_tokens / seconds_since(t0));
     }
-    if (r > 0) decode_tps.push_back(opt.gen_tokens / seconds_since(t0));
-  }
+    return median(tps);
+  };
+  const double decode_eager = measure_decode(false);
+  std::vector<double> decode_tps = {measure_decode(true)};
 
   const DecodeTraffic traffic = model->decode_traffic(opt.context, kv);
   const double bytes = traffic.weight_bytes + traffic.kv_bytes;
@@ -102,6 +112,7 @@ void run_bench(const BenchOptions& opt) {
                         {"context", opt.context},
                         {"gen_tokens", opt.gen_tokens},
                         {"decode_tok_s", decode},
+                        {"decode_eager_tok_s", decode_eager},
                         {"decode_ms_per_token", 1000.0 / decode},
                         {"bytes_per_token", {{"weights", traffic.weight_bytes}, {"kv", traffic.kv_bytes}}},
                         {"bandwidth_gbs", opt.bandwidth_gbs},
@@ -114,8 +125,9 @@ void run_bench(const BenchOptions& opt) {
   std::string out;
   out += fmt::format("model     {} on {} (KV {}), loaded in {:.1f} s\n", source->path(), backend->name(), opt.kv, load_s);
   out += fmt::format("prefill   {:>10.1f} tok/s   ({} tokens, median of {})\n", prefill, opt.prompt_tokens, opt.runs);
-  out += fmt::format("decode    {:>10.1f} tok/s   ({:.2f} ms/token at context {}, {} tokens, median of {})\n", decode,
-                     1000.0 / decode, opt.context, opt.gen_tokens, opt.runs);
+  out += fmt::format("decode    {:>10.1f} tok/s   ({:.2f} ms/token at context {}, {} tokens, median of {}, graph replay)\n",
+                     decode, 1000.0 / decode, opt.context, opt.gen_tokens, opt.runs);
+  out += fmt::format("  eager   {:>10.1f} tok/s   (the same, launched op by op)\n", decode_eager);
   out += fmt::format("roofline  {:>10.1f} tok/s   ({:.3f} GB weights + {:.3f} GB KV per token at {:.0f} GB/s)\n", roofline,
                      traffic.weight_bytes / 1e9, traffic.kv_bytes / 1e9, opt.bandwidth_gbs);
   out += fmt::format("ratio     {:>10.1f} %      of the decode roofline\n", 100.0 * decode / roofline);

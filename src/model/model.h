@@ -41,6 +41,17 @@ struct DecodeTraffic {
   double kv_bytes = 0;
 };
 
+// One decode token per step, replayed from a captured device graph after the first steps (see
+// DESIGN §3): the step's kernels are recorded once and relaunched with one call, reading the
+// token id and position from device memory. Results are byte-identical to Model::forward.
+class DecodeGraph {
+ public:
+  virtual ~DecodeGraph() = default;
+  // Appends `token` to the sequence; returns the logits [vocab] that follow it.
+  virtual std::vector<float> step(int32_t token) = 0;
+  virtual bool captured() const = 0;  // true once steps replay a graph
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -51,6 +62,9 @@ class Model {
   // [ids.size(), vocab] for LogitsMode::all, row-major.
   virtual std::vector<float> forward(Sequence& seq, std::span<const int32_t> ids, LogitsMode mode) = 0;
   virtual DecodeTraffic decode_traffic(int64_t context, DType kv_dtype) const = 0;
+  // A graph-replayed decode loop over `seq` (which must outlive it). Use either this or forward
+  // for a sequence at a time, not both interleaved.
+  virtual std::unique_ptr<DecodeGraph> make_decode_graph(Sequence& seq) = 0;
 };
 
 struct LoadOptions {};

@@ -101,6 +101,16 @@ class CpuBackend final : public Backend {
   void copy_to_host(void* dst, const Tensor& src) override { std::memcpy(dst, src.data, src.nbytes()); }
   void synchronize() override {}
 
+  std::unique_ptr<CapturedSteps> capture(const std::function<void()>& body) override {
+    struct Rerun final : CapturedSteps {
+      std::function<void()> body;
+      void replay() override { body(); }
+    };
+    auto steps = std::make_unique<Rerun>();
+    steps->body = body;
+    return steps;
+  }
+
   void embed(Tensor out, const Tensor& table, const Tensor& ids, float scale) override {
     Rows o = f32_rows(out, "embed");
     Rows tab = as_rows(table, "embed");

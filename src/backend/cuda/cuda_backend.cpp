@@ -42,6 +42,17 @@ class CudaBuffer final : public DeviceBuffer {
   size_t size_;
 };
 
+class CudaGraph final : public CapturedSteps {
+ public:
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  void replay() override { check(cudaGraphLaunch(exec_, stream_), "graph replay"); }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
 // f32 activation rows: pointer, row count, column count, row stride in elements.
 struct F32Rows {
   float* data;
@@ -139,6 +150,25 @@ class CudaBackend final : public Backend {
       check(cudaMemset(error_flag_, 0, sizeof flag), "error flag");
       fail("embed: a token id was outside the vocabulary");
     }
+  }
+
+  std::unique_ptr<CapturedSteps> capture(const std::function<void()>& body) override {
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture");
+    cudaGraph_t graph = nullptr;
+    try {
+      body();
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);  // leave the stream usable, then report
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      throw;
+    }
+    check(cudaStreamEndCapture(stream_, &graph), "graph capture");
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(err, "graph instantiate");
+    return std::make_unique<CudaGraph>(exec, stream_);
   }
 
   void embed(Tensor out, const Tensor& table, const Tensor& ids, float scale) override {
