@@ -39,22 +39,35 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_kernel(MatvecAr
       acc[t] = 0.0f;
       xs[t] = a.x + ((first + (t < count ? t : 0)) / a.x_row_div) * a.x_stride;
     }
-    for (int64_t k0 = lane * 8; k0 < a.K; k0 += 8 * kWarp) {
-      float w[8];
-      decode8<F>(row, k0, a.K, w);
-      const bool whole = k0 + 8 <= a.K;
+    // kUnroll chunks per step: all their weight loads are issued before the first FMA, so each
+    // warp keeps several requests in flight (one 4-byte load per lane is far too little to
+    // cover HBM latency).
+    constexpr int kUnroll = 4;
+    for (int64_t base = lane * 8; base < a.K; base += 8 * kWarp * kUnroll) {
+      float w[kUnroll][8];
 #pragma unroll
-      for (int t = 0; t < kT; ++t) {
-        if (t < count) {
-          const float* x = xs[t] + k0;
-          float sum = 0.0f;
-          if (whole) {
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k0 = base + u * 8 * kWarp;
+        if (k0 < a.K) decode8<F>(row, k0, a.K, w[u]);
+      }
 #pragma unroll
-            for (int j = 0; j < 8; ++j) sum += w[j] * x[j];
-          } else {
-            for (int j = 0; k0 + j < a.K; ++j) sum += w[j] * x[j];
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k0 = base + u * 8 * kWarp;
+        if (k0 >= a.K) break;
+        const bool whole = k0 + 8 <= a.K;
+#pragma unroll
+        for (int t = 0; t < kT; ++t) {
+          if (t < count) {
+            const float* x = xs[t] + k0;
+            float sum = 0.0f;
+            if (whole) {
+#pragma unroll
+              for (int j = 0; j < 8; ++j) sum += w[u][j] * x[j];
+            } else {
+              for (int j = 0; k0 + j < a.K; ++j) sum += w[u][j] * x[j];
+            }
+            acc[t] += sum;
           }
-          acc[t] += sum;
         }
       }
     }
