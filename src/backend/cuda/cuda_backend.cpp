@@ -20,9 +20,13 @@ void check(cudaError_t err, const char* op) {
   if (err != cudaSuccess) fail("CUDA {} failed: {} ({})", op, cudaGetErrorString(err), cudaGetErrorName(err));
 }
 
+// NOTE: every memory operation goes through the backend's stream. The stream is non-blocking,
+// so a cudaMemset or cudaMemcpy on the legacy default stream is not ordered with its kernels: a
+// zero-fill of a new KV cache could land after the first kv_write (seen as intermittent golden
+// failures on the H200).
 class CudaBuffer final : public DeviceBuffer {
  public:
-  explicit CudaBuffer(size_t bytes) : size_(bytes) {
+  CudaBuffer(size_t bytes, cudaStream_t stream) : size_(bytes) {
     cudaError_t err = cudaMalloc(&data_, bytes == 0 ? 256 : bytes);
     if (err != cudaSuccess) {
       cudaGetLastError();
@@ -31,7 +35,7 @@ class CudaBuffer final : public DeviceBuffer {
       fail("out of GPU memory allocating {:.1f} MiB ({:.1f} MiB free of {:.1f} MiB)", bytes / 1048576.0,
            free_bytes / 1048576.0, total / 1048576.0);
     }
-    check(cudaMemset(data_, 0, bytes == 0 ? 256 : bytes), "memset");
+    check(cudaMemsetAsync(data_, 0, bytes == 0 ? 256 : bytes, stream), "memset");
   }
   ~CudaBuffer() override { cudaFree(data_); }
   void* data() const override { return data_; }
@@ -97,7 +101,8 @@ class CudaBackend final : public Backend {
     name_ = prop.name;
     sm_count_ = prop.multiProcessorCount;
     check(cudaMalloc(&error_flag_, sizeof(int32_t)), "malloc");
-    check(cudaMemset(error_flag_, 0, sizeof(int32_t)), "memset");
+    check(cudaMemsetAsync(error_flag_, 0, sizeof(int32_t), stream_), "memset");
+    check(cudaStreamSynchronize(stream_), "memset");
     log_debug("CUDA device {}: {} ({} SMs, sm_{}{})", device_index, name_, sm_count_, prop.major, prop.minor);
   }
   ~CudaBackend() override {
@@ -110,7 +115,7 @@ class CudaBackend final : public Backend {
   Device device() const override { return Device::cuda; }
   cudaStream_t stream() const { return stream_; }
 
-  std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override { return std::make_unique<CudaBuffer>(bytes); }
+  std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override { return std::make_unique<CudaBuffer>(bytes, stream_); }
 
   Tensor upload_weight(const Tensor& host) override {
     if (host.device != Device::cpu || !host.is_contiguous()) fail("upload_weight: {} is not a contiguous host tensor", host.describe());
@@ -119,13 +124,14 @@ class CudaBackend final : public Backend {
     // Weights go into large chunks (one arena per model) rather than one cudaMalloc each.
     constexpr size_t kChunk = size_t{256} << 20, kAlign = 256;
     if (weight_chunks_.empty() || weight_used_ + bytes > weight_chunks_.back()->size()) {
-      weight_chunks_.push_back(std::make_unique<CudaBuffer>(std::max(kChunk, bytes)));
+      weight_chunks_.push_back(std::make_unique<CudaBuffer>(std::max(kChunk, bytes), stream_));
       weight_used_ = 0;
     }
     char* dst = static_cast<char*>(weight_chunks_.back()->data()) + weight_used_;
     weight_used_ += (bytes + kAlign - 1) / kAlign * kAlign;
     weight_bytes_ += bytes;
-    check(cudaMemcpy(dst, host.data, bytes, cudaMemcpyHostToDevice), "weight upload");
+    check(cudaMemcpyAsync(dst, host.data, bytes, cudaMemcpyHostToDevice, stream_), "weight upload");
+    check(cudaStreamSynchronize(stream_), "weight upload");
     Tensor out = host;
     out.data = dst;
     out.device = Device::cuda;
@@ -145,9 +151,10 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     check(cudaStreamSynchronize(stream_), "synchronize");
     int32_t flag = 0;
-    check(cudaMemcpy(&flag, error_flag_, sizeof flag, cudaMemcpyDeviceToHost), "error flag");
+    check(cudaMemcpyAsync(&flag, error_flag_, sizeof flag, cudaMemcpyDeviceToHost, stream_), "error flag");
+    check(cudaStreamSynchronize(stream_), "error flag");
     if (flag) {
-      check(cudaMemset(error_flag_, 0, sizeof flag), "error flag");
+      check(cudaMemsetAsync(error_flag_, 0, sizeof flag, stream_), "error flag");
       fail("embed: a token id was outside the vocabulary");
     }
   }
@@ -394,7 +401,7 @@ class CudaBackend final : public Backend {
       const size_t grown = std::max(bytes, workspace_ ? workspace_->size() * 2 : size_t{1} << 20);
       check(cudaStreamSynchronize(stream_), "workspace resize");
       workspace_.reset();
-      workspace_ = std::make_unique<CudaBuffer>(grown);
+      workspace_ = std::make_unique<CudaBuffer>(grown, stream_);
     }
     return static_cast<float*>(workspace_->data());
   }
