@@ -193,11 +193,19 @@ class Gemma4Model final : public Model {
 
     Tensor x = arena.alloc(DType::f32, {T, H});
     Tensor tmp = arena.alloc(DType::f32, {T, H});
+    // K/V that a later layer reads (KV sharing) outlive their layer: allocate them up front.
     std::vector<Tensor> fresh_k(L), fresh_v(L);
+    for (int64_t l = 0; l < L; ++l)
+      if (writes_deferred_[l]) {
+        fresh_k[l] = arena.alloc(DType::f32, {T, c_.layers[l].n_kv_heads, c_.layers[l].head_dim});
+        fresh_v[l] = arena.alloc(DType::f32, {T, c_.layers[l].n_kv_heads, c_.layers[l].head_dim});
+      }
+    const size_t layer_mark = arena.mark();
     for (int64_t l = 0; l < L; ++l) {
       const Gemma4LayerConfig& lc = c_.layers[l];
       const Gemma4Layer& layer = layers_[l];
       const int64_t D = lc.head_dim, nKV = lc.n_kv_heads;
+      arena.rewind(layer_mark);  // this layer's temporaries reuse the previous layer's bytes
 
       // ---- attention ----
       b.rms_norm(x, h, &layer.input_norm, NormGain::weight, c_.rms_norm_eps);
@@ -210,8 +218,8 @@ class Gemma4Model final : public Model {
       if (lc.kv_source_layer >= 0) {
         kv_layer = lc.kv_source_layer;  // attend over the source layer's keys and values
       } else {
-        Tensor k = arena.alloc(DType::f32, {T, nKV, D});
-        Tensor v = arena.alloc(DType::f32, {T, nKV, D});
+        Tensor k = writes_deferred_[l] ? fresh_k[l] : arena.alloc(DType::f32, {T, nKV, D});
+        Tensor v = writes_deferred_[l] ? fresh_v[l] : arena.alloc(DType::f32, {T, nKV, D});
         b.matmul(k.reshape({T, nKV * D}), x, layer.k_proj);
         // With attention_k_eq_v, V is the raw K projection (before k_norm and RoPE).
         b.matmul(v.reshape({T, nKV * D}), x, lc.value_from_key ? layer.k_proj : layer.v_proj);

@@ -10,7 +10,7 @@
 #include <cfloat>
 
 #include "backend/cuda/device_common.cuh"
-#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/attention.cuh"
 
 namespace fl::cuda {
 namespace {

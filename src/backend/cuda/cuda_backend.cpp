@@ -9,7 +9,11 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
-#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/matmul.cuh"
+#include "backend/cuda/moe.cuh"
+#include "backend/cuda/norm.cuh"
 #include "core/error.h"
 #include "core/log.h"
 

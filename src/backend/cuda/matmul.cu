@@ -8,7 +8,7 @@
 // Still to come (issue 7): 16-byte loads with several in flight, fused expert kernels, and a
 // tensor-core GEMM for prefill.
 #include "backend/cuda/device_common.cuh"
-#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/matmul.cuh"
 
 namespace fl::cuda {
 namespace {

@@ -4,7 +4,7 @@
 #include <cfloat>
 
 #include "backend/cuda/device_common.cuh"
-#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/moe.cuh"
 
 namespace fl::cuda {
 namespace {

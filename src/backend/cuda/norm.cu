@@ -1,6 +1,6 @@
 // RMSNorm: one block per row; the sum of squares is reduced in f32 across the block.
 #include "backend/cuda/device_common.cuh"
-#include "backend/cuda/kernels.cuh"
+#include "backend/cuda/norm.cuh"
 
 namespace fl::cuda {
 namespace {
