@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "core/tensor.h"
@@ -69,6 +70,8 @@ class Backend {
 
   // ---- memory ----
   virtual std::unique_ptr<DeviceBuffer> allocate(size_t bytes) = 0;  // zero-filled
+  // Free device memory in bytes, or nullopt where weights stay in the mapped file (CPU).
+  virtual std::optional<size_t> free_memory() const = 0;
   // A device copy of a host weight view (the CPU backend returns the view itself: weights stay
   // in the mapped file).
   virtual Tensor upload_weight(const Tensor& host) = 0;

@@ -55,9 +55,13 @@ void run_bench(const BenchOptions& opt) {
   auto backend = make_backend(opt.backend);
   std::unique_ptr<ModelSource> source =
       opt.like.empty() ? open_model_source(opt.model) : make_synthetic_source({opt.like, opt.format, 1});
-  auto model = load_model(*source, *backend);
-  const double load_s = seconds_since(start);
   const DType kv = kv_type(opt.kv);
+  LoadOptions load;
+  load.max_seq = std::max<int64_t>(opt.context + opt.gen_tokens + 3, opt.prompt_tokens + 1);
+  load.kv_dtype = kv;
+  load.max_tokens = opt.prompt_tokens;
+  auto model = load_model(*source, *backend, load);
+  const double load_s = seconds_since(start);
   const int V = model->vocab_size();
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> token(3, V - 1);

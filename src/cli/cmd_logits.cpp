@@ -61,10 +61,15 @@ void run_logits(const LogitsOptions& opt) {
   if (opt.ids.empty()) fail("--ids needs at least one token id");
   auto backend = make_backend(opt.backend);
   auto source = open_model_source(opt.model);
-  auto model = load_model(*source, *backend);
   SequenceOptions seq_opt;
   seq_opt.kv_dtype = parse_kv_type(opt.kv);
   seq_opt.max_seq = opt.max_seq > 0 ? opt.max_seq : static_cast<int64_t>(opt.ids.size()) + opt.generate;
+  LoadOptions load;
+  load.max_seq = seq_opt.max_seq;
+  load.kv_dtype = seq_opt.kv_dtype;
+  load.max_tokens = static_cast<int64_t>(opt.ids.size());
+  load.logits = opt.all_positions ? LogitsMode::all : LogitsMode::last;
+  auto model = load_model(*source, *backend, load);
   auto seq = model->new_sequence(seq_opt);
   const int64_t V = model->vocab_size();
 

@@ -474,6 +474,45 @@ std::vector<WeightSpec> gemma4_weight_specs(const Gemma4Config& c) {
   return specs;
 }
 
+MemoryPlan gemma4_memory_plan(const ModelSource& source, const LoadOptions& o) {
+  const Gemma4Config& c = std::get<Gemma4Config>(source.config().arch);
+  MemoryPlan plan;
+  const std::string prefix = source.find("model.language_model.embed_tokens.weight") ? "model.language_model."
+                             : source.find("model.embed_tokens.weight")              ? "model."
+                                                                                    : "";
+  for (const WeightSpec& spec : gemma4_weight_specs(c)) {
+    auto t = source.find(spec.name == "lm_head.weight" ? spec.name : prefix + spec.name);
+    if (t) plan.weights += static_cast<double>(t->nbytes());
+  }
+  const double T = static_cast<double>(o.max_tokens), H = c.hidden_size, L = c.num_layers,
+               P = c.hidden_size_per_layer_input, nH = c.num_heads;
+  double per_layer_max = 0, deferred = 0, workspace = 0;
+  std::vector<bool> is_source(c.num_layers, false);
+  for (const auto& lc : c.layers)
+    if (lc.kv_source_layer >= 0) is_source[lc.kv_source_layer] = true;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const Gemma4LayerConfig& lc = c.layers[l];
+    const double D = lc.head_dim, nKV = lc.n_kv_heads, I = lc.intermediate_size;
+    if (lc.kv_source_layer < 0) {
+      const double rows = lc.type == AttentionType::sliding ? std::min<double>(c.sliding_window, o.max_seq) : o.max_seq;
+      plan.kv += 2.0 * rows * nKV * static_cast<double>(row_bytes(o.kv_dtype, lc.head_dim));
+    }
+    const double kv_fresh = 2.0 * T * nKV * D * 4;
+    if (is_source[l]) deferred += kv_fresh;
+    double layer = 2.0 * T * nH * D * 4 + kv_fresh + 2.0 * T * I * 4 + T * H * 4 + T * P * 4;
+    if (c.enable_moe_block) layer += T * c.num_experts * 4 + T * c.top_k_experts * 8;
+    per_layer_max = std::max(per_layer_max, layer);
+    // backend workspace: attention partials (up to 64 splits) and expert intermediates
+    workspace = std::max(workspace, T * nH * 64 * (D + 2) * 4);
+    if (c.enable_moe_block)
+      workspace = std::max(workspace, T * c.top_k_experts * (3.0 * c.moe_intermediate_size + H) * 4);
+  }
+  const double n_out = o.logits == LogitsMode::all ? T : 1;
+  plan.scratch = 3 * T * H * 4 + 2 * T * L * P * 4 + deferred + per_layer_max + n_out * (H + c.vocab_size) * 4 + workspace;
+  plan.scratch *= 1.05;  // allocation alignment and small buffers
+  return plan;
+}
+
 std::unique_ptr<Model> make_gemma4_model(const ModelSource& source, Backend& backend) {
   return std::make_unique<Gemma4Model>(source, backend);
 }

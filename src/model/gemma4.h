@@ -27,4 +27,8 @@ struct WeightSpec {
 // Every tensor the Gemma 4 model reads, with the shape the config implies.
 std::vector<WeightSpec> gemma4_weight_specs(const Gemma4Config& config);
 
+// Weights (as stored in `source`), KV cache at options.max_seq, and scratch for
+// options.max_tokens tokens per forward (the model's arena plus the backend's workspace).
+MemoryPlan gemma4_memory_plan(const ModelSource& source, const LoadOptions& options);
+
 }  // namespace fl

@@ -67,10 +67,29 @@ class Model {
   virtual std::unique_ptr<DecodeGraph> make_decode_graph(Sequence& seq) = 0;
 };
 
-struct LoadOptions {};
+// What the caller will ask of the model, so that load_model can check up front that weights, KV
+// cache and scratch fit in the device's memory.
+struct LoadOptions {
+  int64_t max_seq = 4096;        // context of one sequence
+  DType kv_dtype = DType::f32;   // KV cache element type
+  int64_t max_tokens = 512;      // most tokens one forward call will process (prefill chunk)
+  LogitsMode logits = LogitsMode::last;
+};
 
-// Builds the model the source's config names; throws fl::Error for unknown architectures and for
-// missing or misshapen tensors (naming the tensor).
+// Device bytes a model needs (DESIGN §5: computed before loading, refused with the numbers).
+struct MemoryPlan {
+  double weights = 0;
+  double kv = 0;
+  double scratch = 0;
+  double total() const { return weights + kv + scratch; }
+};
+
+// The memory plan of the source's architecture for these options.
+MemoryPlan plan_model_memory(const ModelSource& source, const LoadOptions& options);
+
+// Builds the model the source's config names; throws fl::Error for unknown architectures, for
+// missing or misshapen tensors (naming the tensor), and, before uploading anything, when the
+// memory plan exceeds the backend's free memory (with the numbers and what to reduce).
 std::unique_ptr<Model> load_model(const ModelSource& source, Backend& backend, const LoadOptions& options = {});
 
 }  // namespace fl

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "io/safetensors.h"
 #ifdef FIRELINE_HAVE_CUDA
 #include "backend/cuda/cuda_backend.h"
@@ -203,6 +204,60 @@ TEST_P(Gemma4Golden, GraphReplayIsByteIdenticalToEagerDecode) {
   // and the replayed steps still match transformers
   std::vector<float> want(golden_.logits_prefill.begin() + prefill * V_, golden_.logits_prefill.end());
   expect_rows_close(replayed_logits, want, "graph-replayed decode");
+}
+
+// A backend that claims little free memory: loading must be refused up front, with the numbers.
+TEST(Gemma4Memory, PlanCountsWeightsAndKvAndLoadRefusesWhatDoesNotFit) {
+  auto source = open_model_source(test::fixtures_dir() + "/gemma4-dense");
+  LoadOptions options;
+  options.max_seq = 1000;
+  options.kv_dtype = DType::f32;
+  MemoryPlan plan = plan_model_memory(*source, options);
+  double file_bytes = 0;
+  for (const auto& name : source->tensor_names()) file_bytes += static_cast<double>(source->find(name)->nbytes());
+  EXPECT_EQ(plan.weights, file_bytes);  // every tensor of this checkpoint is used
+  // 6 layers: 4 sliding (window 12, 2 KV heads x 16) and 2 full (1000 rows, 1 KV head x 32), K and V, f32
+  EXPECT_EQ(plan.kv, 2.0 * 4 * (4 * 12 * 2 * 16) + 2.0 * 4 * (2 * 1000 * 1 * 32));
+  EXPECT_GT(plan.scratch, 0.0);
+
+  struct TightBackend : public Backend {
+    std::unique_ptr<Backend> cpu = make_cpu_backend();
+    std::optional<size_t> free_memory() const override { return size_t{1} << 20; }
+    std::string_view name() const override { return "tight"; }
+    Device device() const override { return Device::cpu; }
+    std::unique_ptr<DeviceBuffer> allocate(size_t n) override { return cpu->allocate(n); }
+    Tensor upload_weight(const Tensor& h) override { return h; }
+    void copy_to_device(Tensor d, const void* s) override { cpu->copy_to_device(d, s); }
+    void copy_to_host(void* d, const Tensor& s) override { cpu->copy_to_host(d, s); }
+    void synchronize() override {}
+    std::unique_ptr<CapturedSteps> capture(const std::function<void()>& b) override { return cpu->capture(b); }
+    void embed(Tensor, const Tensor&, const Tensor&, float) override {}
+    void rms_norm(Tensor, const Tensor&, const Tensor*, NormGain, float) override {}
+    void matmul(Tensor, const Tensor&, const Tensor&) override {}
+    void rope(Tensor, const Tensor&, const Tensor&) override {}
+    void gated_activation(Tensor, const Tensor&, const Tensor&, Activation) override {}
+    void add(Tensor, const Tensor&, const Tensor&) override {}
+    void scale(Tensor, float) override {}
+    void scale_by(Tensor, const Tensor&) override {}
+    void softcap(Tensor, float) override {}
+    void attention(Tensor, const Tensor&, const Tensor&, const Tensor&, const KvView&, const Tensor&,
+                   const AttentionParams&) override {}
+    void kv_write(const KvView&, const Tensor&, const Tensor&, const Tensor&) override {}
+    void moe_route(Tensor, Tensor, const Tensor&, const Tensor*) override {}
+    void moe_experts(Tensor, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                     Activation) override {}
+    void argmax(Tensor, const Tensor&) override {}
+  } tight;
+  try {
+    load_model(*source, tight, options);
+    FAIL() << "a model larger than free memory was loaded";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("does not fit"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("KV cache"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("1000 tokens"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("reduce --max-seq"), std::string::npos) << msg;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Gemma4Golden,

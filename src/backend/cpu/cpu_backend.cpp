@@ -99,6 +99,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::cpu; }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override { return std::make_unique<CpuBuffer>(bytes); }
+  std::optional<size_t> free_memory() const override { return std::nullopt; }
   Tensor upload_weight(const Tensor& host) override { return host; }
   void copy_to_device(Tensor dst, const void* src) override { std::memcpy(dst.data, src, dst.nbytes()); }
   void copy_to_host(void* dst, const Tensor& src) override { std::memcpy(dst, src.data, src.nbytes()); }

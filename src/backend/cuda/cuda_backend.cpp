@@ -120,6 +120,11 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override { return std::make_unique<CudaBuffer>(bytes, stream_); }
+  std::optional<size_t> free_memory() const override {
+    size_t free_bytes = 0, total = 0;
+    check(cudaMemGetInfo(&free_bytes, &total), "memory info");
+    return free_bytes;
+  }
 
   Tensor upload_weight(const Tensor& host) override {
     if (host.device != Device::cpu || !host.is_contiguous()) fail("upload_weight: {} is not a contiguous host tensor", host.describe());
