@@ -77,7 +77,10 @@ void run_tokenize(const TokenizeOptions& opt) {
     text.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
     if (std::cin.bad()) fail("cannot read the text from stdin");
   }
+  const auto t1 = std::chrono::steady_clock::now();
   const std::vector<int32_t> ids = tok.encode(text, opt.add_special_tokens);
+  log_debug("encoded {} bytes into {} tokens in {:.1f} ms", text.size(), ids.size(),
+            std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t1).count());
   std::string out = "[";
   for (size_t i = 0; i < ids.size(); ++i) {
     if (i) out += ", ";

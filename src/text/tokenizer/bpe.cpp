@@ -1,6 +1,7 @@
 #include "text/tokenizer/bpe.h"
 
 #include <algorithm>
+#include <cstring>
 #include <queue>
 
 #include <fmt/format.h>
@@ -9,6 +10,28 @@
 #include "text/tokenizer/utf8.h"
 
 namespace fl {
+
+// A fast 64-bit hash of a short byte string (multiply-xorshift over 8-byte words).
+uint64_t Vocab::hash(std::string_view s) {
+  uint64_t h = 0x9E3779B97F4A7C15ULL ^ (s.size() * 0xC2B2AE3D27D4EB4FULL);
+  const char* p = s.data();
+  size_t n = s.size();
+  while (n >= 8) {
+    uint64_t v;
+    std::memcpy(&v, p, 8);
+    h = (h ^ v) * 0xBF58476D1CE4E5B9ULL;
+    h ^= h >> 31;
+    p += 8;
+    n -= 8;
+  }
+  uint64_t v = 0;
+  std::memcpy(&v, p, n);
+  h = (h ^ v) * 0x94D049BB133111EBULL;
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ULL;
+  h ^= h >> 32;
+  return h;
+}
 
 Vocab::Vocab(const std::vector<std::pair<std::string_view, int32_t>>& entries, std::string_view what) {
   int32_t max_id = -1;
@@ -31,13 +54,36 @@ Vocab::Vocab(const std::vector<std::pair<std::string_view, int32_t>>& entries, s
     offsets_[id] = {static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(token.size())};
     arena_.append(token);
   }
-  // arena_ no longer grows, so views into it stay valid.
-  index_.reserve(entries.size());
+  size_t cap = 16;
+  while (cap < entries.size() * 2) cap <<= 1;
+  slots_.assign(cap, Slot{0, -1, 0, 0});
+  mask_ = cap - 1;
   for (const auto& [token, id] : entries) {
-    auto [it, inserted] = index_.emplace(std::string_view(arena_.data() + offsets_[id].first, offsets_[id].second), id);
-    if (!inserted) fail("{}: token {:?} is listed twice (ids {} and {})", what, token, it->second, id);
+    const uint64_t h = hash(token);
+    const uint32_t tag = static_cast<uint32_t>(h >> 32);
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      Slot& slot = slots_[i];
+      if (slot.id < 0) {
+        slot = Slot{tag, id, offsets_[id].first, offsets_[id].second};
+        break;
+      }
+      if (slot.tag == tag && *this->token(slot.id) == token)
+        fail("{}: token {:?} is listed twice (ids {} and {})", what, token, slot.id, id);
+    }
   }
   count_ = entries.size();
+}
+
+std::optional<int32_t> Vocab::find(std::string_view token, uint64_t h) const {
+  if (slots_.empty()) return std::nullopt;
+  const uint32_t tag = static_cast<uint32_t>(h >> 32);
+  for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+    const Slot& slot = slots_[i];
+    if (slot.id < 0) return std::nullopt;
+    if (slot.tag == tag && slot.length == token.size() &&
+        std::memcmp(arena_.data() + slot.offset, token.data(), token.size()) == 0)
+      return slot.id;
+  }
 }
 
 // Open-addressing hash map from a pair of token ids to (rank, merged id). Lookups are the inner
@@ -93,20 +139,36 @@ BpeModel::BpeModel(std::shared_ptr<const Vocab> vocab,
   for (int b = 0; b < 256; ++b) byte_ids_[b] = v.find(fmt::format("<0x{:02X}>", b)).value_or(-1);
 
   const size_t prefix_len = options_.continuing_subword_prefix.size();
-  std::string joined;
-  for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [a, b] = merges[rank];
-    const auto a_id = v.find(a);
-    if (!a_id) fail("merge {} ({:?} {:?}) refers to {:?}, which is not in the vocabulary", rank, a, b, a);
-    const auto b_id = v.find(b);
-    if (!b_id) fail("merge {} ({:?} {:?}) refers to {:?}, which is not in the vocabulary", rank, a, b, b);
-    // HF drops the continuing-subword prefix from the right part when joining.
-    if (b.size() < prefix_len) fail("merge {} ({:?} {:?}): right part is shorter than the subword prefix", rank, a, b);
-    joined.assign(a);
-    joined.append(b.substr(prefix_len));
-    const auto new_id = v.find(joined);
-    if (!new_id) fail("merge {} ({:?} {:?}) makes {:?}, which is not in the vocabulary", rank, a, b, joined);
-    merges_->insert(MergeTable::key(*a_id, *b_id), static_cast<int32_t>(rank), *new_id);
+  // Merges are resolved in blocks: hash and prefetch every lookup of the block first, so the
+  // cache misses of the (large) vocabulary index overlap instead of queueing.
+  constexpr size_t kBlock = 32;
+  std::string joined[kBlock];
+  uint64_t hashes[kBlock][3];
+  for (size_t block = 0; block < merges.size(); block += kBlock) {
+    const size_t n = std::min(kBlock, merges.size() - block);
+    for (size_t k = 0; k < n; ++k) {
+      const auto& [a, b] = merges[block + k];
+      // HF drops the continuing-subword prefix from the right part when joining.
+      if (b.size() < prefix_len)
+        fail("merge {} ({:?} {:?}): right part is shorter than the subword prefix", block + k, a, b);
+      joined[k].assign(a);
+      joined[k].append(b.substr(prefix_len));
+      hashes[k][0] = Vocab::hash(a);
+      hashes[k][1] = Vocab::hash(b);
+      hashes[k][2] = Vocab::hash(joined[k]);
+      for (uint64_t h : hashes[k]) v.prefetch(h);
+    }
+    for (size_t k = 0; k < n; ++k) {
+      const size_t rank = block + k;
+      const auto& [a, b] = merges[rank];
+      const auto a_id = v.find(a, hashes[k][0]);
+      if (!a_id) fail("merge {} ({:?} {:?}) refers to {:?}, which is not in the vocabulary", rank, a, b, a);
+      const auto b_id = v.find(b, hashes[k][1]);
+      if (!b_id) fail("merge {} ({:?} {:?}) refers to {:?}, which is not in the vocabulary", rank, a, b, b);
+      const auto new_id = v.find(joined[k], hashes[k][2]);
+      if (!new_id) fail("merge {} ({:?} {:?}) makes {:?}, which is not in the vocabulary", rank, a, b, joined[k]);
+      merges_->insert(MergeTable::key(*a_id, *b_id), static_cast<int32_t>(rank), *new_id);
+    }
   }
   merge_count_ = merges.size();
 }

@@ -42,8 +42,10 @@ class Tokenizer {
   std::optional<int32_t> bos_id() const;
   std::optional<int32_t> eos_id() const;
 
+  // For loaders and the streaming detokenizer (tokenizer_impl.h defines Impl).
   struct Impl;
   const Impl& impl() const { return *impl_; }
+  static Tokenizer from_impl(std::shared_ptr<const Impl> impl) { return Tokenizer(std::move(impl)); }
 
  private:
   explicit Tokenizer(std::shared_ptr<const Impl> impl) : impl_(std::move(impl)) {}

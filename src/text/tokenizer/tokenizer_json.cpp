@@ -2,6 +2,7 @@
 // tokenizer's parts. simdjson parses the big file: Gemma 3's is 33 MB with 515k merges, and a DOM
 // parse plus table building stays well under a second. Every problem in the file is an fl::Error
 // that names the file and the JSON path.
+#include <chrono>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include <simdjson.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "core/mapped_file.h"
 #include "text/tokenizer/tokenizer_impl.h"
 #include "text/tokenizer/utf8.h"
@@ -492,17 +494,20 @@ element parse_document(simdjson::dom::parser& parser, const simdjson::padded_str
   return doc;
 }
 
-}  // namespace
-
-Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view tokenizer_config_json,
-                               std::string_view source) {
-  if (tokenizer_json.size() > kMaxTokenizerJsonBytes)
-    fail("{}: {} bytes is too large for a tokenizer.json", source, tokenizer_json.size());
-  auto m = std::make_shared<Impl>();
+// Loads from simdjson's padded buffer (the file is read straight into one).
+Tokenizer tokenizer_from_padded_json(const simdjson::padded_string& padded, std::string_view tokenizer_config_json,
+                                     std::string_view source) {
+  if (padded.size() > kMaxTokenizerJsonBytes)
+    fail("{}: {} bytes is too large for a tokenizer.json", source, padded.size());
+  auto m = std::make_shared<Tokenizer::Impl>();
   m->source = std::string(source);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto ms_since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+  };
   simdjson::dom::parser parser;
-  const simdjson::padded_string padded(tokenizer_json);
   const Json root(parse_document(parser, padded, source), "", m->source);
+  log_debug("{}: JSON parsed in {:.0f} ms", source, ms_since(t0));
   if (!root.is_object()) root.error("expected a JSON object");
 
   // The normalizer comes first: normalized added tokens are matched in normalized form.
@@ -516,7 +521,10 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
     parse_pre_tokenizer(*p, steps);
     m->pre_tokenizer = PreTokenizer(std::move(steps));
   }
+  const auto t1 = std::chrono::steady_clock::now();
   parse_model(root.at("model"), *m);
+  log_debug("{}: BPE model ({} tokens, {} merges) built in {:.0f} ms", source, m->vocab->size(), m->model->merge_count(),
+            ms_since(t1));
   if (auto a = root.find_non_null("added_tokens")) parse_added_tokens(*a, *m);
   if (auto p = root.find_non_null("post_processor")) parse_post_processor(*p, *m);
   if (auto d = root.find_non_null("decoder")) {
@@ -544,7 +552,16 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view
     m->bos_id = config_token_id(config, "bos_token", *m, config_source);
     m->eos_id = config_token_id(config, "eos_token", *m, config_source);
   }
-  return Tokenizer(std::move(m));
+  return Tokenizer::from_impl(std::move(m));
+}
+
+}  // namespace
+
+Tokenizer Tokenizer::from_json(std::string_view tokenizer_json, std::string_view tokenizer_config_json,
+                               std::string_view source) {
+  if (tokenizer_json.size() > kMaxTokenizerJsonBytes)
+    fail("{}: {} bytes is too large for a tokenizer.json", source, tokenizer_json.size());
+  return tokenizer_from_padded_json(simdjson::padded_string(tokenizer_json), tokenizer_config_json, source);
 }
 
 Tokenizer Tokenizer::load(const std::string& path) {
@@ -557,12 +574,16 @@ Tokenizer Tokenizer::load(const std::string& path) {
   } else if (!fs::exists(file, ec)) {
     fail("{}: no such file or directory", path);
   }
-  const MappedFile json(file.string());
-  if (json.size() > kMaxTokenizerJsonBytes) fail("{}: {} bytes is too large for a tokenizer.json", file.string(), json.size());
+  if (!fs::is_regular_file(file, ec)) fail("{}: not a regular file", file.string());
+  const auto size = fs::file_size(file, ec);
+  if (ec) fail("{}: cannot read: {}", file.string(), ec.message());
+  if (size > kMaxTokenizerJsonBytes) fail("{}: {} bytes is too large for a tokenizer.json", file.string(), size);
+  simdjson::padded_string json;
+  if (simdjson::padded_string::load(file.string()).get(json) != simdjson::SUCCESS) fail("{}: cannot read the file", file.string());
   std::string config;
   const fs::path config_path = file.parent_path() / "tokenizer_config.json";
   if (fs::is_regular_file(config_path, ec)) config = read_text_file(config_path.string());
-  return from_json(std::string_view(reinterpret_cast<const char*>(json.data()), json.size()), config, file.string());
+  return tokenizer_from_padded_json(json, config, file.string());
 }
 
 }  // namespace fl
