@@ -7,7 +7,7 @@
 // decoded: decode(ids_plain); decoded_skip: decode(ids, skip_special_tokens). Decoding never
 // applies clean_up_tokenization_spaces (transformers' Python-side cleanup, not the tokenizer's).
 //
-// Usage: node tests/js/tokenize_oracle.mjs CORPUS.json [gemma3 qwen3 llama3]
+// Usage: node tests/js/tokenize_oracle.mjs CORPUS.json [--out FILE] [gemma3 qwen3 llama3]
 // A corpus entry is {"name", "text", "repeat"?} or {"name", "hex"} (raw bytes, possibly invalid
 // UTF-8, turned into text by a non-fatal TextDecoder: each ill-formed subsequence becomes U+FFFD).
 import fs from "node:fs";
@@ -16,9 +16,16 @@ import { Tokenizer } from "@huggingface/tokenizers";
 import { TokenizerLoader } from "@lenml/tokenizers";
 
 const require = createRequire(import.meta.url);
-const [corpusPath, ...names] = process.argv.slice(2);
-if (!corpusPath) {
-  console.error("usage: tokenize_oracle.mjs CORPUS.json [TOKENIZER...]");
+const args = process.argv.slice(2);
+let outPath = null;
+const outAt = args.indexOf("--out");
+if (outAt >= 0) {
+  outPath = args[outAt + 1];
+  args.splice(outAt, 2);
+}
+const [corpusPath, ...names] = args;
+if (!corpusPath || (outAt >= 0 && !outPath)) {
+  console.error("usage: tokenize_oracle.mjs CORPUS.json [--out FILE] [TOKENIZER...]");
   process.exit(2);
 }
 const corpus = JSON.parse(fs.readFileSync(corpusPath, "utf8"));
@@ -60,4 +67,5 @@ for (const name of names.length ? names : ["gemma3", "qwen3", "llama3"]) {
   }
   out[name] = { entries };
 }
-process.stdout.write(JSON.stringify(out));
+if (outPath) fs.writeFileSync(outPath, JSON.stringify(out));
+else process.stdout.write(JSON.stringify(out));

@@ -455,8 +455,6 @@ void parse_added_tokens(const Json& list, Tokenizer::Impl& m) {
     if (m.added_by_id.count(t.id)) item.error("id {} is given to two added tokens", t.id);
     if (auto it = m.added_by_content.find(t.content); it != m.added_by_content.end())
       item.error("added token {:?} is listed twice (ids {} and {})", t.content, it->second, t.id);
-    if (auto existing = m.vocab->token(t.id); existing && *existing != t.content)
-      item.error("added token {:?} takes id {}, which the vocabulary gives to {:?}", t.content, t.id, *existing);
     m.added_by_id.emplace(t.id, tokens.size());
     m.added_by_content.emplace(t.content, t.id);
     tokens.push_back(std::move(t));
