@@ -21,6 +21,11 @@ void init_oniguruma() {
   std::call_once(once, [] {
     OnigEncoding encodings[] = {ONIG_ENCODING_UTF8};
     onig_initialize(encodings, 1);
+    // Bound the backtracking of one search (all start positions together; Oniguruma leaves it
+    // unlimited) so a pathological pattern from a tokenizer.json fails with an error instead of
+    // running for hours. Real pre-tokenizer patterns stay far below it even on megabytes of
+    // whitespace; the per-start limit keeps Oniguruma's default (10M).
+    onig_set_retry_limit_in_search(100'000'000);
   });
 }
 
