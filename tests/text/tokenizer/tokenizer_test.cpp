@@ -3,7 +3,9 @@
 // in the Gemma style; plus every kind of bad tokenizer.json the loader must reject clearly.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <fstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -275,6 +277,27 @@ TEST(Tokenizer, LoadsFromFileOrDirectory) {
   test::TempDir dir;
   test::write_file(dir.file("tokenizer.json"), fixture_json("tiny_spm").dump());
   EXPECT_EQ(Tokenizer::load(dir.path().string()).bos_id(), std::nullopt);
+}
+
+TEST(Tokenizer, ConcurrentEncodesAgree) {
+  // The BPE word cache is shared; threads encoding at once must see the single-thread answers.
+  const Tokenizer tok = Tokenizer::load(kFixtures + "/tiny_bytelevel");
+  std::vector<std::string> texts;
+  for (int i = 0; i < 64; ++i) texts.push_back("hello world " + std::to_string(i * 7919) + " the world\n" + std::string(i % 5, ' ') + "x");
+  std::vector<std::vector<int32_t>> want;
+  for (const auto& t : texts) want.push_back(tok.encode(t));
+  std::vector<std::thread> threads;
+  std::atomic<int> mismatches{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int round = 0; round < 50; ++round)
+        for (size_t i = 0; i < texts.size(); ++i) {
+          const size_t k = (i * 13 + t * 7 + round) % texts.size();
+          if (tok.encode(texts[k]) != want[k]) ++mismatches;
+        }
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(mismatches.load(), 0);
 }
 
 // ---- bad input: each a clear fl::Error ----
