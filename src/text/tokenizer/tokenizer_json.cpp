@@ -289,10 +289,8 @@ void parse_decoder(const Json& j, std::vector<DecoderStep>& steps, int depth = 0
 
 // ---- post-processor ----
 
-// Looks up a special token of a template: in the template's own special_tokens map if it has one,
-// else in the vocabulary.
-std::vector<int32_t> template_special_ids(const Json& where, std::string_view name, const std::optional<Json>& specials,
-                                          const Tokenizer::Impl& m) {
+// The ids of a template's special token, from the template's own special_tokens map.
+std::vector<int32_t> template_special_ids(const Json& where, std::string_view name, const std::optional<Json>& specials) {
   if (specials) {
     auto entry = specials->find(name);
     if (!entry) where.error("special token {:?} is not in the template's special_tokens", name);
@@ -307,7 +305,7 @@ std::vector<int32_t> template_special_ids(const Json& where, std::string_view na
   where.error("special token {:?} has no special_tokens entry", name);
 }
 
-PostTemplate parse_template(const Json& j, const Tokenizer::Impl& m) {
+PostTemplate parse_template(const Json& j) {
   const Json single = j.at("single");
   const auto specials = j.find_non_null("special_tokens");
   PostTemplate t;
@@ -327,7 +325,7 @@ PostTemplate parse_template(const Json& j, const Tokenizer::Impl& m) {
       } else if (name.starts_with("$")) {
         single.error("template piece {:?} is not supported for a single sequence", word);
       } else {
-        for (int32_t id : template_special_ids(single, name, specials, m)) t.items.push_back(id);
+        for (int32_t id : template_special_ids(single, name, specials)) t.items.push_back(id);
       }
     }
   } else {
@@ -337,7 +335,7 @@ PostTemplate parse_template(const Json& j, const Tokenizer::Impl& m) {
         if (id != "A") seq->error("sequence {:?} cannot appear in a single-sequence template", id);
         t.items.push_back(PostTemplate::kSequence);
       } else if (auto sp = item.find("SpecialToken")) {
-        for (int32_t id : template_special_ids(*sp, sp->at("id").str(), specials, m)) t.items.push_back(id);
+        for (int32_t id : template_special_ids(*sp, sp->at("id").str(), specials)) t.items.push_back(id);
       } else {
         item.error("template item must be {{\"Sequence\": ...}} or {{\"SpecialToken\": ...}}");
       }
@@ -362,7 +360,7 @@ void parse_post_processor(const Json& j, Tokenizer::Impl& m, int depth = 0) {
   } else if (type == "ByteLevel") {
     // Only adjusts offsets; adds no tokens.
   } else if (type == "TemplateProcessing") {
-    m.post_processors.push_back(parse_template(j, m));
+    m.post_processors.push_back(parse_template(j));
   } else if (type == "BertProcessing" || type == "RobertaProcessing") {
     m.post_processors.push_back(PostTemplate{{token_pair_id(j.at("cls")), PostTemplate::kSequence, token_pair_id(j.at("sep"))}});
   } else {

@@ -95,21 +95,6 @@ std::string sanitize(std::string_view s) {
   return out;
 }
 
-size_t complete_prefix_length(std::string_view s) {
-  // Only the last three bytes can belong to an unfinished sequence.
-  const size_t start = s.size() > 3 ? s.size() - 3 : 0;
-  for (size_t i = start; i < s.size(); ++i) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    if (b < 0xC2 || b > 0xF4) continue;  // not a lead byte
-    char32_t cp;
-    bool valid;
-    const size_t len = decode(s, i, cp, valid);
-    // A truncated-but-valid-so-far sequence reaches the end of the input.
-    if (!valid && i + len == s.size() && len < sequence_length(b)) return i;
-  }
-  return s.size();
-}
-
 size_t count_chars(std::string_view s) {
   size_t n = 0;
   for (unsigned char c : s) n += (c & 0xC0) != 0x80;

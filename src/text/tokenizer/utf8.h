@@ -24,10 +24,6 @@ bool is_valid(std::string_view s);
 // s with every ill-formed subsequence replaced by U+FFFD (maximal-subpart policy).
 std::string sanitize(std::string_view s);
 
-// Length of the longest prefix of s that does not end inside an incomplete (but so far valid)
-// multi-byte sequence. Bytes that are already known to be invalid count as complete.
-size_t complete_prefix_length(std::string_view s);
-
 // Number of code points in valid UTF-8.
 size_t count_chars(std::string_view s);
 
