@@ -8,5 +8,6 @@ namespace fl::cli {
 
 void add_logits_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
 
 }  // namespace fl::cli
