@@ -122,7 +122,12 @@ class CudaOps : public ::testing::Test {
 
   void expect_identical(const Twin& t, const std::string& what) {
     std::vector<uint8_t> g = gpu_bytes(t);
-    ASSERT_EQ(std::memcmp(g.data(), t.host.data(), g.size()), 0) << what << ": bytes differ";
+    const uint8_t* c = static_cast<const uint8_t*>(t.host.data());
+    size_t first = 0, count = 0;
+    for (size_t i = 0; i < g.size(); ++i)
+      if (g[i] != c[i] && count++ == 0) first = i;
+    ASSERT_EQ(count, 0u) << what << ": " << count << " of " << g.size() << " bytes differ, first at byte " << first
+                         << " (gpu " << int(g[first]) << ", cpu " << int(c[first]) << ")";
   }
 
   std::mt19937 rng_{12345};

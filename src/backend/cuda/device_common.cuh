@@ -52,6 +52,12 @@ __device__ __forceinline__ uint16_t load_u16_unaligned(const uint8_t* p) {
   return static_cast<uint16_t>(p[0] | (p[1] << 8));
 }
 
+// code * scale + min rounded twice, as the reference decoder does: nvcc would otherwise fuse it
+// into one FMA and the GPU's weights would differ from the CPU oracle's in the last bit.
+__device__ __forceinline__ float affine(float code, float scale, float min) {
+  return __fadd_rn(__fmul_rn(code, scale), min);
+}
+
 // Element k of a packed row of format F. Reads only the bytes of k's block.
 template <DType F>
 __device__ __forceinline__ float load_weight_t(const uint8_t* row, int64_t k) {
@@ -70,7 +76,7 @@ __device__ __forceinline__ float load_weight_t(const uint8_t* row, int64_t k) {
     const uint8_t* b = row + (k / kGroup) * (8 + kGroup / 2);
     const int i = static_cast<int>(k % kGroup);
     const int code = (b[8 + i / 2] >> ((i & 1) * 4)) & 15;
-    return static_cast<float>(code) * load_f32_unaligned(b) + load_f32_unaligned(b + 4);
+    return affine(static_cast<float>(code), load_f32_unaligned(b), load_f32_unaligned(b + 4));
   } else if constexpr (F == DType::hfq6_g256) {  // f32 scale, f32 min, 4 codes in 3 bytes
     const uint8_t* b = row + (k / 256) * 200;
     const int i = static_cast<int>(k % 256);
@@ -82,7 +88,7 @@ __device__ __forceinline__ float load_weight_t(const uint8_t* row, int64_t k) {
       case 2: code = (p[1] >> 4) | ((p[2] & 3) << 4); break;
       default: code = p[2] >> 2; break;
     }
-    return static_cast<float>(code) * load_f32_unaligned(b) + load_f32_unaligned(b + 4);
+    return affine(static_cast<float>(code), load_f32_unaligned(b), load_f32_unaligned(b + 4));
   } else {
     return 0.0f;
   }
@@ -101,7 +107,7 @@ __device__ __forceinline__ void decode8(const uint8_t* row, int64_t k0, int64_t 
     const uint32_t codes = *reinterpret_cast<const uint32_t*>(block + 8 + 4 * i);
     const float scale = *reinterpret_cast<const float*>(block), min = *reinterpret_cast<const float*>(block + 4);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) w[j] = static_cast<float>((codes >> (4 * j)) & 15u) * scale + min;
+    for (int j = 0; j < 8; ++j) w[j] = affine(static_cast<float>((codes >> (4 * j)) & 15u), scale, min);
   } else if constexpr (F == DType::hfq6_g256) {
     const uint8_t* block = row + (k0 / 256) * 200;
     const int i = static_cast<int>(k0 % 256) / 8;
@@ -109,7 +115,7 @@ __device__ __forceinline__ void decode8(const uint8_t* row, int64_t k0, int64_t 
     const uint64_t codes = static_cast<uint64_t>(p[0]) | static_cast<uint64_t>(p[1]) << 16 | static_cast<uint64_t>(p[2]) << 32;
     const float scale = *reinterpret_cast<const float*>(block), min = *reinterpret_cast<const float*>(block + 4);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) w[j] = static_cast<float>((codes >> (6 * j)) & 63u) * scale + min;
+    for (int j = 0; j < 8; ++j) w[j] = affine(static_cast<float>((codes >> (6 * j)) & 63u), scale, min);
   } else if constexpr (F == DType::q8_0) {
     const uint8_t* block = row + (k0 / 32) * 34;
     const int within = static_cast<int>(k0 % 32);
