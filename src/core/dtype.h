@@ -29,6 +29,8 @@ struct DTypeTraits {
   bool quantized;
 };
 
+// False for a value outside the enum (e.g. a corrupt type id cast by a file reader).
+bool is_known_dtype(DType type);
 const DTypeTraits& dtype_traits(DType type);
 inline std::string_view dtype_name(DType type) { return dtype_traits(type).name; }
 std::optional<DType> dtype_from_name(std::string_view name);  // "f32", "bf16", "q8_0", ...

@@ -1,7 +1,9 @@
 // The CPU oracle: every op as plain loops with f32 accumulation, written to mirror the
 // transformers code it replaces, line by line where the order of operations matters for
 // rounding. Threads split independent output rows only, so results do not depend on the thread
-// count. Other backends are tested against this file.
+// count. Other backends are tested against this file. The one exception to "plain loops" is
+// matmul, which runs cpu_matmul's fastest available path (AVX2 where the CPU has it); that path
+// is held to cpu_matmul's plain reference loop by tests/quant.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_matmul.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "quant/quant.h"
@@ -145,20 +148,20 @@ class CpuBackend final : public Backend {
     Rows w = as_rows(weight, "matmul");
     if (in.cols != w.cols || o.cols != w.rows || o.rows != in.rows)
       fail("matmul: cannot multiply x {} by weight {} into {}", x.describe(), weight.describe(), out.describe());
-    const QuantFormat& f = quant_format(weight.dtype);
-    const int64_t T = in.rows, K = in.cols;
-    ThreadPool::global().parallel_for(w.rows, [&](int64_t begin, int64_t end) {
-      std::vector<float> row(static_cast<size_t>(K));
-      for (int64_t m = begin; m < end; ++m) {
-        f.dequantize_row(w.row<void>(m), row.data(), K);
-        for (int64_t t = 0; t < T; ++t) {
-          const float* xr = in.row(t);
-          float sum = 0.0f;
-          for (int64_t k = 0; k < K; ++k) sum += row[k] * xr[k];
-          o.row(t)[m] = sum;
-        }
-      }
-    });
+    // Packed rows are consumed directly, one group at a time (cpu_matmul.h); its reference
+    // path is the plain dequantize-row-then-dot loop, and tests hold the fast paths to it.
+    MatmulOperands op;
+    op.w_type = weight.dtype;
+    op.w = w.base;
+    op.w_stride = w.stride;
+    op.M = w.rows;
+    op.K = in.cols;
+    op.x = in.row(0);
+    op.x_stride = in.stride;
+    op.T = in.rows;
+    op.out = o.row(0);
+    op.out_stride = o.stride;
+    matmul_rows(op);
   }
 
   void rope(Tensor x, const Tensor& positions, const Tensor& inv_freq) override {
