@@ -317,9 +317,11 @@ GgufFile::GgufFile(const std::string& path) : file_(path) {
   // A metadata entry takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at least
   // 8 (name length) + 4 (n_dims) + 8 (one dim) + 4 (type) + 8 (offset).
   if (n_metadata > c.remaining() / 13)
-    fail("{}: header claims {} metadata entries, more than the {}-byte file can hold", path, n_metadata, file_size);
+    fail("{}: truncated or corrupt: the header claims {} metadata entries, more than the {}-byte file can hold", path,
+         n_metadata, file_size);
   if (n_tensors > c.remaining() / 32)
-    fail("{}: header claims {} tensors, more than the {}-byte file can hold", path, n_tensors, file_size);
+    fail("{}: truncated or corrupt: the header claims {} tensors, more than the {}-byte file can hold", path, n_tensors,
+         file_size);
 
   metadata_.reserve(n_metadata);
   for (uint64_t i = 0; i < n_metadata; ++i) {

@@ -48,7 +48,10 @@ std::vector<Plan> plan_tensors(const ImportSource& source, const QuantPolicy& po
       p.target = *t.dtype;  // already quantized in a fireline format: keep its bytes
     } else {
       p.target = choice.dtype;
-      if (quantized_input && p.target != *t.dtype)
+      // Inputs in a lossy format (a fireline one, or one fireline only decodes such as Q4_K)
+      // quantized again carry the errors of both formats.
+      const bool lossy_input = quantized_input || !t.dtype;
+      if (lossy_input && p.target != t.dtype && dtype_traits(p.target).quantized)
         warnings.push_back(fmt::format("'{}' re-quantized from {} to {}: the errors of both formats add up", t.name,
                                        t.type_name, dtype_name(p.target)));
     }
@@ -134,6 +137,7 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
   for (const Plan& p : plans) total_in += p.input->nbytes;
 
   ThreadPool& pool = options.pool ? *options.pool : ThreadPool::global();
+  const uint64_t slab_bytes = std::max<uint64_t>(1, options.slab_bytes);
   GgufStreamWriter writer(output, layout);
   Sha256 hash;
   std::map<DType, FormatTotals> totals;
@@ -153,8 +157,8 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
 
     if (p.copy) {
       FL_ASSERT(t.nbytes == info.nbytes());
-      for (uint64_t at = 0; at < t.nbytes; at += kQuantizeSlabBytes) {
-        const uint64_t n = std::min(kQuantizeSlabBytes, t.nbytes - at);
+      for (uint64_t at = 0; at < t.nbytes; at += slab_bytes) {
+        const uint64_t n = std::min(slab_bytes, t.nbytes - at);
         writer.write_tensor_bytes(p.index, t.data + at, n);
         hash.update(t.data + at, n);
         report_progress(n);
@@ -165,7 +169,7 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
     const int64_t rows = t.rows();
     const int64_t out_row = row_bytes(p.target, t.cols());
     const int64_t widest_row = std::max<int64_t>({1, out_row, t.row_bytes});
-    const int64_t rows_per_slab = std::max<int64_t>(1, static_cast<int64_t>(kQuantizeSlabBytes) / widest_row);
+    const int64_t rows_per_slab = std::max<int64_t>(1, static_cast<int64_t>(slab_bytes) / widest_row);
     for (int64_t r0 = 0; r0 < rows; r0 += rows_per_slab) {
       const int64_t r1 = std::min(rows, r0 + rows_per_slab);
       slab.resize(static_cast<size_t>((r1 - r0) * out_row));

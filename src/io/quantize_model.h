@@ -43,6 +43,7 @@ struct QuantizeOptions {
   QuantPolicy policy;
   std::string hf_config_dir;  // GGUF inputs without embedded config (see open_import_source)
   ThreadPool* pool = nullptr;  // null: ThreadPool::global()
+  uint64_t slab_bytes = kQuantizeSlabBytes;  // tests make it small to cover many slabs per tensor
   std::function<void(const QuantizeProgress&)> progress;  // called after every slab
 };
 
