@@ -169,6 +169,31 @@ TEST(CpuMatmul, ResultDoesNotDependOnTheThreadCount) {
   }
 }
 
+TEST(CpuMatmul, WeightsMayStartAtAnyByteAddress) {
+  // A safetensors tensor need not be aligned: weights one byte off any alignment give the
+  // same results (and, under UBSan, no misaligned access).
+  ThreadPool pool(2);
+  for (DType t : kFormats) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    Problem p(t, 5, 127, 3, 8);
+    std::vector<uint8_t> shifted(p.w.size() + 1);
+    std::memcpy(shifted.data() + 1, p.w.data(), p.w.size());
+    for (MatmulPath path : {MatmulPath::reference, MatmulPath::scalar, MatmulPath::avx2}) {
+      if (!matmul_path_available(path)) continue;
+      std::vector<float> aligned = p.run(path, pool);
+      std::vector<uint8_t> original = p.w;
+      p.w.assign(shifted.begin(), shifted.end());
+      MatmulOperands op = p.operands();
+      op.w = p.w.data() + 1;
+      std::fill(p.out.begin(), p.out.end(), Problem::kGuard);
+      matmul_rows(op, path, pool);
+      for (int64_t tok = 0; tok < 3; ++tok)
+        for (int64_t m = 0; m < 5; ++m) EXPECT_EQ(p.out[tok * p.out_floats + m], aligned[tok * 5 + m]) << matmul_path_name(path);
+      p.w = original;
+    }
+  }
+}
+
 TEST(CpuMatmul, RejectsImpossibleOperands) {
   ThreadPool pool(1);
   Problem p(DType::q8_0, 4, 64, 2, 1);

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "backend/cpu/cpu_matmul_avx2.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -22,8 +26,13 @@ constexpr int kPlainChunk = 256;  // "group" size for plain types, which have no
 
 bool cpu_has_avx2() {
 #if defined(__x86_64__) || defined(__i386__)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                          __builtin_cpu_supports("f16c");
+  // __builtin_cpu_supports also checks that the OS saves the YMM registers. F16C is read from
+  // CPUID leaf 1 (ECX bit 29) because clang's builtin does not know "f16c".
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
+  }();
   return has;
 #else
   return false;

@@ -41,7 +41,7 @@ const char* matmul_path_name(MatmulPath path);
 
 // Splits the M weight rows over the thread pool (each output element is computed by one thread
 // in a fixed order, so the result does not depend on the thread count). Throws fl::Error for
-// impossible operands (K <= 0, negative sizes, null or overlapping-short strides, a dtype
+// impossible operands (K <= 0, negative sizes, null pointers, strides shorter than a row, a dtype
 // without a codec) or an unavailable path.
 void matmul_rows(const MatmulOperands& op, MatmulPath path, ThreadPool& pool);
 void matmul_rows(const MatmulOperands& op);  // best path, global pool
