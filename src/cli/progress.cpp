@@ -1,5 +1,6 @@
 #include "cli/progress.h"
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -82,9 +83,14 @@ void ProgressBar::draw() {
     const int filled = static_cast<int>(fraction * kWidth);
     std::string bar = std::string(filled, '#') + std::string(kWidth - filled, '.');
     std::string detail = detail_.size() > 48 ? "..." + detail_.substr(detail_.size() - 45) : detail_;
-    std::string line = fmt::format("\r{} [{}] {:3.0f}% {} / {}  {}/s  ETA {}  {}\x1b[K", label_, bar, fraction * 100,
+    std::string line = fmt::format("{} [{}] {:3.0f}% {} / {}  {}/s  ETA {}  {}", label_, bar, fraction * 100,
                                    human_bytes(done_), human_bytes(total_), human_bytes(static_cast<uint64_t>(rate)),
                                    eta, detail);
+    // A line wider than the terminal would wrap, and \r would then redraw only its last part.
+    struct winsize ws {};
+    if (::ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 1 && line.size() >= ws.ws_col)
+      line.resize(ws.ws_col - 1);
+    line = "\r" + line + "\x1b[K";
     std::fputs(line.c_str(), stderr);
     line_open_ = true;
   } else {

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "core/sha256.h"
 
 namespace fl {
@@ -25,6 +26,7 @@ std::string gguf_tensor_sha256(const GgufFile& file, const ByteProgress& progres
     for (uint64_t at = 0; at < t->nbytes(); at += kChunk) {
       const uint64_t n = std::min(kChunk, t->nbytes() - at);
       hash.update(p + at, n);
+      release_mapped_pages(p + at, n);  // one pass over a file larger than memory stays small
       done += n;
       if (progress) progress(done, total);
     }

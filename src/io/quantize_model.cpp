@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "core/sha256.h"
 #include "core/tensor.h"
 #include "core/thread_pool.h"
@@ -161,6 +162,7 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
         const uint64_t n = std::min(slab_bytes, t.nbytes - at);
         writer.write_tensor_bytes(p.index, t.data + at, n);
         hash.update(t.data + at, n);
+        release_mapped_pages(t.data + at, n);
         report_progress(n);
       }
       if (t.nbytes == 0) report_progress(0);
@@ -176,6 +178,7 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
       convert_rows(p, r0, r1, slab.data(), pool);
       writer.write_tensor_bytes(p.index, slab.data(), slab.size());
       hash.update(slab.data(), slab.size());
+      release_mapped_pages(t.data + r0 * t.row_bytes, static_cast<size_t>((r1 - r0) * t.row_bytes));
       report_progress(static_cast<uint64_t>((r1 - r0) * t.row_bytes));
     }
     if (rows == 0) report_progress(0);

@@ -11,11 +11,13 @@
 // decoded to f32 row by row and encoded with the registry's reference codec, rows in parallel.
 //
 // Memory: the input is memory-mapped and the output is produced in slabs of rows (at most
-// kQuantizeSlabBytes of input or output at a time, and at least one row) that are written and hashed as they are done, so peak
-// memory is one slab plus one f32 row per thread, whatever the model's size. The header is
-// computed before any data is written (every tensor's size is known from its shape and format);
-// the sha256 is filled into a fixed-size placeholder at the end. The output appears under its
-// name only when complete (written to OUT.partial, renamed at the end).
+// kQuantizeSlabBytes of input or output at a time, and at least one row), each written and hashed
+// before the next; the input pages a slab used are released from the mapping once it is done. So
+// the resident set is about one slab plus one f32 row per thread, whatever the model's size.
+//
+// The header is computed before any data is written (every tensor's size is known from its shape
+// and format); the sha256 is filled into a fixed-size placeholder at the end. The output appears
+// under its name only when complete (written to OUT.partial, renamed at the end).
 #include <cstdint>
 #include <functional>
 #include <string>
