@@ -88,7 +88,9 @@ void run_show(const ShowOptions& opt) {
     if (key != "architecture") out += fmt::format("  {:<26}{}\n", key, value.dump());
   if (!quantizer.is_null()) out += fmt::format("quantizer     {}\n", quantizer.is_string() ? quantizer.get<std::string>() : quantizer.dump());
   if (fire) out += fmt::format("tensor sha256 {}\n", fire->recorded_sha256().empty() ? "none" : fire->recorded_sha256());
-  out += fmt::format("tokenizer     {}\n", source->tokenizer_json().empty() ? "none" : "embedded tokenizer.json");
+  out += fmt::format("tokenizer     {}\n", source->tokenizer_json().empty() ? "none"
+                                           : fire                           ? "tokenizer.json (embedded)"
+                                                                            : "tokenizer.json");
   out += "tensors\n" + format_table(formats);
   if (chat_template.empty()) {
     out += "chat template: none\n";

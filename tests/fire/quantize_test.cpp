@@ -301,6 +301,25 @@ TEST_F(SyntheticCheckpoint, RequantizingAFireKeepsQuantizedTensorsAndConvertsFlo
   EXPECT_THROW(quantize_model(out_.file("hf4.fire"), out_.file("hf4.fire"), options), Error);  // in place
 }
 
+TEST_F(SyntheticCheckpoint, ShardedCheckpointsGiveTheSameFile) {
+  test::TempDir sharded;
+  std::filesystem::copy_file(hf_.file("config.json"), sharded.file("config.json"));
+  nlohmann::json index = {{"metadata", nlohmann::json::object()}, {"weight_map", nlohmann::json::object()}};
+  std::vector<StTensor> first, second;
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const std::string shard = i % 2 ? "model-00002-of-00002.safetensors" : "model-00001-of-00002.safetensors";
+    (i % 2 ? second : first).push_back(tensors_[i]);
+    index["weight_map"][tensors_[i].name] = shard;
+  }
+  test::write_file(sharded.file("model-00001-of-00002.safetensors"), test::safetensors_bytes(first));
+  test::write_file(sharded.file("model-00002-of-00002.safetensors"), test::safetensors_bytes(second));
+  test::write_file(sharded.file("model.safetensors.index.json"), index.dump());
+  QuantizeReport one = run({}, "one.fire");
+  QuantizeReport two = quantize_model(sharded.path().string(), out_.file("two.fire"), {});
+  EXPECT_EQ(two.tensor_sha256, one.tensor_sha256);
+  EXPECT_EQ(FireFile(out_.file("two.fire")).tensor_names(), FireFile(out_.file("one.fire")).tensor_names());
+}
+
 // ---- GGUF input with Hugging Face names ----
 
 TEST(QuantizeImport, GgufTensorsAreDecodedOrKept) {
