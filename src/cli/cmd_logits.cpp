@@ -103,7 +103,7 @@ void run_logits(const LogitsOptions& opt) {
 void add_logits_command(CLI::App& app) {
   auto opt = std::make_shared<LogitsOptions>();
   CLI::App* cmd = app.add_subcommand("logits", "Print a model's logits for given token ids as JSON");
-  cmd->add_option("model", opt->model, "Model: a Hugging Face directory")->required();
+  cmd->add_option("model", opt->model, "Model: a Hugging Face directory or a .fire file")->required();
   cmd->add_option("--ids", opt->ids, "Comma-separated token ids, e.g. 2,105,2364")->required()->delimiter(',');
   cmd->add_flag("--all-positions", opt->all_positions, "Logits for every position, not just the last");
   cmd->add_option("--generate", opt->generate, "Then generate N tokens greedily (listed in \"generated\")")
