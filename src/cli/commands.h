@@ -8,6 +8,7 @@ namespace fl::cli {
 
 void add_logits_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
+void add_synth_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 void add_show_command(CLI::App& app);

@@ -155,3 +155,40 @@ std::unique_ptr<ImportSource> open_import_source(const std::string& path, const 
 }
 
 }  // namespace fl
+
+namespace fl {
+namespace {
+
+class ModelSourceImport final : public ImportSource {
+ public:
+  explicit ModelSourceImport(const ModelSource& source) {
+    path_ = source.path();
+    hf_config_json_ = source.hf_config_json();
+    tokenizer_json_ = source.tokenizer_json();
+    generation_config_json_ = source.generation_config_json();
+    chat_template_ = source.chat_template();
+    for (const std::string& name : source.tensor_names()) {
+      Tensor t = *source.find(name);
+      if (!t.is_contiguous()) fail("{}: tensor '{}' is not contiguous", path_, name);
+      ImportTensor it;
+      it.name = name;
+      it.shape.assign(t.shape.begin(), t.shape.begin() + t.ndim);
+      it.type_name = std::string(dtype_name(t.dtype));
+      it.dtype = t.dtype;
+      if (has_quant_format(t.dtype)) it.decode_row = quant_format(t.dtype).dequantize_row;
+      it.row_bytes = t.row_bytes();
+      it.data = static_cast<const uint8_t*>(t.data);
+      it.nbytes = static_cast<uint64_t>(t.nbytes());
+      tensors_.push_back(std::move(it));
+    }
+  }
+  std::string kind() const override { return "model"; }
+};
+
+}  // namespace
+
+std::unique_ptr<ImportSource> import_model_source(const ModelSource& source) {
+  return std::make_unique<ModelSourceImport>(source);
+}
+
+}  // namespace fl

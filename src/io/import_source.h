@@ -64,4 +64,8 @@ class ImportSource {
 // for other inputs.
 std::unique_ptr<ImportSource> open_import_source(const std::string& path, const std::string& hf_config_dir = {});
 
+// Any ModelSource as an import source (every tensor is fetched now; `source` must outlive it).
+class ModelSource;
+std::unique_ptr<ImportSource> import_model_source(const ModelSource& source);
+
 }  // namespace fl

@@ -106,10 +106,15 @@ void convert_rows(const Plan& p, int64_t row_begin, int64_t row_end, uint8_t* ou
 
 QuantizeReport quantize_model(const std::string& input, const std::string& output, const QuantizeOptions& options) {
   std::unique_ptr<ImportSource> source = open_import_source(input, options.hf_config_dir);
-  ModelConfig config = parse_hf_config_text(source->hf_config_json(), source->path() + " (config.json)");
   if (std::filesystem::exists(input) && std::filesystem::exists(output) &&
       std::filesystem::equivalent(input, output))
     fail("the output {} is the input; write to another file", output);
+  return quantize_model(*source, output, options);
+}
+
+QuantizeReport quantize_model(const ImportSource& imported, const std::string& output, const QuantizeOptions& options) {
+  const ImportSource* source = &imported;
+  ModelConfig config = parse_hf_config_text(source->hf_config_json(), source->path() + " (config.json)");
 
   QuantizeReport report;
   report.output_path = output;

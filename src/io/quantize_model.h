@@ -69,5 +69,8 @@ struct QuantizeReport {
 // Throws fl::Error (naming the input, tensor or option) before writing anything when the input,
 // policy or a needed codec is missing; an error while writing removes the partial output.
 QuantizeReport quantize_model(const std::string& input, const std::string& output, const QuantizeOptions& options);
+// The same from an already opened source (e.g. import_model_source of a synthetic model).
+class ImportSource;
+QuantizeReport quantize_model(const ImportSource& source, const std::string& output, const QuantizeOptions& options);
 
 }  // namespace fl

@@ -11,6 +11,7 @@
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "model/gemma4.h"
+#include "quant/quant_policy.h"
 
 namespace fl {
 namespace {
@@ -51,6 +52,17 @@ json synthetic_config(const std::string& like) {
     c["moe_intermediate_size"] = 704;
     return c;
   }
+  if (like == "tiny-gemma4-moe") {  // for tests: every code path of the 26B-A4B at toy size
+    json c = gemma4_text_config(256, 6, 4, 2, 1, true, 352, 16, 6, 5);
+    c["vocab_size"] = 1024;
+    c["head_dim"] = 64;
+    c["global_head_dim"] = 128;
+    c["enable_moe_block"] = true;
+    c["num_experts"] = 8;
+    c["top_k_experts"] = 2;
+    c["moe_intermediate_size"] = 176;
+    return c;
+  }
   if (like == "gemma-4-31b") return gemma4_text_config(5376, 60, 32, 16, 4, true, 21504, 1024, 6, 5);
   if (like == "gemma-4-e4b") {
     json c = gemma4_text_config(2560, 42, 8, 2, 2, false, 10240, 512, 6, 5);
@@ -70,17 +82,6 @@ json synthetic_config(const std::string& like) {
   std::string known;
   for (const auto& n : synthetic_model_names()) known += (known.empty() ? "" : ", ") + n;
   fail("--like {}: unknown model (known: {})", like, known);
-}
-
-// DESIGN §4 default policy: 1-D F32; embeddings Q8_0; 2-D and expert weights HFQ4-G256 when
-// K % 256 == 0, else HFQ4-G128 (hf6: HFQ6-G256 where K % 256 == 0).
-DType weight_format(WeightKind kind, int64_t k, const std::string& format) {
-  if (kind == WeightKind::vector || format == "f32") return DType::f32;
-  if (format == "bf16") return DType::bf16;
-  if (kind == WeightKind::embedding || format == "q8") return DType::q8_0;
-  if (format == "hf4") return k % 256 == 0 ? DType::hfq4_g256 : DType::hfq4_g128;
-  if (format == "hf6") return k % 256 == 0 ? DType::hfq6_g256 : DType::hfq4_g128;
-  fail("--format {} is not a weight format (hf4, hf6, q8, bf16, f32)", format);
 }
 
 uint64_t splitmix64(uint64_t& state) {
@@ -104,8 +105,10 @@ void fill_row(uint8_t* row, DType type, int64_t k, WeightKind kind, uint64_t sta
       for (int64_t i = 0; i < k; ++i) store_f32(row + 4 * i, (kind == WeightKind::vector ? 1.0f : 0.0f) + amplitude * uniform(state));
       return;
     case DType::bf16:
+    case DType::f16:
       for (int64_t i = 0; i < k; ++i) {
-        uint16_t h = f32_to_bf16(amplitude * uniform(state));
+        const float v = amplitude * uniform(state);
+        uint16_t h = type == DType::bf16 ? f32_to_bf16(v) : f32_to_f16(v);
         std::memcpy(row + 2 * i, &h, 2);
       }
       return;
@@ -135,6 +138,9 @@ void fill_row(uint8_t* row, DType type, int64_t k, WeightKind kind, uint64_t sta
 class SyntheticSource final : public ModelSource {
  public:
   explicit SyntheticSource(const SyntheticOptions& options) : options_(options) {
+    auto preset = parse_quant_preset(options.format);
+    if (!preset) fail("--format {} is not a weight format (hf4, hf6, q8, bf16, f16, f32)", options.format);
+    preset_ = *preset;
     json config = synthetic_config(options.like);
     config_json_ = config.dump(2);
     config_ = parse_hf_config(config);
@@ -166,7 +172,7 @@ class SyntheticSource final : public ModelSource {
     if (made != made_.end()) return made->second.view;
     const WeightSpec& spec = spec_it->second;
     const int64_t k = spec.shape.back();
-    const DType type = weight_format(spec.kind, k, options_.format);
+    const DType type = preset_tensor_format(preset_, spec_it->first, spec.shape);
     HostTensor t;
     Tensor probe = make_tensor(nullptr, type, spec.shape.data(), static_cast<int>(spec.shape.size()));
     t.buffer = HostBuffer(static_cast<size_t>(probe.nbytes()));
@@ -182,6 +188,7 @@ class SyntheticSource final : public ModelSource {
 
  private:
   SyntheticOptions options_;
+  QuantPreset preset_ = QuantPreset::hf4;
   std::string path_, config_json_;
   ModelConfig config_;
   std::map<std::string, WeightSpec, std::less<>> specs_;
@@ -192,7 +199,7 @@ class SyntheticSource final : public ModelSource {
 }  // namespace
 
 std::vector<std::string> synthetic_model_names() {
-  return {"gemma-4-26b-a4b", "gemma-4-31b", "gemma-4-e4b", "gemma-4-e2b"};
+  return {"gemma-4-26b-a4b", "gemma-4-31b", "gemma-4-e4b", "gemma-4-e2b", "tiny-gemma4-moe"};
 }
 
 std::unique_ptr<ModelSource> make_synthetic_source(const SyntheticOptions& options) {
