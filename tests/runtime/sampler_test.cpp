@@ -1,0 +1,167 @@
+// Each sampler step on crafted distributions, and the chain's reproducibility.
+#include <cmath>
+#include <map>
+#include <set>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "runtime/sampler.h"
+
+namespace fl {
+namespace {
+
+// Logits whose softmax is exactly `probs` (up to a constant).
+std::vector<float> logits_of(const std::vector<double>& probs) {
+  std::vector<float> l;
+  for (double p : probs) l.push_back(p > 0 ? static_cast<float>(std::log(p)) : -INFINITY);
+  return l;
+}
+
+std::map<int32_t, int> draw_counts(const SamplingParams& params, const std::vector<float>& logits, int n) {
+  Sampler s(params);
+  std::map<int32_t, int> counts;
+  for (int i = 0; i < n; ++i) ++counts[s.sample(logits)];
+  return counts;
+}
+
+TEST(Sampler, GreedyTakesTheHighestLogitAndTheLowestIdOnTies) {
+  SamplingParams p;
+  p.temperature = 0;
+  Sampler s(p);
+  EXPECT_EQ(s.sample(std::vector<float>{0.1f, 2.0f, -1.0f, 2.0f}), 1);
+  EXPECT_EQ(s.sample(std::vector<float>{-INFINITY, -5.0f}), 1);
+}
+
+TEST(Sampler, TemperatureDrawsFollowTheSoftmax) {
+  const std::vector<double> probs = {0.5, 0.3, 0.15, 0.05};
+  SamplingParams p;
+  p.seed = 7;
+  const int n = 40000;
+  auto counts = draw_counts(p, logits_of(probs), n);
+  for (int i = 0; i < 4; ++i) {
+    const double expected = probs[i] * n, sd = std::sqrt(n * probs[i] * (1 - probs[i]));
+    EXPECT_NEAR(counts[i], expected, 5 * sd) << "token " << i;
+  }
+  // temperature 2 flattens: token 3's share grows from 5 % towards sqrt-weights
+  p.temperature = 2.0f;
+  auto flat = draw_counts(p, logits_of(probs), n);
+  double z = 0;
+  for (double q : probs) z += std::sqrt(q);
+  EXPECT_NEAR(flat[3], std::sqrt(0.05) / z * n, 5 * std::sqrt(n * 0.15));
+}
+
+TEST(Sampler, TopKTopPMinPKeepOnlyTheirSets) {
+  const auto logits = logits_of({0.4, 0.3, 0.2, 0.1});
+  SamplingParams p;
+  p.top_k = 2;
+  for (auto [id, _] : draw_counts(p, logits, 2000)) EXPECT_LT(id, 2);
+  p = {};
+  p.top_p = 0.5f;  // 0.4 < 0.5, 0.4 + 0.3 >= 0.5: keep {0, 1}
+  auto c = draw_counts(p, logits, 4000);
+  EXPECT_EQ(c.size(), 2u);
+  EXPECT_NEAR(c[0] / 4000.0, 0.4 / 0.7, 0.04);
+  p.top_p = 0.3f;  // the top token alone reaches 0.3
+  EXPECT_EQ(draw_counts(p, logits, 500).size(), 1u);
+  p = {};
+  p.min_p = 0.6f;  // keep p >= 0.24: {0.4, 0.3}
+  c = draw_counts(p, logits, 3000);
+  EXPECT_EQ(c.size(), 2u);
+  EXPECT_TRUE(c.count(0) && c.count(1));
+}
+
+TEST(Sampler, PenaltiesAndBias) {
+  SamplingParams p;
+  p.temperature = 0;
+  p.repetition_penalty = 2.0f;
+  Sampler s(p);
+  s.accept(0);
+  // token 0 (3.0 -> 1.5) loses to token 1 (2.0); a negative logit is pushed further down
+  EXPECT_EQ(s.sample(std::vector<float>{3.0f, 2.0f, -1.0f}), 1);
+
+  p = {};
+  p.temperature = 0;
+  p.frequency_penalty = 0.5f;
+  p.presence_penalty = 0.25f;
+  Sampler f(p);
+  for (int i = 0; i < 3; ++i) f.accept(0);  // 3.0 - 0.25 - 3 * 0.5 = 1.25 < 1.5
+  EXPECT_EQ(f.sample(std::vector<float>{3.0f, 1.5f}), 1);
+  f.reset();
+  EXPECT_EQ(f.sample(std::vector<float>{3.0f, 1.5f}), 0);
+
+  p = {};
+  p.temperature = 0;
+  p.penalty_last_n = 2;
+  p.repetition_penalty = 10.0f;
+  Sampler w(p);
+  w.accept(0);
+  w.accept(5);
+  w.accept(6);  // token 0 left the 2-token window
+  EXPECT_EQ(w.sample(std::vector<float>{3.0f, 2.0f}), 0);
+
+  p = {};
+  p.temperature = 0;
+  p.logit_bias = {{0, -INFINITY}, {2, 5.0f}};
+  Sampler b(p);
+  EXPECT_EQ(b.sample(std::vector<float>{9.0f, 1.0f, 0.0f}), 2);
+  p.logit_bias = {{0, -INFINITY}, {1, -INFINITY}};
+  Sampler banned(p);
+  EXPECT_THROW(banned.sample(std::vector<float>{1.0f, 2.0f}), Error);
+}
+
+TEST(Sampler, SameSeedSameTokensOtherSeedOtherTokens) {
+  std::vector<float> logits(1000);
+  for (int i = 0; i < 1000; ++i) logits[i] = std::sin(i * 0.37f) * 3;
+  SamplingParams p;
+  p.seed = 42;
+  p.top_k = 200;
+  p.top_p = 0.95f;
+  auto run = [&](uint64_t seed) {
+    p.seed = seed;
+    Sampler s(p);
+    std::vector<int32_t> out;
+    for (int i = 0; i < 64; ++i) out.push_back(s.sample(logits));
+    return out;
+  };
+  EXPECT_EQ(run(42), run(42));
+  EXPECT_NE(run(42), run(43));
+  std::set<int32_t> distinct;
+  for (int32_t t : run(42)) distinct.insert(t);
+  EXPECT_GT(distinct.size(), 10u);  // it really samples
+}
+
+TEST(Sampler, InvalidParametersNameThemselves) {
+  auto error_of = [](SamplingParams p) {
+    try {
+      Sampler s(p);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(no error)");
+  };
+  SamplingParams p;
+  p.temperature = -1;
+  EXPECT_NE(error_of(p).find("temperature"), std::string::npos);
+  p = {};
+  p.top_p = 0;
+  EXPECT_NE(error_of(p).find("top_p"), std::string::npos);
+  p = {};
+  p.min_p = 1.5f;
+  EXPECT_NE(error_of(p).find("min_p"), std::string::npos);
+  p = {};
+  p.top_k = -3;
+  EXPECT_NE(error_of(p).find("top_k"), std::string::npos);
+  p = {};
+  p.presence_penalty = 3;
+  EXPECT_NE(error_of(p).find("presence_penalty"), std::string::npos);
+  p = {};
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_NE(error_of(p).find("logit_bias"), std::string::npos);
+  p = {};
+  p.temperature = NAN;
+  EXPECT_NE(error_of(p).find("temperature"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fl
