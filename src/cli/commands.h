@@ -7,5 +7,6 @@
 namespace fl::cli {
 
 void add_logits_command(CLI::App& app);
+void add_template_command(CLI::App& app);
 
 }  // namespace fl::cli

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   });
 
   fl::cli::add_logits_command(app);
+  fl::cli::add_template_command(app);
 
   try {
     app.parse(argc, argv);
