@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <unordered_map>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "text/jinja/builtins.h"
 #include "text/jinja/pytext.h"
@@ -64,7 +66,10 @@ Value f_abs(Interpreter&, const Value& v, CallArgs& args) {
 Value f_attr(Interpreter& in, const Value& v, CallArgs& args) {
   Value name = arg_or(args, 0, "name", Value::undefined());
   args.expect_done("attr", 1);
-  return in.get_attr(v, str_arg(name, "attr() name"));
+  // Jinja2's attr() looks up attributes only, never dict items.
+  const std::string attr = str_arg(name, "attr() name");
+  if (v.is_dict() && !find_method(v, attr)) return Value::undefined(fmt::format("'dict object' has no attribute '{}'", attr));
+  return in.get_attr(v, attr);
 }
 
 Value f_batch(Interpreter& in, const Value& v, CallArgs& args) {

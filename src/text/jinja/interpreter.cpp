@@ -94,32 +94,37 @@ class LoopRecurse : public Callable {
   int64_t depth_;
 };
 
-// Methods of markupsafe.Markup: most escape their string arguments and return Markup; split and
-// friends return Markup pieces; the rest behave as on str.
+// Methods of markupsafe.Markup (3.0): replace escapes `new`, ljust/rjust/center escape the fill
+// character, join escapes the items, format escapes its arguments; these and the case/strip
+// methods return Markup, split and friends return Markup pieces; the rest behave as on str.
 Value call_markup_method(Interpreter& in, const std::string& name, const Value& self, MethodFn fn, CallArgs& args) {
-  static const char* const kEscaping[] = {"replace", "ljust", "rjust", "lstrip", "rstrip", "center", "strip",
-                                          "swapcase", "capitalize", "title", "lower", "upper", "join",
-                                          "partition", "rpartition", "format"};
-  static const char* const kPieces[] = {"split", "rsplit", "splitlines"};
-  const bool escaping = std::find(std::begin(kEscaping), std::end(kEscaping), name) != std::end(kEscaping);
-  const bool pieces = std::find(std::begin(kPieces), std::end(kPieces), name) != std::end(kPieces);
-  if (!escaping && !pieces) return fn(in, Value(self.as_string()), args);
-  auto escape_arg = [](Value& v) {
-    if (v.is_string() && !v.is_markup()) v = Value(html_escape_text(v.as_string()));
+  static const char* const kMarkupResult[] = {"capitalize", "title", "lower", "upper", "replace", "ljust", "rjust",
+                                              "lstrip", "rstrip", "center", "strip", "swapcase", "removeprefix",
+                                              "removesuffix", "partition", "rpartition", "format", "join",
+                                              "split", "rsplit", "splitlines"};
+  auto is = [&](std::initializer_list<const char*> names) {
+    for (const char* n : names)
+      if (name == n) return true;
+    return false;
   };
-  if (escaping) {
-    if (name == "join") {
-      if (!args.positional.empty()) {
-        std::vector<Value> items = in.iterate(args.positional[0]);
-        for (auto& item : items) escape_arg(item);
-        args.positional[0] = Value::list(std::move(items));
-      }
-    } else {
-      for (auto& v : args.positional) escape_arg(v);
-      for (auto& [k, v] : args.keyword) escape_arg(v);
-    }
+  auto escape_at = [&](size_t index) {
+    if (index < args.positional.size() && args.positional[index].is_string() && !args.positional[index].is_markup())
+      args.positional[index] = Value(html_escape_text(args.positional[index].as_string()));
+  };
+  if (is({"replace", "ljust", "rjust", "center"})) escape_at(1);
+  if (is({"format"}))
+    for (size_t k = 0; k < args.positional.size(); ++k) escape_at(k);
+  if (is({"format"}))
+    for (auto& [key, v] : args.keyword)
+      if (v.is_string() && !v.is_markup()) v = Value(html_escape_text(v.as_string()));
+  if (is({"join"}) && !args.positional.empty()) {
+    std::vector<Value> items = in.iterate(args.positional[0]);
+    for (auto& item : items)
+      if (item.is_string() && !item.is_markup()) item = Value(html_escape_text(item.as_string()));
+    args.positional[0] = Value::list(std::move(items));
   }
   Value result = fn(in, Value(self.as_string()), args);
+  if (std::find(std::begin(kMarkupResult), std::end(kMarkupResult), name) == std::end(kMarkupResult)) return result;
   auto mark = [](const Value& v) { return v.is_string() ? Value::markup(v.as_string()) : v; };
   if (result.is_string()) return mark(result);
   if (result.is_list()) {
@@ -475,9 +480,9 @@ Value Interpreter::call_macro(const Stmt& macro, const std::shared_ptr<Frame>& c
       fail("macro '{}' takes not more than {} argument(s)", display_name, macro.params.size());
     std::vector<Value> rest(args.positional.begin() + static_cast<std::ptrdiff_t>(macro.params.size()),
                             args.positional.end());
-    frame->set("varargs", Value::list(std::move(rest)));
+    frame->set("varargs", Value::tuple(std::move(rest)));
   } else if (macro.uses_varargs) {
-    frame->set("varargs", Value::list());
+    frame->set("varargs", Value::tuple({}));
   }
   if (auto caller = args.take(SIZE_MAX, "caller")) frame->set("caller", std::move(*caller));
   if (!args.keyword.empty()) {

@@ -333,6 +333,28 @@ class Lexer {
   // Jinja2 number syntax: digits with optional underscores, a fraction, an exponent.
   void lex_number() {
     const size_t start = pos_;
+    if (src_[start] == '0' && start + 2 < src_.size()) {
+      const char r = static_cast<char>(src_[start + 1] | 0x20);
+      const int radix = r == 'x' ? 16 : (r == 'o' ? 8 : (r == 'b' ? 2 : 0));
+      auto digit = [&](char c) {
+        int d = is_digit(c) ? c - '0' : (is_hex(c) ? (c | 0x20) - 'a' + 10 : 99);
+        return d < radix ? d : -1;
+      };
+      if (radix && (digit(src_[start + 2]) >= 0 || (src_[start + 2] == '_' && start + 3 < src_.size() && digit(src_[start + 3]) >= 0))) {
+        size_t p = start + 2;
+        unsigned long long value = 0;
+        while (p < src_.size() && (digit(src_[p]) >= 0 || (src_[p] == '_' && p + 1 < src_.size() && digit(src_[p + 1]) >= 0))) {
+          if (src_[p] != '_') {
+            if (value > (~0ULL >> 5)) error(start, "integer literal is too large");
+            value = value * static_cast<unsigned>(radix) + static_cast<unsigned>(digit(src_[p]));
+          }
+          ++p;
+        }
+        pos_ = p;
+        emit(TokenType::integer, std::to_string(value), start);
+        return;
+      }
+    }
     auto digits = [&](size_t& p) {
       size_t first = p;
       while (p < src_.size() && (is_digit(src_[p]) || (src_[p] == '_' && p > first && p + 1 < src_.size() && is_digit(src_[p + 1])))) ++p;
