@@ -252,6 +252,10 @@ std::string Interpreter::render(const Program& program, const Value& variables) 
   if (!variables.is_dict() && !variables.is_undefined() && !variables.is_none())
     fail("template variables must be a dict, not {}", variables.type_name());
   RenderArena arena;
+  // Comparisons may walk a shared structure many times over; a render gets 10 steps per allowed
+  // loop iteration (sorting a few thousand items stays far inside that).
+  ScopedValueOpsLimits value_limits(
+      {options_.limits.max_output_bytes, std::max<int64_t>(options_.limits.max_iterations, 10000) * 10});
   globals_ = Frame::make(nullptr);
   install_globals(*globals_);
   frame_ = Frame::make(globals_);

@@ -36,12 +36,10 @@ class DictData {
   Value* find(std::string_view key);
   void set(std::string key, Value value);
   bool erase(std::string_view key);
-  void clear() {
-    entries_.clear();
-    index_.clear();
-  }
-  size_t size() const { return entries_.size(); }
-  bool empty() const { return entries_.empty(); }
+  // Defined after Value, which must be complete first.
+  void clear();
+  size_t size() const;
+  bool empty() const;
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
 
  private:
@@ -179,5 +177,12 @@ class Value {
   std::string str_;              // string payload, or the undefined hint
   std::shared_ptr<void> obj_;    // ListData, DictData, Callable or LoopData
 };
+
+inline size_t DictData::size() const { return entries_.size(); }
+inline bool DictData::empty() const { return entries_.empty(); }
+inline void DictData::clear() {
+  entries_.clear();
+  index_.clear();
+}
 
 }  // namespace fl::jinja

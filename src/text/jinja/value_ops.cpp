@@ -9,6 +9,21 @@
 namespace fl::jinja {
 namespace {
 
+thread_local ValueOpsLimits g_limits;
+thread_local int64_t g_compare_steps = 0;  // since the limits were installed (one render)
+
+void check_text(const std::string& out) {
+  if (out.size() > g_limits.max_text_bytes)
+    fail("a value's text form exceeds the limit of {} bytes", g_limits.max_text_bytes);
+}
+
+struct CompareBudget {
+  void step() {
+    if (++g_compare_steps > g_limits.max_compare_steps)
+      fail("comparisons exceed the limit of {} steps in one render", g_limits.max_compare_steps);
+  }
+};
+
 void check_depth(int depth) {
   if (depth > kMaxNesting) fail("value nested more than {} levels deep (a container holding itself?)", kMaxNesting);
 }
@@ -25,6 +40,7 @@ void append_str(std::string& out, const Value& v, int depth) {
 
 void append_repr(std::string& out, const Value& v, int depth) {
   check_depth(depth);
+  check_text(out);
   switch (v.type()) {
     case Value::Type::undefined: out += "Undefined"; return;
     case Value::Type::none: out += "None"; return;
@@ -87,6 +103,7 @@ struct JsonWriter {
 
   void write(const Value& v, int level) {
     check_depth(level);
+    check_text(out);
     switch (v.type()) {
       case Value::Type::none: out += "null"; return;
       case Value::Type::boolean: out += v.as_bool() ? "true" : "false"; return;
@@ -144,8 +161,9 @@ struct JsonWriter {
   }
 };
 
-bool equals_at(const Value& a, const Value& b, int depth) {
+bool equals_at(const Value& a, const Value& b, int depth, CompareBudget& budget) {
   check_depth(depth);
+  budget.step();
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return a.as_double() == b.as_double();
     return a.as_int() == b.as_int();
@@ -161,7 +179,7 @@ bool equals_at(const Value& a, const Value& b, int depth) {
       const auto& y = b.items();
       if (x.size() != y.size()) return false;
       for (size_t k = 0; k < x.size(); ++k)
-        if (!equals_at(x[k], y[k], depth + 1)) return false;
+        if (!equals_at(x[k], y[k], depth + 1, budget)) return false;
       return true;
     }
     case Value::Type::dict: {
@@ -170,7 +188,7 @@ bool equals_at(const Value& a, const Value& b, int depth) {
       if (x.size() != y.size()) return false;
       for (const auto& [key, item] : x.entries()) {
         const Value* other = y.find(key);
-        if (!other || !equals_at(item, *other, depth + 1)) return false;
+        if (!other || !equals_at(item, *other, depth + 1, budget)) return false;
       }
       return true;
     }
@@ -178,8 +196,9 @@ bool equals_at(const Value& a, const Value& b, int depth) {
   }
 }
 
-int compare_at(const Value& a, const Value& b, int depth) {
+int compare_at(const Value& a, const Value& b, int depth, CompareBudget& budget) {
   check_depth(depth);
+  budget.step();
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) {
       double x = a.as_double(), y = b.as_double();
@@ -196,8 +215,8 @@ int compare_at(const Value& a, const Value& b, int depth) {
     const auto& x = a.items();
     const auto& y = b.items();
     for (size_t k = 0; k < x.size() && k < y.size(); ++k) {
-      if (equals_at(x[k], y[k], depth + 1)) continue;
-      return compare_at(x[k], y[k], depth + 1);
+      if (equals_at(x[k], y[k], depth + 1, budget)) continue;
+      return compare_at(x[k], y[k], depth + 1, budget);
     }
     return x.size() < y.size() ? -1 : (x.size() > y.size() ? 1 : 0);
   }
@@ -251,12 +270,14 @@ Value html_escape(const Value& v) {
 std::string to_str(const Value& v) {
   std::string out;
   append_str(out, v, 0);
+  check_text(out);
   return out;
 }
 
 std::string repr(const Value& v) {
   std::string out;
   append_repr(out, v, 0);
+  check_text(out);
   return out;
 }
 
@@ -265,12 +286,28 @@ std::string to_json_text(const Value& v, const JsonOptions& options) {
   w.item_sep = options.item_separator ? *options.item_separator : (options.indent ? "," : ", ");
   w.key_sep = options.key_separator ? *options.key_separator : ": ";
   w.write(v, 0);
+  check_text(w.out);
   return std::move(w.out);
 }
 
-bool equals(const Value& a, const Value& b) { return equals_at(a, b, 0); }
+bool equals(const Value& a, const Value& b) {
+  CompareBudget budget;
+  return equals_at(a, b, 0, budget);
+}
 
-int compare(const Value& a, const Value& b) { return compare_at(a, b, 0); }
+int compare(const Value& a, const Value& b) {
+  CompareBudget budget;
+  return compare_at(a, b, 0, budget);
+}
+
+ScopedValueOpsLimits::ScopedValueOpsLimits(ValueOpsLimits limits) : saved_(g_limits), saved_steps_(g_compare_steps) {
+  g_limits = limits;
+  g_compare_steps = 0;
+}
+ScopedValueOpsLimits::~ScopedValueOpsLimits() {
+  g_limits = saved_;
+  g_compare_steps = saved_steps_;
+}
 
 bool contains(const Value& container, const Value& item) {
   switch (container.type()) {

@@ -3,6 +3,7 @@
 // exact bytes a template prints, so each follows CPython 3 (and Jinja2 3.1 for undefined).
 // Containers can hold themselves (x.append(x)); every recursive walk here stops with an fl::Error
 // past kMaxNesting levels instead of overflowing the stack.
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -11,6 +12,27 @@
 namespace fl::jinja {
 
 constexpr int kMaxNesting = 256;
+
+// Bounds on the work str()/repr()/tojson and comparisons may do: the size of one text form, and
+// the comparison steps of one render. A value can share a list
+// many times over (ns.a = [ns.a, ns.a], repeated), so its printed form can be exponentially larger
+// than the memory it takes; while a render runs, the interpreter installs these limits and every
+// writer and comparison fails cleanly once past them.
+struct ValueOpsLimits {
+  size_t max_text_bytes = SIZE_MAX;
+  int64_t max_compare_steps = INT64_MAX;
+};
+class ScopedValueOpsLimits {
+ public:
+  explicit ScopedValueOpsLimits(ValueOpsLimits limits);
+  ~ScopedValueOpsLimits();
+  ScopedValueOpsLimits(const ScopedValueOpsLimits&) = delete;
+  ScopedValueOpsLimits& operator=(const ScopedValueOpsLimits&) = delete;
+
+ private:
+  ValueOpsLimits saved_;
+  int64_t saved_steps_;
+};
 
 std::string to_str(const Value& v);  // str(v); undefined prints as ""
 std::string repr(const Value& v);    // repr(v)

@@ -8,6 +8,9 @@
 // raise). Where they disagree, the case must be listed in kDivergences below with the reason and
 // the oracle fireline follows; an unlisted disagreement fails the test, so a new one is never
 // silently accepted.
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -229,6 +232,17 @@ std::string read_text(const std::string& path) {
   return ss.str();
 }
 
+std::string fnv1a_hex(const std::string& data) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
 std::string run_command(const std::string& cmd) {
   std::string output;
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
@@ -268,26 +282,40 @@ const Suite& suite() {
     input["templates"] = templates;
     input["jobs"] = json::array();
     for (const auto& j : s.jobs) input["jobs"].push_back({{"id", j.id}, {"template", j.template_id}, {"context", j.context}});
-    // FIRELINE_ORACLE_DIR keeps the job and result files there for inspection.
-    static fl::test::TempDir temp;
+    // ctest runs each template's test in its own process; the oracle results are cached in the
+    // build tree under a hash of everything they depend on (the jobs, both oracle scripts, the
+    // @huggingface/jinja version), so node and python run once per change, not once per test.
+    // FIRELINE_ORACLE_DIR puts the job and result files there instead, for inspection.
+    const std::string jobs_text = input.dump();
+    const std::string hf_script = std::string(FIRELINE_JS_DIR) + "/render_chat_templates.mjs";
+    const std::string py_script = std::string(FIRELINE_SOURCE_DIR) + "/tests/text/jinja/render_jinja2.py";
+    const std::string key = fnv1a_hex(jobs_text + read_text(hf_script) + read_text(py_script) +
+                                      read_text(std::string(FIRELINE_JS_DIR) + "/node_modules/@huggingface/jinja/package.json"));
     const char* keep = std::getenv("FIRELINE_ORACLE_DIR");
-    const std::string base = keep ? std::string(keep) : temp.path().string();
-    auto file = [&](const char* name) { return base + "/" + name; };
-    const std::string jobs_path = file("jobs.json");
-    fl::test::write_file(jobs_path, input.dump());
-    const std::string hf_out = file("hf.json"), py_out = file("py.json");
-    std::string err = run_command("node '" + std::string(FIRELINE_JS_DIR) + "/render_chat_templates.mjs' '" + jobs_path +
-                                  "' '" + hf_out + "'");
-    if (!err.empty()) {
-      s.setup_error = "@huggingface/jinja oracle failed (is tests/js/node_modules installed?): " + err;
-      return s;
+    const std::string base = keep ? std::string(keep) : std::string(FIRELINE_ORACLE_CACHE_DIR);
+    fs::create_directories(base);
+    auto file = [&](const std::string& name) { return base + "/" + name; };
+    const std::string jobs_path = file("jobs-" + key + ".json");
+    const std::string hf_out = file("hf-" + key + ".json"), py_out = file("py-" + key + ".json");
+    auto run_oracle = [&](const std::string& command, const std::string& out, const char* what) {
+      if (!keep && fs::exists(out)) return true;
+      const std::string tmp = out + ".tmp" + std::to_string(::getpid());
+      std::string err = run_command(command + " '" + jobs_path + "' '" + tmp + "'");
+      if (!err.empty()) {
+        s.setup_error = std::string(what) + " failed: " + err;
+        return false;
+      }
+      fs::rename(tmp, out);  // atomic: a concurrent test process sees all or nothing
+      return true;
+    };
+    {
+      const std::string tmp = jobs_path + ".tmp" + std::to_string(::getpid());
+      fl::test::write_file(tmp, jobs_text);
+      fs::rename(tmp, jobs_path);
     }
-    err = run_command("python3 '" + std::string(FIRELINE_SOURCE_DIR) + "/tests/text/jinja/render_jinja2.py' '" + jobs_path +
-                      "' '" + py_out + "'");
-    if (!err.empty()) {
-      s.setup_error = "Jinja2 oracle failed (python3 with jinja2 needed): " + err;
+    if (!run_oracle("node '" + hf_script + "'", hf_out, "@huggingface/jinja oracle (is tests/js/node_modules installed?)"))
       return s;
-    }
+    if (!run_oracle("python3 '" + py_script + "'", py_out, "Jinja2 oracle (python3 with jinja2 needed)")) return s;
     const json hf = json::parse(read_text(hf_out)), py = json::parse(read_text(py_out));
     for (const auto& [id, o] : hf.items()) s.hf[id] = outcome_of(o);
     for (const auto& [id, o] : py.items()) s.py[id] = outcome_of(o);
