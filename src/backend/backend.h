@@ -13,7 +13,9 @@
 // - Positions are a device tensor of int32 (one per token) so that a decode step has fixed
 //   arguments and can be replayed as a CUDA graph.
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string_view>
 
 #include "core/tensor.h"
@@ -53,6 +55,13 @@ struct AttentionParams {
   int window = 0;      // 0: causal over all earlier positions; W: only the W most recent (self included)
 };
 
+// A recorded sequence of ops that can be relaunched as a whole (a CUDA graph).
+class CapturedSteps {
+ public:
+  virtual ~CapturedSteps() = default;
+  virtual void replay() = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -61,12 +70,17 @@ class Backend {
 
   // ---- memory ----
   virtual std::unique_ptr<DeviceBuffer> allocate(size_t bytes) = 0;  // zero-filled
+  // Free device memory in bytes, or nullopt where weights stay in the mapped file (CPU).
+  virtual std::optional<size_t> free_memory() const = 0;
   // A device copy of a host weight view (the CPU backend returns the view itself: weights stay
   // in the mapped file).
   virtual Tensor upload_weight(const Tensor& host) = 0;
   virtual void copy_to_device(Tensor dst, const void* src) = 0;  // dst contiguous
   virtual void copy_to_host(void* dst, const Tensor& src) = 0;   // src contiguous
   virtual void synchronize() = 0;
+  // Records the ops `body` issues without running them, for replay(). Inside body: ops only (no
+  // copies, no allocation, no synchronisation). The CPU backend simply re-runs body.
+  virtual std::unique_ptr<CapturedSteps> capture(const std::function<void()>& body) = 0;
 
   // ---- ops ----
   // out[t, :] = table[ids[t], :] * scale.             out [T, H] f32; table [V, H]; ids [T] i32
@@ -100,7 +114,8 @@ class Backend {
                          const Tensor& positions, const AttentionParams& params) = 0;
 
   // Stores k, v ([T, n_kv_heads, D]) in rows positions[t] % n_rows of the cache, converting to
-  // the cache's element type.
+  // the cache's element type. Positions are consecutive; when several tokens of one call land on
+  // the same ring row, the last one is what the row holds afterwards.
   virtual void kv_write(const KvView& cache, const Tensor& k, const Tensor& v, const Tensor& positions) = 0;
 
   // Mixture-of-experts routing: softmax over logits [T, E], keep the top_k, renormalise them to
@@ -113,9 +128,16 @@ class Backend {
   // Experts are summed in ascending id order (as transformers' index_add loop does).
   virtual void moe_experts(Tensor out, const Tensor& x, const Tensor& gate_up, const Tensor& down,
                            const Tensor& ids, const Tensor& weights, Activation act) = 0;
+
+  // out_ids[r] = argmax over logits[r, :] (lowest index on ties).   out_ids [R] i32; logits [R, V]
+  virtual void argmax(Tensor out_ids, const Tensor& logits) = 0;
 };
 
 // The CPU oracle backend.
 std::unique_ptr<Backend> make_cpu_backend();
+
+// A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.
+// Throws fl::Error naming the available backends otherwise.
+std::unique_ptr<Backend> make_backend(std::string_view name);
 
 }  // namespace fl

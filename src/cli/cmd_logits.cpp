@@ -59,13 +59,17 @@ void append_top(std::string& out, const float* row, int64_t n, int k) {
 
 void run_logits(const LogitsOptions& opt) {
   if (opt.ids.empty()) fail("--ids needs at least one token id");
-  if (opt.backend != "cpu") fail("--backend {} is not available (available: cpu)", opt.backend);
-  auto backend = make_cpu_backend();
+  auto backend = make_backend(opt.backend);
   auto source = open_model_source(opt.model);
-  auto model = load_model(*source, *backend);
   SequenceOptions seq_opt;
   seq_opt.kv_dtype = parse_kv_type(opt.kv);
   seq_opt.max_seq = opt.max_seq > 0 ? opt.max_seq : static_cast<int64_t>(opt.ids.size()) + opt.generate;
+  LoadOptions load;
+  load.max_seq = seq_opt.max_seq;
+  load.kv_dtype = seq_opt.kv_dtype;
+  load.max_tokens = static_cast<int64_t>(opt.ids.size());
+  load.logits = opt.all_positions ? LogitsMode::all : LogitsMode::last;
+  auto model = load_model(*source, *backend, load);
   auto seq = model->new_sequence(seq_opt);
   const int64_t V = model->vocab_size();
 
@@ -99,12 +103,12 @@ void run_logits(const LogitsOptions& opt) {
 void add_logits_command(CLI::App& app) {
   auto opt = std::make_shared<LogitsOptions>();
   CLI::App* cmd = app.add_subcommand("logits", "Print a model's logits for given token ids as JSON");
-  cmd->add_option("model", opt->model, "Model: a Hugging Face directory")->required();
+  cmd->add_option("model", opt->model, "Model: a Hugging Face directory or a .fire file")->required();
   cmd->add_option("--ids", opt->ids, "Comma-separated token ids, e.g. 2,105,2364")->required()->delimiter(',');
   cmd->add_flag("--all-positions", opt->all_positions, "Logits for every position, not just the last");
   cmd->add_option("--generate", opt->generate, "Then generate N tokens greedily (listed in \"generated\")")
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--backend", opt->backend, "cpu (default)");
+  cmd->add_option("--backend", opt->backend, "cpu (default), cuda or cuda:N");
   cmd->add_option("--kv", opt->kv, "KV cache type: f32 (default), bf16, q8");
   cmd->add_option("--top", opt->top, "Print the K highest logits per position instead of whole rows")
       ->check(CLI::Range(1, 1 << 20));

@@ -7,6 +7,12 @@
 namespace fl::cli {
 
 void add_logits_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
+void add_synth_command(CLI::App& app);
+void add_tokenize_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
+void add_show_command(CLI::App& app);
+void add_verify_command(CLI::App& app);
 void add_template_command(CLI::App& app);
 
 }  // namespace fl::cli

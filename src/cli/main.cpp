@@ -25,6 +25,12 @@ int main(int argc, char** argv) {
   });
 
   fl::cli::add_logits_command(app);
+  fl::cli::add_bench_command(app);
+  fl::cli::add_synth_command(app);
+  fl::cli::add_tokenize_command(app);
+  fl::cli::add_quantize_command(app);
+  fl::cli::add_show_command(app);
+  fl::cli::add_verify_command(app);
   fl::cli::add_template_command(app);
 
   try {

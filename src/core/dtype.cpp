@@ -20,6 +20,8 @@ constexpr std::array<DTypeTraits, 10> kTraits = {{
 }};
 }  // namespace
 
+bool is_known_dtype(DType type) { return static_cast<size_t>(type) < kTraits.size(); }
+
 const DTypeTraits& dtype_traits(DType type) {
   auto index = static_cast<size_t>(type);
   FL_ASSERT(index < kTraits.size());

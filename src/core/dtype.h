@@ -29,9 +29,16 @@ struct DTypeTraits {
   bool quantized;
 };
 
+// False for a value outside the enum (e.g. a corrupt type id cast by a file reader).
+bool is_known_dtype(DType type);
 const DTypeTraits& dtype_traits(DType type);
 inline std::string_view dtype_name(DType type) { return dtype_traits(type).name; }
 std::optional<DType> dtype_from_name(std::string_view name);  // "f32", "bf16", "q8_0", ...
+
+// Types a model weight may have (float or one of the quantized formats; not integer data).
+inline bool is_weight_type(DType type) {
+  return type != DType::i32 && type != DType::i64 && type != DType::u8;
+}
 
 // Bytes one row of k elements occupies, with the tail block padded.
 inline int64_t row_bytes(DType type, int64_t k) {

@@ -28,6 +28,12 @@ class MappedFile {
   std::string path_;
 };
 
+// Drops the resident pages of [data, data + size) inside a read-only file mapping (the whole pages
+// within the range), so a single pass over a file larger than memory keeps its resident set small.
+// The bytes stay readable: touching them again reads them back from the file. A hint only; errors
+// are ignored.
+void release_mapped_pages(const void* data, size_t size);
+
 // Reads a whole (small) file into a string; throws fl::Error naming the path.
 std::string read_text_file(const std::string& path);
 

@@ -1,5 +1,6 @@
 #include "io/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -304,6 +305,40 @@ ModelConfig parse_hf_config_text(const std::string& text, const std::string& sou
     fail("{}: not valid JSON: {}", source_name, e.what());
   }
   return parse_hf_config(parsed);
+}
+
+nlohmann::ordered_json model_config_summary(const ModelConfig& config) {
+  nlohmann::ordered_json out;
+  out["architecture"] = config.architecture;
+  const auto& c = std::get<Gemma4Config>(config.arch);
+  out["vocab_size"] = c.vocab_size;
+  out["hidden_size"] = c.hidden_size;
+  out["num_layers"] = c.num_layers;
+  int sliding = 0, full = 0;
+  std::vector<int> head_dims;
+  for (const auto& layer : c.layers) {
+    (layer.type == AttentionType::sliding ? sliding : full) += 1;
+    if (std::find(head_dims.begin(), head_dims.end(), layer.head_dim) == head_dims.end())
+      head_dims.push_back(layer.head_dim);
+  }
+  out["sliding_layers"] = sliding;
+  out["full_attention_layers"] = full;
+  out["num_attention_heads"] = c.num_heads;
+  out["head_dims"] = head_dims;
+  out["sliding_window"] = c.sliding_window;
+  out["max_position_embeddings"] = c.max_position_embeddings;
+  out["intermediate_size"] = c.layers.empty() ? 0 : c.layers.front().intermediate_size;
+  out["moe"] = c.enable_moe_block;
+  if (c.enable_moe_block) {
+    out["num_experts"] = c.num_experts;
+    out["top_k_experts"] = c.top_k_experts;
+    out["moe_intermediate_size"] = c.moe_intermediate_size;
+  }
+  if (c.hidden_size_per_layer_input > 0) out["hidden_size_per_layer_input"] = c.hidden_size_per_layer_input;
+  if (c.num_kv_shared_layers > 0) out["num_kv_shared_layers"] = c.num_kv_shared_layers;
+  out["tie_word_embeddings"] = c.tie_word_embeddings;
+  if (c.final_logit_softcapping) out["final_logit_softcapping"] = *c.final_logit_softcapping;
+  return out;
 }
 
 }  // namespace fl

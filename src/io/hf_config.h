@@ -75,4 +75,8 @@ struct ModelConfig {
 ModelConfig parse_hf_config(const nlohmann::json& json);
 ModelConfig parse_hf_config_text(const std::string& text, const std::string& source_name);
 
+// The values a person wants to see about a model (`fireline show`), as an ordered JSON object:
+// architecture, vocabulary, widths, layer counts by attention type, experts, context.
+nlohmann::ordered_json model_config_summary(const ModelConfig& config);
+
 }  // namespace fl

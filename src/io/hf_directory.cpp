@@ -18,18 +18,33 @@ std::string read_if_exists(const fs::path& p) {
   return fs::is_regular_file(p, ec) ? read_text_file(p.string()) : std::string();
 }
 
+std::string read_chat_template(const fs::path& dir) {
+  // Newer checkpoints ship chat_template.jinja; older ones embed it in tokenizer_config.json.
+  std::string jinja = read_if_exists(dir / "chat_template.jinja");
+  if (!jinja.empty()) return jinja;
+  std::string tokenizer_config = read_if_exists(dir / "tokenizer_config.json");
+  if (tokenizer_config.empty()) return {};
+  auto parsed = nlohmann::json::parse(tokenizer_config, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_object() && parsed.contains("chat_template") && parsed["chat_template"].is_string())
+    return parsed["chat_template"].get<std::string>();
+  return {};
+}
+
+std::string read_config_json(const std::string& path) {
+  fs::path dir(path);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail("{}: not a directory", path);
+  fs::path config_path = dir / "config.json";
+  if (!fs::is_regular_file(config_path, ec)) fail("{}: no config.json (not a Hugging Face model directory)", path);
+  return read_text_file(config_path.string());
+}
+
 class HfDirectory final : public ModelSource {
  public:
-  explicit HfDirectory(const std::string& path) : path_(path) {
-    fs::path dir(path);
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec)) fail("{}: not a directory", path);
-    fs::path config_path = dir / "config.json";
-    if (!fs::is_regular_file(config_path, ec)) fail("{}: no config.json (not a Hugging Face model directory)", path);
-    config_json_ = read_text_file(config_path.string());
-    config_ = parse_hf_config_text(config_json_, config_path.string());
+  explicit HfDirectory(const std::string& path) : path_(path), dir_(path) {
+    config_json_ = read_config_json(path);
+    config_ = parse_hf_config_text(config_json_, (dir_ / "config.json").string());
     tensors_ = std::make_unique<SafetensorsSet>(path);
-    dir_ = dir;
   }
 
   const std::string& path() const override { return path_; }
@@ -39,18 +54,7 @@ class HfDirectory final : public ModelSource {
   std::vector<std::string> tensor_names() const override { return tensors_->names(); }
   std::string tokenizer_json() const override { return read_if_exists(dir_ / "tokenizer.json"); }
   std::string generation_config_json() const override { return read_if_exists(dir_ / "generation_config.json"); }
-
-  std::string chat_template() const override {
-    // Newer checkpoints ship chat_template.jinja; older ones embed it in tokenizer_config.json.
-    std::string jinja = read_if_exists(dir_ / "chat_template.jinja");
-    if (!jinja.empty()) return jinja;
-    std::string tokenizer_config = read_if_exists(dir_ / "tokenizer_config.json");
-    if (tokenizer_config.empty()) return {};
-    auto parsed = nlohmann::json::parse(tokenizer_config, nullptr, /*allow_exceptions=*/false);
-    if (parsed.is_object() && parsed.contains("chat_template") && parsed["chat_template"].is_string())
-      return parsed["chat_template"].get<std::string>();
-    return {};
-  }
+  std::string chat_template() const override { return read_chat_template(dir_); }
 
  private:
   std::string path_;
@@ -62,13 +66,15 @@ class HfDirectory final : public ModelSource {
 
 }  // namespace
 
-std::unique_ptr<ModelSource> open_hf_directory(const std::string& path) { return std::make_unique<HfDirectory>(path); }
-
-std::unique_ptr<ModelSource> open_model_source(const std::string& path) {
-  std::error_code ec;
-  if (fs::is_directory(path, ec)) return open_hf_directory(path);
-  if (!fs::exists(path, ec)) fail("{}: no such file or directory", path);
-  fail("{}: not a model (expected a Hugging Face directory with config.json and safetensors)", path);
+HfSideFiles read_hf_side_files(const std::string& dir) {
+  HfSideFiles files;
+  files.config_json = read_config_json(dir);
+  files.tokenizer_json = read_if_exists(fs::path(dir) / "tokenizer.json");
+  files.generation_config_json = read_if_exists(fs::path(dir) / "generation_config.json");
+  files.chat_template = read_chat_template(dir);
+  return files;
 }
+
+std::unique_ptr<ModelSource> open_hf_directory(const std::string& path) { return std::make_unique<HfDirectory>(path); }
 
 }  // namespace fl

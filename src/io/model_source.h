@@ -1,6 +1,6 @@
 #pragma once
-// Where a model's weights and metadata come from. A Hugging Face directory (config.json +
-// safetensors, single or sharded) today; the .fire file implements the same interface. Model
+// Where a model's weights and metadata come from: a Hugging Face directory (config.json +
+// safetensors, single or sharded) or a .fire file (io/fire_file.h). Model
 // code asks a ModelSource for tensors by their HF names and never knows which one it has.
 #include <memory>
 #include <optional>
@@ -27,11 +27,23 @@ class ModelSource {
   virtual std::string chat_template() const = 0;
 };
 
+// config.json and the optional side files of a Hugging Face directory (no weights needed):
+// tokenizer.json, generation_config.json, and the chat template (chat_template.jinja, or the
+// chat_template entry of tokenizer_config.json). Throws when config.json is missing.
+struct HfSideFiles {
+  std::string config_json;
+  std::string tokenizer_json;
+  std::string generation_config_json;
+  std::string chat_template;
+};
+HfSideFiles read_hf_side_files(const std::string& dir);
+
 // A directory holding config.json and model.safetensors(.index.json); throws fl::Error with what
 // is missing or wrong.
 std::unique_ptr<ModelSource> open_hf_directory(const std::string& path);
 
-// Any model path a command accepts (a HF directory today; a .fire file once that exists).
+// Any model path a command accepts: a HF directory, or a .fire file (recognised by its GGUF
+// magic, not its name). Defined in fire_file.cpp.
 std::unique_ptr<ModelSource> open_model_source(const std::string& path);
 
 }  // namespace fl

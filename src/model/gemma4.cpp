@@ -140,32 +140,49 @@ class Gemma4Model final : public Model {
 
   std::vector<float> forward(Sequence& seq, std::span<const int32_t> ids, LogitsMode mode) override {
     const int64_t T = static_cast<int64_t>(ids.size());
+    check_step(seq, ids);
+    scratch_.reset();
+    Tensor ids_t = scratch_.alloc(DType::i32, {T});
+    backend_.copy_to_device(ids_t, ids.data());
+    std::vector<int32_t> pos_host(T);
+    for (int64_t t = 0; t < T; ++t) pos_host[t] = static_cast<int32_t>(seq.n_past + t);
+    Tensor positions = scratch_.alloc(DType::i32, {T});
+    backend_.copy_to_device(positions, pos_host.data());
+    Tensor logits = run(scratch_, seq, ids_t, positions, mode);
+    std::vector<float> out(static_cast<size_t>(logits.numel()));
+    backend_.copy_to_host(out.data(), logits);
+    seq.n_past += T;
+    return out;
+  }
+
+  std::unique_ptr<DecodeGraph> make_decode_graph(Sequence& seq) override;
+
+  void check_step(const Sequence& seq, std::span<const int32_t> ids) const {
+    const int64_t T = static_cast<int64_t>(ids.size());
     if (T == 0) fail("forward: no tokens");
     if (seq.n_past + T > seq.max_seq)
       fail("the sequence would reach {} tokens but its context holds {}", seq.n_past + T, seq.max_seq);
     for (int32_t id : ids)
       if (id < 0 || id >= c_.vocab_size) fail("token id {} is outside the vocabulary [0, {})", id, c_.vocab_size);
+  }
+
+  // The whole forward as device ops only: no host copies, no synchronisation, scratch from
+  // `arena` (not reset here), so that a decode step can be captured and replayed. ids and
+  // positions are device tensors [T]; returns the logits [1 or T, vocab] in `arena`.
+  Tensor run(ScratchArena& arena, Sequence& seq, const Tensor& ids_t, const Tensor& positions, LogitsMode mode) {
+    const int64_t T = ids_t.numel();
     const int64_t H = c_.hidden_size, L = c_.num_layers, P = c_.hidden_size_per_layer_input, nH = c_.num_heads;
     Backend& b = backend_;
-    scratch_.reset();
-
-    Tensor ids_t = scratch_.alloc(DType::i32, {T});
-    b.copy_to_device(ids_t, ids.data());
-    std::vector<int32_t> pos_host(T);
-    for (int64_t t = 0; t < T; ++t) pos_host[t] = static_cast<int32_t>(seq.n_past + t);
-    Tensor positions = scratch_.alloc(DType::i32, {T});
-    b.copy_to_device(positions, pos_host.data());
-
-    Tensor h = scratch_.alloc(DType::f32, {T, H});  // the residual stream
+    Tensor h = arena.alloc(DType::f32, {T, H});  // the residual stream
     b.embed(h, embed_tokens_, ids_t, embed_scale_);
 
     // Per-layer embeddings: P_tok = E_ple[ids] * sqrt(P); P_ctx = norm((W h) / sqrt(H));
     // ple = (P_ctx + P_tok) / sqrt(2).                                     [T, L * P]
     Tensor ple;
     if (P > 0) {
-      Tensor ple_tok = scratch_.alloc(DType::f32, {T, L * P});
+      Tensor ple_tok = arena.alloc(DType::f32, {T, L * P});
       b.embed(ple_tok, embed_tokens_per_layer_, ids_t, ple_embed_scale_);
-      ple = scratch_.alloc(DType::f32, {T, L * P});
+      ple = arena.alloc(DType::f32, {T, L * P});
       b.matmul(ple, h, per_layer_model_projection_);
       b.scale(ple, static_cast<float>(1.0 / std::sqrt(static_cast<double>(H))));
       Tensor ple_rows = ple.reshape({T * L, P});
@@ -174,17 +191,25 @@ class Gemma4Model final : public Model {
       b.scale(ple, static_cast<float>(1.0 / std::sqrt(2.0)));
     }
 
-    Tensor x = scratch_.alloc(DType::f32, {T, H});
-    Tensor tmp = scratch_.alloc(DType::f32, {T, H});
+    Tensor x = arena.alloc(DType::f32, {T, H});
+    Tensor tmp = arena.alloc(DType::f32, {T, H});
+    // K/V that a later layer reads (KV sharing) outlive their layer: allocate them up front.
     std::vector<Tensor> fresh_k(L), fresh_v(L);
+    for (int64_t l = 0; l < L; ++l)
+      if (writes_deferred_[l]) {
+        fresh_k[l] = arena.alloc(DType::f32, {T, c_.layers[l].n_kv_heads, c_.layers[l].head_dim});
+        fresh_v[l] = arena.alloc(DType::f32, {T, c_.layers[l].n_kv_heads, c_.layers[l].head_dim});
+      }
+    const size_t layer_mark = arena.mark();
     for (int64_t l = 0; l < L; ++l) {
       const Gemma4LayerConfig& lc = c_.layers[l];
       const Gemma4Layer& layer = layers_[l];
       const int64_t D = lc.head_dim, nKV = lc.n_kv_heads;
+      arena.rewind(layer_mark);  // this layer's temporaries reuse the previous layer's bytes
 
       // ---- attention ----
       b.rms_norm(x, h, &layer.input_norm, NormGain::weight, c_.rms_norm_eps);
-      Tensor q = scratch_.alloc(DType::f32, {T, nH, D});
+      Tensor q = arena.alloc(DType::f32, {T, nH, D});
       b.matmul(q.reshape({T, nH * D}), x, layer.q_proj);
       b.rms_norm(q, q, &layer.q_norm, NormGain::weight, c_.rms_norm_eps);
       b.rope(q, positions, layer.inv_freq);
@@ -193,8 +218,8 @@ class Gemma4Model final : public Model {
       if (lc.kv_source_layer >= 0) {
         kv_layer = lc.kv_source_layer;  // attend over the source layer's keys and values
       } else {
-        Tensor k = scratch_.alloc(DType::f32, {T, nKV, D});
-        Tensor v = scratch_.alloc(DType::f32, {T, nKV, D});
+        Tensor k = writes_deferred_[l] ? fresh_k[l] : arena.alloc(DType::f32, {T, nKV, D});
+        Tensor v = writes_deferred_[l] ? fresh_v[l] : arena.alloc(DType::f32, {T, nKV, D});
         b.matmul(k.reshape({T, nKV * D}), x, layer.k_proj);
         // With attention_k_eq_v, V is the raw K projection (before k_norm and RoPE).
         b.matmul(v.reshape({T, nKV * D}), x, lc.value_from_key ? layer.k_proj : layer.v_proj);
@@ -210,7 +235,7 @@ class Gemma4Model final : public Model {
       params.head_dim = static_cast<int>(D);
       params.scale = 1.0f;  // Gemma 4: q/k norms replace 1/sqrt(D)
       params.window = lc.type == AttentionType::sliding ? c_.sliding_window : 0;
-      Tensor attn = scratch_.alloc(DType::f32, {T, nH, D});
+      Tensor attn = arena.alloc(DType::f32, {T, nH, D});
       b.attention(attn, q, fresh_k[kv_layer], fresh_v[kv_layer], seq.kv[kv_layer], positions, params);
       if (lc.kv_source_layer < 0 && !writes_deferred_[l]) b.kv_write(seq.kv[l], fresh_k[l], fresh_v[l], positions);
       b.matmul(tmp, attn.reshape({T, nH * D}), layer.o_proj);
@@ -220,12 +245,12 @@ class Gemma4Model final : public Model {
       // ---- feed-forward: dense MLP, plus the expert block on MoE models ----
       const int64_t I = lc.intermediate_size;
       b.rms_norm(x, h, &layer.pre_feedforward_norm, NormGain::weight, c_.rms_norm_eps);
-      Tensor gate = scratch_.alloc(DType::f32, {T, I});
-      Tensor up = scratch_.alloc(DType::f32, {T, I});
+      Tensor gate = arena.alloc(DType::f32, {T, I});
+      Tensor up = arena.alloc(DType::f32, {T, I});
       b.matmul(gate, x, layer.gate_proj);
       b.matmul(up, x, layer.up_proj);
       b.gated_activation(gate, gate, up, Activation::gelu_tanh);
-      Tensor mlp = scratch_.alloc(DType::f32, {T, H});
+      Tensor mlp = arena.alloc(DType::f32, {T, H});
       b.matmul(mlp, gate, layer.down_proj);
       if (c_.enable_moe_block) {
         const int64_t E = c_.num_experts, K = c_.top_k_experts;
@@ -233,10 +258,10 @@ class Gemma4Model final : public Model {
         // Router on the residual h (not the pre-FFN-normed x): rms(h) * scale / sqrt(H).
         b.rms_norm(x, h, &layer.router_scale, NormGain::weight, c_.rms_norm_eps);
         b.scale(x, static_cast<float>(1.0 / std::sqrt(static_cast<double>(H))));
-        Tensor router_logits = scratch_.alloc(DType::f32, {T, E});
+        Tensor router_logits = arena.alloc(DType::f32, {T, E});
         b.matmul(router_logits, x, layer.router_proj);
-        Tensor expert_weights = scratch_.alloc(DType::f32, {T, K});
-        Tensor expert_ids = scratch_.alloc(DType::i32, {T, K});
+        Tensor expert_weights = arena.alloc(DType::f32, {T, K});
+        Tensor expert_ids = arena.alloc(DType::i32, {T, K});
         b.moe_route(expert_weights, expert_ids, router_logits, &layer.per_expert_scale);
         b.rms_norm(x, h, &layer.pre_feedforward_norm_2, NormGain::weight, c_.rms_norm_eps);
         b.moe_experts(tmp, x, layer.experts_gate_up, layer.experts_down, expert_ids, expert_weights,
@@ -249,7 +274,7 @@ class Gemma4Model final : public Model {
 
       // ---- per-layer embedding input (E2B/E4B) ----
       if (P > 0) {
-        Tensor g = scratch_.alloc(DType::f32, {T, P});
+        Tensor g = arena.alloc(DType::f32, {T, P});
         b.matmul(g, h, layer.per_layer_input_gate);
         b.gated_activation(g, g, ple.narrow(1, l * P, P), Activation::gelu_tanh);
         b.matmul(tmp, g, layer.per_layer_projection);
@@ -264,15 +289,37 @@ class Gemma4Model final : public Model {
     // ---- output: final norm, tied head, soft-cap ----
     const int64_t n_out = mode == LogitsMode::all ? T : 1;
     Tensor last = h.slice(T - n_out, T);
-    Tensor normed = scratch_.alloc(DType::f32, {n_out, H});
+    Tensor normed = arena.alloc(DType::f32, {n_out, H});
     b.rms_norm(normed, last, &final_norm_, NormGain::weight, c_.rms_norm_eps);
-    Tensor logits = scratch_.alloc(DType::f32, {n_out, c_.vocab_size});
+    Tensor logits = arena.alloc(DType::f32, {n_out, c_.vocab_size});
     b.matmul(logits, normed, lm_head_);
     if (c_.final_logit_softcapping) b.softcap(logits, *c_.final_logit_softcapping);
-    std::vector<float> out(static_cast<size_t>(n_out * c_.vocab_size));
-    b.copy_to_host(out.data(), logits);
-    seq.n_past += T;
-    return out;
+    return logits;
+  }
+
+  DecodeTraffic decode_traffic(int64_t context, DType kv_dtype) const override {
+    DecodeTraffic traffic;
+    auto bytes = [](const Tensor& t) { return t.data ? static_cast<double>(t.nbytes()) : 0.0; };
+    traffic.weight_bytes += bytes(final_norm_) + bytes(lm_head_) + static_cast<double>(embed_tokens_.row_bytes());
+    if (embed_tokens_per_layer_.data)
+      traffic.weight_bytes += static_cast<double>(embed_tokens_per_layer_.row_bytes()) + bytes(per_layer_model_projection_) +
+                              bytes(per_layer_projection_norm_);
+    const double expert_share = c_.enable_moe_block ? static_cast<double>(c_.top_k_experts) / c_.num_experts : 0.0;
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Gemma4Layer& w = layers_[l];
+      for (const Tensor* t : {&w.input_norm, &w.post_attention_norm, &w.pre_feedforward_norm, &w.post_feedforward_norm,
+                              &w.layer_scalar, &w.q_proj, &w.q_norm, &w.k_proj, &w.k_norm, &w.v_proj, &w.o_proj,
+                              &w.gate_proj, &w.up_proj, &w.down_proj, &w.router_proj, &w.router_scale,
+                              &w.per_expert_scale, &w.pre_feedforward_norm_2, &w.post_feedforward_norm_1,
+                              &w.post_feedforward_norm_2, &w.per_layer_input_gate, &w.per_layer_projection,
+                              &w.post_per_layer_input_norm})
+        traffic.weight_bytes += bytes(*t);
+      traffic.weight_bytes += expert_share * (bytes(w.experts_gate_up) + bytes(w.experts_down));
+      const Gemma4LayerConfig& lc = c_.layers[l];
+      const int64_t visible = lc.type == AttentionType::sliding ? std::min<int64_t>(context, c_.sliding_window) : context;
+      traffic.kv_bytes += 2.0 * static_cast<double>(visible) * lc.n_kv_heads * static_cast<double>(row_bytes(kv_dtype, lc.head_dim));
+    }
+    return traffic;
   }
 
  private:
@@ -321,7 +368,150 @@ class Gemma4Model final : public Model {
   std::vector<std::unique_ptr<DeviceBuffer>> inv_freq_storage_;
 };
 
+// Decode one token per step through a captured graph: step 1 runs eagerly (sizing the scratch
+// and the backend's workspace), step 2 captures the forward and replays it, later steps only
+// write the token id and position into device memory and replay.
+class Gemma4DecodeGraph final : public DecodeGraph {
+ public:
+  Gemma4DecodeGraph(Gemma4Model& model, Backend& backend, Sequence& seq)
+      : model_(model), backend_(backend), seq_(seq), arena_(backend) {
+    inputs_ = backend.allocate(256);
+    id_ = make_tensor(inputs_->data(), DType::i32, {1}, backend.device());
+    position_ = make_tensor(static_cast<char*>(inputs_->data()) + 128, DType::i32, {1}, backend.device());
+  }
+
+  std::vector<float> step(int32_t token) override {
+    model_.check_step(seq_, std::span<const int32_t>(&token, 1));
+    const int32_t position = static_cast<int32_t>(seq_.n_past);
+    backend_.copy_to_device(id_, &token);
+    backend_.copy_to_device(position_, &position);
+    if (graph_) {
+      graph_->replay();
+    } else if (steps_ == 0) {
+      arena_.reset();
+      logits_ = model_.run(arena_, seq_, id_, position_, LogitsMode::last);
+    } else {
+      arena_.reset();  // outside the capture: it may reallocate once after step 1
+      graph_ = backend_.capture([&] { logits_ = model_.run(arena_, seq_, id_, position_, LogitsMode::last); });
+      graph_->replay();
+    }
+    ++steps_;
+    std::vector<float> out(static_cast<size_t>(logits_.numel()));
+    backend_.copy_to_host(out.data(), logits_);
+    seq_.n_past += 1;
+    return out;
+  }
+
+  bool captured() const override { return graph_ != nullptr; }
+
+ private:
+  Gemma4Model& model_;
+  Backend& backend_;
+  Sequence& seq_;
+  ScratchArena arena_;
+  std::unique_ptr<DeviceBuffer> inputs_;
+  Tensor id_, position_, logits_;
+  std::unique_ptr<CapturedSteps> graph_;
+  int64_t steps_ = 0;
+};
+
+std::unique_ptr<DecodeGraph> Gemma4Model::make_decode_graph(Sequence& seq) {
+  return std::make_unique<Gemma4DecodeGraph>(*this, backend_, seq);
+}
+
 }  // namespace
+
+std::vector<WeightSpec> gemma4_weight_specs(const Gemma4Config& c) {
+  std::vector<WeightSpec> specs;
+  auto add = [&](std::string name, std::vector<int64_t> shape, WeightKind kind) {
+    specs.push_back({std::move(name), std::move(shape), kind});
+  };
+  const int64_t H = c.hidden_size, L = c.num_layers, V = c.vocab_size, P = c.hidden_size_per_layer_input;
+  add("embed_tokens.weight", {V, H}, WeightKind::embedding);
+  add("norm.weight", {H}, WeightKind::vector);
+  if (P > 0) {
+    add("embed_tokens_per_layer.weight", {c.vocab_size_per_layer_input, L * P}, WeightKind::embedding);
+    add("per_layer_model_projection.weight", {L * P, H}, WeightKind::matrix);
+    add("per_layer_projection_norm.weight", {P}, WeightKind::vector);
+  }
+  for (int64_t l = 0; l < L; ++l) {
+    const Gemma4LayerConfig& lc = c.layers[l];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    const int64_t D = lc.head_dim, nH = c.num_heads, nKV = lc.n_kv_heads, I = lc.intermediate_size;
+    for (const char* norm : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                             "post_feedforward_layernorm"})
+      add(p + norm + ".weight", {H}, WeightKind::vector);
+    add(p + "layer_scalar", {1}, WeightKind::vector);
+    add(p + "self_attn.q_proj.weight", {nH * D, H}, WeightKind::matrix);
+    add(p + "self_attn.q_norm.weight", {D}, WeightKind::vector);
+    add(p + "self_attn.o_proj.weight", {H, nH * D}, WeightKind::matrix);
+    if (lc.kv_source_layer < 0) {
+      add(p + "self_attn.k_proj.weight", {nKV * D, H}, WeightKind::matrix);
+      add(p + "self_attn.k_norm.weight", {D}, WeightKind::vector);
+      if (!lc.value_from_key) add(p + "self_attn.v_proj.weight", {nKV * D, H}, WeightKind::matrix);
+    }
+    add(p + "mlp.gate_proj.weight", {I, H}, WeightKind::matrix);
+    add(p + "mlp.up_proj.weight", {I, H}, WeightKind::matrix);
+    add(p + "mlp.down_proj.weight", {H, I}, WeightKind::matrix);
+    if (c.enable_moe_block) {
+      const int64_t E = c.num_experts, Ie = c.moe_intermediate_size;
+      add(p + "router.proj.weight", {E, H}, WeightKind::matrix);
+      add(p + "router.scale", {H}, WeightKind::vector);
+      add(p + "router.per_expert_scale", {E}, WeightKind::vector);
+      add(p + "experts.gate_up_proj", {E, 2 * Ie, H}, WeightKind::experts);
+      add(p + "experts.down_proj", {E, H, Ie}, WeightKind::experts);
+      for (const char* norm : {"pre_feedforward_layernorm_2", "post_feedforward_layernorm_1",
+                               "post_feedforward_layernorm_2"})
+        add(p + norm + ".weight", {H}, WeightKind::vector);
+    }
+    if (P > 0) {
+      add(p + "per_layer_input_gate.weight", {P, H}, WeightKind::matrix);
+      add(p + "per_layer_projection.weight", {H, P}, WeightKind::matrix);
+      add(p + "post_per_layer_input_norm.weight", {H}, WeightKind::vector);
+    }
+  }
+  if (!c.tie_word_embeddings) add("lm_head.weight", {V, H}, WeightKind::embedding);
+  return specs;
+}
+
+MemoryPlan gemma4_memory_plan(const ModelSource& source, const LoadOptions& o) {
+  const Gemma4Config& c = std::get<Gemma4Config>(source.config().arch);
+  MemoryPlan plan;
+  const std::string prefix = source.find("model.language_model.embed_tokens.weight") ? "model.language_model."
+                             : source.find("model.embed_tokens.weight")              ? "model."
+                                                                                    : "";
+  for (const WeightSpec& spec : gemma4_weight_specs(c)) {
+    auto t = source.find(spec.name == "lm_head.weight" ? spec.name : prefix + spec.name);
+    if (t) plan.weights += static_cast<double>(t->nbytes());
+  }
+  const double T = static_cast<double>(o.max_tokens), H = c.hidden_size, L = c.num_layers,
+               P = c.hidden_size_per_layer_input, nH = c.num_heads;
+  double per_layer_max = 0, deferred = 0, workspace = 0;
+  std::vector<bool> is_source(c.num_layers, false);
+  for (const auto& lc : c.layers)
+    if (lc.kv_source_layer >= 0) is_source[lc.kv_source_layer] = true;
+  for (int l = 0; l < c.num_layers; ++l) {
+    const Gemma4LayerConfig& lc = c.layers[l];
+    const double D = lc.head_dim, nKV = lc.n_kv_heads, I = lc.intermediate_size;
+    if (lc.kv_source_layer < 0) {
+      const double rows = lc.type == AttentionType::sliding ? std::min<double>(c.sliding_window, o.max_seq) : o.max_seq;
+      plan.kv += 2.0 * rows * nKV * static_cast<double>(row_bytes(o.kv_dtype, lc.head_dim));
+    }
+    const double kv_fresh = 2.0 * T * nKV * D * 4;
+    if (is_source[l]) deferred += kv_fresh;
+    double layer = 2.0 * T * nH * D * 4 + kv_fresh + 2.0 * T * I * 4 + T * H * 4 + T * P * 4;
+    if (c.enable_moe_block) layer += T * c.num_experts * 4 + T * c.top_k_experts * 8;
+    per_layer_max = std::max(per_layer_max, layer);
+    // backend workspace: attention partials (up to 64 splits) and expert intermediates
+    workspace = std::max(workspace, T * nH * 64 * (D + 2) * 4);
+    if (c.enable_moe_block)
+      workspace = std::max(workspace, T * c.top_k_experts * (3.0 * c.moe_intermediate_size + H) * 4);
+  }
+  const double n_out = o.logits == LogitsMode::all ? T : 1;
+  plan.scratch = 3 * T * H * 4 + 2 * T * L * P * 4 + deferred + per_layer_max + n_out * (H + c.vocab_size) * 4 + workspace;
+  plan.scratch *= 1.05;  // allocation alignment and small buffers
+  return plan;
+}
 
 std::unique_ptr<Model> make_gemma4_model(const ModelSource& source, Backend& backend) {
   return std::make_unique<Gemma4Model>(source, backend);

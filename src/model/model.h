@@ -33,6 +33,25 @@ class Sequence {
 
 enum class LogitsMode { last, all };
 
+// Bytes one decode step must move through memory at a given context: every weight read once
+// (the experts a token actually uses, one row of embedding tables), plus the KV rows attention
+// reads. Over the memory bandwidth this is the roofline `bench` compares against.
+struct DecodeTraffic {
+  double weight_bytes = 0;
+  double kv_bytes = 0;
+};
+
+// One decode token per step, replayed from a captured device graph after the first steps (see
+// DESIGN §3): the step's kernels are recorded once and relaunched with one call, reading the
+// token id and position from device memory. Results are byte-identical to Model::forward.
+class DecodeGraph {
+ public:
+  virtual ~DecodeGraph() = default;
+  // Appends `token` to the sequence; returns the logits [vocab] that follow it.
+  virtual std::vector<float> step(int32_t token) = 0;
+  virtual bool captured() const = 0;  // true once steps replay a graph
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -42,12 +61,35 @@ class Model {
   // Appends `ids` to `seq` and returns their logits on the host: [1, vocab] for LogitsMode::last,
   // [ids.size(), vocab] for LogitsMode::all, row-major.
   virtual std::vector<float> forward(Sequence& seq, std::span<const int32_t> ids, LogitsMode mode) = 0;
+  virtual DecodeTraffic decode_traffic(int64_t context, DType kv_dtype) const = 0;
+  // A graph-replayed decode loop over `seq` (which must outlive it). Use either this or forward
+  // for a sequence at a time, not both interleaved.
+  virtual std::unique_ptr<DecodeGraph> make_decode_graph(Sequence& seq) = 0;
 };
 
-struct LoadOptions {};
+// What the caller will ask of the model, so that load_model can check up front that weights, KV
+// cache and scratch fit in the device's memory.
+struct LoadOptions {
+  int64_t max_seq = 4096;        // context of one sequence
+  DType kv_dtype = DType::f32;   // KV cache element type
+  int64_t max_tokens = 512;      // most tokens one forward call will process (prefill chunk)
+  LogitsMode logits = LogitsMode::last;
+};
 
-// Builds the model the source's config names; throws fl::Error for unknown architectures and for
-// missing or misshapen tensors (naming the tensor).
+// Device bytes a model needs (DESIGN §5: computed before loading, refused with the numbers).
+struct MemoryPlan {
+  double weights = 0;
+  double kv = 0;
+  double scratch = 0;
+  double total() const { return weights + kv + scratch; }
+};
+
+// The memory plan of the source's architecture for these options.
+MemoryPlan plan_model_memory(const ModelSource& source, const LoadOptions& options);
+
+// Builds the model the source's config names; throws fl::Error for unknown architectures, for
+// missing or misshapen tensors (naming the tensor), and, before uploading anything, when the
+// memory plan exceeds the backend's free memory (with the numbers and what to reduce).
 std::unique_ptr<Model> load_model(const ModelSource& source, Backend& backend, const LoadOptions& options = {});
 
 }  // namespace fl

@@ -8,15 +8,43 @@
 
 namespace fl {
 
-std::unique_ptr<Model> load_model(const ModelSource& source, Backend& backend, const LoadOptions&) {
-  using Factory = std::function<std::unique_ptr<Model>(const ModelSource&, Backend&)>;
-  static const std::map<std::string, Factory> kArchitectures = {
-      {"gemma4", make_gemma4_model},
+namespace {
+
+struct Architecture {
+  std::function<std::unique_ptr<Model>(const ModelSource&, Backend&)> make;
+  std::function<MemoryPlan(const ModelSource&, const LoadOptions&)> plan_memory;
+};
+
+const Architecture& architecture_of(const ModelSource& source) {
+  static const std::map<std::string, Architecture> kArchitectures = {
+      {"gemma4", {make_gemma4_model, gemma4_memory_plan}},
   };
   const std::string& arch = source.config().architecture;
   auto it = kArchitectures.find(arch);
   if (it == kArchitectures.end()) fail("{}: no model code for architecture '{}'", source.path(), arch);
-  return it->second(source, backend);
+  return it->second;
+}
+
+double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
+
+}  // namespace
+
+MemoryPlan plan_model_memory(const ModelSource& source, const LoadOptions& options) {
+  return architecture_of(source).plan_memory(source, options);
+}
+
+std::unique_ptr<Model> load_model(const ModelSource& source, Backend& backend, const LoadOptions& options) {
+  const Architecture& arch = architecture_of(source);
+  if (auto free_bytes = backend.free_memory()) {
+    const MemoryPlan plan = arch.plan_memory(source, options);
+    if (plan.total() > static_cast<double>(*free_bytes))
+      fail("{} does not fit: it needs {:.2f} GiB (weights {:.2f} + KV cache {:.2f} at {} tokens in {} + scratch {:.2f} "
+           "for {}-token steps) but the {} device has {:.2f} GiB free; reduce --max-seq, use --kv q8, or a smaller "
+           "weight format",
+           source.path(), gib(plan.total()), gib(plan.weights), gib(plan.kv), options.max_seq,
+           dtype_name(options.kv_dtype), gib(plan.scratch), options.max_tokens, backend.name(), gib(*free_bytes));
+  }
+  return arch.make(source, backend);
 }
 
 }  // namespace fl

@@ -27,6 +27,11 @@ Tensor ScratchArena::alloc(DType dtype, std::initializer_list<int64_t> shape) {
   return make_tensor(data, dtype, shape, backend_.device());
 }
 
+void ScratchArena::rewind(size_t mark) {
+  // Spilled blocks stay alive until reset(): tensors in them may still be read by queued kernels.
+  if (mark <= used_) used_ = mark;
+}
+
 size_t ScratchArena::capacity() const { return main_ ? main_->size() : 0; }
 
 }  // namespace fl

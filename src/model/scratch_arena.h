@@ -18,6 +18,10 @@ class ScratchArena {
 
   void reset();
   Tensor alloc(DType dtype, std::initializer_list<int64_t> shape);
+  // Everything allocated after mark() is released by rewind(mark): per-layer temporaries reuse
+  // the same bytes layer after layer, so scratch grows with the token count, not the depth.
+  size_t mark() const { return used_; }
+  void rewind(size_t mark);
   size_t capacity() const;
 
  private:

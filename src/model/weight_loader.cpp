@@ -1,7 +1,6 @@
 #include "model/weight_loader.h"
 
 #include "core/error.h"
-#include "quant/quant.h"
 
 namespace fl {
 
@@ -26,7 +25,7 @@ Tensor WeightLoader::check_and_upload(const std::string& full_name, const Tensor
     for (int64_t d : shape) want += (want.empty() ? "" : ", ") + std::to_string(d);
     fail("{}: tensor '{}' is {} but the config implies [{}]", source_.path(), full_name, t.describe(), want);
   }
-  if (!has_quant_format(t.dtype))
+  if (!is_weight_type(t.dtype))
     fail("{}: tensor '{}' has type {}, which cannot be used as a weight", source_.path(), full_name, dtype_name(t.dtype));
   return backend_.upload_weight(t);
 }

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -54,6 +55,10 @@ std::string safetensors_bytes(const std::vector<StTensor>& tensors, nlohmann::js
   return safetensors_from_header(header, data);
 }
 
-std::string fixtures_dir() { return FIRELINE_FIXTURES_DIR; }
+// The environment may point elsewhere: the GPU machine runs binaries built here from another path.
+std::string fixtures_dir() {
+  const char* env = std::getenv("FIRELINE_FIXTURES_DIR");
+  return env && *env ? env : FIRELINE_FIXTURES_DIR;
+}
 
 }  // namespace fl::test

@@ -1,7 +1,9 @@
 // The CPU oracle: every op as plain loops with f32 accumulation, written to mirror the
 // transformers code it replaces, line by line where the order of operations matters for
 // rounding. Threads split independent output rows only, so results do not depend on the thread
-// count. Other backends are tested against this file.
+// count. Other backends are tested against this file. The one exception to "plain loops" is
+// matmul, which runs cpu_matmul's fastest available path (AVX2 where the CPU has it); that path
+// is held to cpu_matmul's plain reference loop by tests/quant.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_matmul.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "quant/quant.h"
@@ -96,10 +99,21 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::cpu; }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override { return std::make_unique<CpuBuffer>(bytes); }
+  std::optional<size_t> free_memory() const override { return std::nullopt; }
   Tensor upload_weight(const Tensor& host) override { return host; }
   void copy_to_device(Tensor dst, const void* src) override { std::memcpy(dst.data, src, dst.nbytes()); }
   void copy_to_host(void* dst, const Tensor& src) override { std::memcpy(dst, src.data, src.nbytes()); }
   void synchronize() override {}
+
+  std::unique_ptr<CapturedSteps> capture(const std::function<void()>& body) override {
+    struct Rerun final : CapturedSteps {
+      std::function<void()> body;
+      void replay() override { body(); }
+    };
+    auto steps = std::make_unique<Rerun>();
+    steps->body = body;
+    return steps;
+  }
 
   void embed(Tensor out, const Tensor& table, const Tensor& ids, float scale) override {
     Rows o = f32_rows(out, "embed");
@@ -145,20 +159,20 @@ class CpuBackend final : public Backend {
     Rows w = as_rows(weight, "matmul");
     if (in.cols != w.cols || o.cols != w.rows || o.rows != in.rows)
       fail("matmul: cannot multiply x {} by weight {} into {}", x.describe(), weight.describe(), out.describe());
-    const QuantFormat& f = quant_format(weight.dtype);
-    const int64_t T = in.rows, K = in.cols;
-    ThreadPool::global().parallel_for(w.rows, [&](int64_t begin, int64_t end) {
-      std::vector<float> row(static_cast<size_t>(K));
-      for (int64_t m = begin; m < end; ++m) {
-        f.dequantize_row(w.row<void>(m), row.data(), K);
-        for (int64_t t = 0; t < T; ++t) {
-          const float* xr = in.row(t);
-          float sum = 0.0f;
-          for (int64_t k = 0; k < K; ++k) sum += row[k] * xr[k];
-          o.row(t)[m] = sum;
-        }
-      }
-    });
+    // Packed rows are consumed directly, one group at a time (cpu_matmul.h); its reference
+    // path is the plain dequantize-row-then-dot loop, and tests hold the fast paths to it.
+    MatmulOperands op;
+    op.w_type = weight.dtype;
+    op.w = w.base;
+    op.w_stride = w.stride;
+    op.M = w.rows;
+    op.K = in.cols;
+    op.x = in.row(0);
+    op.x_stride = in.stride;
+    op.T = in.rows;
+    op.out = o.row(0);
+    op.out_stride = o.stride;
+    matmul_rows(op);
   }
 
   void rope(Tensor x, const Tensor& positions, const Tensor& inv_freq) override {
@@ -300,6 +314,8 @@ class CpuBackend final : public Backend {
     const QuantFormat& vf = quant_format(cache.v.dtype);
     const int32_t* pos = positions.ptr<int32_t>();
     const int64_t n_rows = cache.n_rows();
+    for (int64_t t = 1; t < T; ++t)
+      if (pos[t] != pos[0] + t) fail("kv_write: positions must be consecutive");
     for (int64_t t = 0; t < T; ++t) {
       const int64_t row = pos[t] % n_rows;
       for (int64_t h = 0; h < n_kv; ++h) {
@@ -370,6 +386,15 @@ class CpuBackend final : public Backend {
         float* dst = o.row(t);
         for (int64_t i = 0; i < H; ++i) dst[i] += y[i] * weight;
       }
+    }
+  }
+
+  void argmax(Tensor out_ids, const Tensor& logits) override {
+    Rows l = f32_rows(logits, "argmax");
+    if (out_ids.dtype != DType::i32 || out_ids.numel() != l.rows) fail("argmax: out_ids must be i32[{}]", l.rows);
+    for (int64_t r = 0; r < l.rows; ++r) {
+      const float* row = l.row(r);
+      out_ids.ptr<int32_t>()[r] = static_cast<int32_t>(std::max_element(row, row + l.cols) - row);
     }
   }
 };

@@ -1,13 +1,12 @@
 // `fireline template` end to end: the prompt is printed byte for byte (no newline added), the
 // three kinds of TEMPLATE_OR_MODEL are found, special tokens come from tokenizer_config.json,
 // flags reach the template, and template errors exit non-zero with the template's message.
-#include <sys/wait.h>
-
-#include <cstdio>
+#include <filesystem>
 #include <string>
 
 #include <gtest/gtest.h>
 
+#include "util/run_command.h"
 #include "util/test_util.h"
 
 namespace {
@@ -16,20 +15,12 @@ const std::string kTemplates = std::string(FIRELINE_SHARED_DIR) + "/data/templat
 
 struct Result {
   int status;
-  std::string out;
+  std::string out;  // stdout, then stderr
 };
 
 Result run(const std::string& args) {
-  std::string cmd = std::string(FIRELINE_BIN) + " template " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  Result r{-1, {}};
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int rc = pclose(p);
-  r.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  return r;
+  auto r = fl::test::run_command(fl::test::shell_quote(fl::test::fireline_binary()) + " template " + args);
+  return {r.exit_code, r.out + r.err};
 }
 
 class TemplateCli : public ::testing::Test {

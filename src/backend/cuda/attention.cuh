@@ -1,0 +1,38 @@
+#pragma once
+// Attention over fresh K/V plus the KV cache, and the KV write (attention.cu).
+// Launchers take raw device pointers, sizes, element strides and a stream, and return the
+// launch's cudaError_t; cuda_backend.cpp checks it and names the op. No fmt or other heavy host
+// headers: nvcc compiles this file.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace fl::cuda {
+
+struct AttentionArgs {
+  float* out = nullptr;  // [T, n_heads, D]
+  const float* q = nullptr;
+  const float* k_new = nullptr;  // [T, n_kv_heads, D]
+  const float* v_new = nullptr;
+  const uint8_t* k_cache = nullptr;  // [cache_rows, n_kv_heads] rows of cache_row_bytes
+  const uint8_t* v_cache = nullptr;
+  DType cache_type = DType::f32;
+  int64_t cache_rows = 0;
+  int64_t cache_row_bytes = 0;
+  const int32_t* positions = nullptr;  // [T], consecutive
+  int n_tokens = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;
+  int window = 0;
+  int n_splits = 1;          // blocks along the context per (token, head)
+  float* partial = nullptr;  // [T, n_heads, n_splits, head_dim + 2] when n_splits > 1
+};
+cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream);
+// Writes k, v ([T, n_kv, D] f32) into cache rows positions[t] % cache_rows, converting to the
+// cache's type (f32, bf16 or q8_0).
+cudaError_t launch_kv_write(uint8_t* k_cache, uint8_t* v_cache, DType cache_type, int64_t cache_rows,
+                            int64_t cache_row_bytes, const float* k, const float* v, const int32_t* positions,
+                            int64_t n_tokens, int64_t n_kv_heads, int64_t head_dim, cudaStream_t stream);
+
+}  // namespace fl::cuda

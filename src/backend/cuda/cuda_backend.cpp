@@ -1,0 +1,441 @@
+// The CUDA backend: Backend ops on device memory. This file is the one dispatch point from the
+// typed op entries to the kernel launchers (kernels.cuh); it checks shapes on the host, passes raw
+// pointers and element strides, and turns every CUDA error into an fl::Error naming the op.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/matmul.cuh"
+#include "backend/cuda/moe.cuh"
+#include "backend/cuda/norm.cuh"
+#include "core/error.h"
+#include "core/log.h"
+
+namespace fl {
+namespace {
+
+void check(cudaError_t err, const char* op) {
+  if (err != cudaSuccess) fail("CUDA {} failed: {} ({})", op, cudaGetErrorString(err), cudaGetErrorName(err));
+}
+
+// NOTE: every memory operation goes through the backend's stream. The stream is non-blocking,
+// so a cudaMemset or cudaMemcpy on the legacy default stream is not ordered with its kernels: a
+// zero-fill of a new KV cache could land after the first kv_write (seen as intermittent golden
+// failures on the H200).
+class CudaBuffer final : public DeviceBuffer {
+ public:
+  CudaBuffer(size_t bytes, cudaStream_t stream) : size_(bytes) {
+    cudaError_t err = cudaMalloc(&data_, bytes == 0 ? 256 : bytes);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      size_t free_bytes = 0, total = 0;
+      cudaMemGetInfo(&free_bytes, &total);
+      fail("out of GPU memory allocating {:.1f} MiB ({:.1f} MiB free of {:.1f} MiB)", bytes / 1048576.0,
+           free_bytes / 1048576.0, total / 1048576.0);
+    }
+    check(cudaMemsetAsync(data_, 0, bytes == 0 ? 256 : bytes, stream), "memset");
+  }
+  ~CudaBuffer() override { cudaFree(data_); }
+  void* data() const override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t size_;
+};
+
+class CudaGraph final : public CapturedSteps {
+ public:
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
+  void replay() override { check(cudaGraphLaunch(exec_, stream_), "graph replay"); }
+
+ private:
+  cudaGraphExec_t exec_;
+  cudaStream_t stream_;
+};
+
+// f32 activation rows: pointer, row count, column count, row stride in elements.
+struct F32Rows {
+  float* data;
+  int64_t rows, cols, stride;
+};
+
+F32Rows f32_rows(const Tensor& t, const char* op) {
+  if (t.device != Device::cuda) fail("{}: tensor {} is not in GPU memory", op, t.describe());
+  if (t.dtype != DType::f32) fail("{}: expected an f32 activation, got {}", op, t.describe());
+  F32Rows r{static_cast<float*>(t.data), t.rows(), t.cols(), t.cols()};
+  if (t.ndim >= 2) {
+    if (t.stride[t.ndim - 1] != 4) fail("{}: innermost dimension of {} is not contiguous", op, t.describe());
+    r.stride = t.stride[t.ndim - 2] / 4;
+    for (int i = t.ndim - 3; i >= 0; --i)
+      if (t.shape[i] > 1 && t.stride[i] != t.stride[i + 1] * t.shape[i + 1])
+        fail("{}: the leading dimensions of {} cannot be folded into rows", op, t.describe());
+  }
+  return r;
+}
+
+void require_device(const Tensor& t, const char* op) {
+  if (t.device != Device::cuda) fail("{}: tensor {} is not in GPU memory", op, t.describe());
+}
+
+void same_shape(const F32Rows& a, const F32Rows& b, const char* op) {
+  if (a.rows != b.rows || a.cols != b.cols) fail("{}: shape mismatch ({} x {} vs {} x {})", op, a.rows, a.cols, b.rows, b.cols);
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device_index) : device_(device_index) {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+      cudaGetLastError();
+      fail("no CUDA device found (use --backend cpu)");
+    }
+    if (device_index < 0 || device_index >= count) fail("CUDA device {} does not exist ({} found)", device_index, count);
+    check(cudaSetDevice(device_index), "set device");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream create");
+    cudaDeviceProp prop{};
+    check(cudaGetDeviceProperties(&prop, device_index), "device properties");
+    name_ = prop.name;
+    sm_count_ = prop.multiProcessorCount;
+    check(cudaMalloc(&error_flag_, sizeof(int32_t)), "malloc");
+    check(cudaMemsetAsync(error_flag_, 0, sizeof(int32_t), stream_), "memset");
+    check(cudaStreamSynchronize(stream_), "memset");
+    log_debug("CUDA device {}: {} ({} SMs, sm_{}{})", device_index, name_, sm_count_, prop.major, prop.minor);
+  }
+  ~CudaBackend() override {
+    cudaStreamSynchronize(stream_);
+    cudaFree(error_flag_);
+    cudaStreamDestroy(stream_);
+  }
+
+  std::string_view name() const override { return "cuda"; }
+  Device device() const override { return Device::cuda; }
+  cudaStream_t stream() const { return stream_; }
+
+  std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override { return std::make_unique<CudaBuffer>(bytes, stream_); }
+  std::optional<size_t> free_memory() const override {
+    size_t free_bytes = 0, total = 0;
+    check(cudaMemGetInfo(&free_bytes, &total), "memory info");
+    return free_bytes;
+  }
+
+  Tensor upload_weight(const Tensor& host) override {
+    if (host.device != Device::cpu || !host.is_contiguous()) fail("upload_weight: {} is not a contiguous host tensor", host.describe());
+    const size_t bytes = static_cast<size_t>(host.nbytes());
+    std::lock_guard lock(weights_mutex_);
+    // Weights go into large chunks (one arena per model) rather than one cudaMalloc each.
+    constexpr size_t kChunk = size_t{256} << 20, kAlign = 256;
+    if (weight_chunks_.empty() || weight_used_ + bytes > weight_chunks_.back()->size()) {
+      weight_chunks_.push_back(std::make_unique<CudaBuffer>(std::max(kChunk, bytes), stream_));
+      weight_used_ = 0;
+    }
+    char* dst = static_cast<char*>(weight_chunks_.back()->data()) + weight_used_;
+    weight_used_ += (bytes + kAlign - 1) / kAlign * kAlign;
+    weight_bytes_ += bytes;
+    check(cudaMemcpyAsync(dst, host.data, bytes, cudaMemcpyHostToDevice, stream_), "weight upload");
+    check(cudaStreamSynchronize(stream_), "weight upload");
+    Tensor out = host;
+    out.data = dst;
+    out.device = Device::cuda;
+    return out;
+  }
+
+  void copy_to_device(Tensor dst, const void* src) override {
+    require_device(dst, "copy_to_device");
+    check(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "copy to device");
+    check(cudaStreamSynchronize(stream_), "copy to device");
+  }
+  void copy_to_host(void* dst, const Tensor& src) override {
+    require_device(src, "copy_to_host");
+    check(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_), "copy to host");
+    synchronize();
+  }
+  void synchronize() override {
+    check(cudaStreamSynchronize(stream_), "synchronize");
+    int32_t flag = 0;
+    check(cudaMemcpyAsync(&flag, error_flag_, sizeof flag, cudaMemcpyDeviceToHost, stream_), "error flag");
+    check(cudaStreamSynchronize(stream_), "error flag");
+    if (flag) {
+      check(cudaMemsetAsync(error_flag_, 0, sizeof flag, stream_), "error flag");
+      fail("embed: a token id was outside the vocabulary");
+    }
+  }
+
+  std::unique_ptr<CapturedSteps> capture(const std::function<void()>& body) override {
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture");
+    cudaGraph_t graph = nullptr;
+    try {
+      body();
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);  // leave the stream usable, then report
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      throw;
+    }
+    check(cudaStreamEndCapture(stream_, &graph), "graph capture");
+    cudaGraphExec_t exec = nullptr;
+    cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(err, "graph instantiate");
+    return std::make_unique<CudaGraph>(exec, stream_);
+  }
+
+  void embed(Tensor out, const Tensor& table, const Tensor& ids, float scale) override {
+    F32Rows o = f32_rows(out, "embed");
+    require_device(table, "embed");
+    require_device(ids, "embed");
+    if (ids.dtype != DType::i32 || ids.numel() != o.rows) fail("embed: ids must be i32[{}]", o.rows);
+    if (table.cols() != o.cols) fail("embed: table width {} != output width {}", table.cols(), o.cols);
+    check(cuda::launch_embed(o.data, o.stride, table.data, table.dtype, table.row_bytes(), table.rows(),
+                             ids.ptr<int32_t>(), o.rows, o.cols, scale, error_flag_, stream_),
+          "embed");
+  }
+
+  void rms_norm(Tensor out, const Tensor& x, const Tensor* weight, NormGain gain, float eps) override {
+    F32Rows o = f32_rows(out, "rms_norm"), in = f32_rows(x, "rms_norm");
+    same_shape(o, in, "rms_norm");
+    if (gain != NormGain::none) {
+      if (!weight || weight->numel() != in.cols) fail("rms_norm: gain weight must have {} elements", in.cols);
+      require_device(*weight, "rms_norm");
+    }
+    check(cuda::launch_rms_norm(o.data, o.stride, in.data, in.stride, in.rows, in.cols, weight ? weight->data : nullptr,
+                                weight ? weight->dtype : DType::f32, static_cast<cuda::Gain>(gain), eps, stream_),
+          "rms_norm");
+  }
+
+  void matmul(Tensor out, const Tensor& x, const Tensor& weight) override {
+    F32Rows o = f32_rows(out, "matmul"), in = f32_rows(x, "matmul");
+    require_device(weight, "matmul");
+    if (weight.ndim != 2 || in.cols != weight.dim(1) || o.cols != weight.dim(0) || o.rows != in.rows)
+      fail("matmul: cannot multiply x {} by weight {} into {}", x.describe(), weight.describe(), out.describe());
+    cuda::MatvecArgs a;
+    a.out = o.data;
+    a.out_stride = o.stride;
+    a.x = in.data;
+    a.x_stride = in.stride;
+    a.weight = static_cast<const uint8_t*>(weight.data);
+    a.weight_type = weight.dtype;
+    a.M = weight.dim(0);
+    a.K = weight.dim(1);
+    a.row_bytes = weight.stride[0];
+    a.n_inputs = in.rows;
+    check(cuda::launch_matvec(a, stream_), "matmul");
+  }
+
+  void rope(Tensor x, const Tensor& positions, const Tensor& inv_freq) override {
+    if (x.ndim != 3 || !x.is_contiguous()) fail("rope: expected a contiguous x [T, heads, D], got {}", x.describe());
+    f32_rows(x, "rope");
+    require_device(positions, "rope");
+    require_device(inv_freq, "rope");
+    if (positions.dtype != DType::i32 || positions.numel() != x.dim(0)) fail("rope: positions must be i32[{}]", x.dim(0));
+    if (inv_freq.numel() * 2 > x.dim(2)) fail("rope: inv_freq must be f32[<= {}]", x.dim(2) / 2);
+    check(cuda::launch_rope(x.ptr<float>(), x.dim(0), x.dim(1), x.dim(2), positions.ptr<int32_t>(),
+                            inv_freq.ptr<float>(), inv_freq.numel(), stream_),
+          "rope");
+  }
+
+  void gated_activation(Tensor out, const Tensor& gate, const Tensor& up, Activation act) override {
+    F32Rows o = f32_rows(out, "gated_activation"), g = f32_rows(gate, "gated_activation"), u = f32_rows(up, "gated_activation");
+    same_shape(o, g, "gated_activation");
+    same_shape(o, u, "gated_activation");
+    check(cuda::launch_gated_activation(o.data, o.stride, g.data, g.stride, u.data, u.stride, o.rows, o.cols,
+                                        static_cast<cuda::Act>(act), stream_),
+          "gated_activation");
+  }
+
+  void add(Tensor out, const Tensor& a, const Tensor& b) override {
+    F32Rows o = f32_rows(out, "add"), x = f32_rows(a, "add"), y = f32_rows(b, "add");
+    same_shape(o, x, "add");
+    same_shape(o, y, "add");
+    check(cuda::launch_add(o.data, o.stride, x.data, x.stride, y.data, y.stride, o.rows, o.cols, stream_), "add");
+  }
+
+  void scale(Tensor x, float s) override {
+    F32Rows r = f32_rows(x, "scale");
+    check(cuda::launch_scale(r.data, r.stride, r.rows, r.cols, s, nullptr, DType::f32, stream_), "scale");
+  }
+
+  void scale_by(Tensor x, const Tensor& scalar) override {
+    F32Rows r = f32_rows(x, "scale_by");
+    require_device(scalar, "scale_by");
+    if (scalar.numel() != 1) fail("scale_by: expected a 1-element scalar, got {}", scalar.describe());
+    check(cuda::launch_scale(r.data, r.stride, r.rows, r.cols, 1.0f, scalar.data, scalar.dtype, stream_), "scale_by");
+  }
+
+  void softcap(Tensor x, float cap) override {
+    F32Rows r = f32_rows(x, "softcap");
+    check(cuda::launch_softcap(r.data, r.stride, r.rows, r.cols, cap, stream_), "softcap");
+  }
+
+  void attention(Tensor out, const Tensor& q, const Tensor& k_new, const Tensor& v_new, const KvView& cache,
+                 const Tensor& positions, const AttentionParams& p) override {
+    const int64_t T = q.dim(0), D = p.head_dim;
+    if (q.ndim != 3 || q.dim(1) != p.n_heads || q.dim(2) != D || !q.is_contiguous())
+      fail("attention: q {} does not match the params", q.describe());
+    if (k_new.ndim != 3 || k_new.dim(0) != T || k_new.dim(1) != p.n_kv_heads || k_new.dim(2) != D ||
+        !k_new.is_contiguous() || !v_new.is_contiguous() || !out.is_contiguous())
+      fail("attention: k {} does not match the params", k_new.describe());
+    if (p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads) fail("attention: {} heads over {} KV heads", p.n_heads, p.n_kv_heads);
+    if (D > 512) fail("attention: head_dim {} is larger than the 512 this kernel supports", D);
+    for (const Tensor* t : std::initializer_list<const Tensor*>{&out, &q, &k_new, &v_new, &cache.k, &cache.v, &positions}) require_device(*t, "attention");
+    if (positions.dtype != DType::i32 || positions.numel() != T) fail("attention: positions must be i32[{}]", T);
+
+    cuda::AttentionArgs a;
+    a.out = out.ptr<float>();
+    a.q = q.ptr<float>();
+    a.k_new = k_new.ptr<float>();
+    a.v_new = v_new.ptr<float>();
+    a.k_cache = static_cast<const uint8_t*>(cache.k.data);
+    a.v_cache = static_cast<const uint8_t*>(cache.v.data);
+    a.cache_type = cache.k.dtype;
+    a.cache_rows = cache.n_rows();
+    a.cache_row_bytes = cache.k.stride[1];
+    a.positions = positions.ptr<int32_t>();
+    a.n_tokens = static_cast<int>(T);
+    a.n_heads = p.n_heads;
+    a.n_kv_heads = p.n_kv_heads;
+    a.head_dim = static_cast<int>(D);
+    a.scale = p.scale;
+    a.window = p.window;
+    // Split along the context when few (token, head) blocks would otherwise run: the grid size is
+    // fixed by the cache size, not the current position, so a captured decode step stays valid.
+    const int64_t max_keys = (p.window > 0 ? std::min<int64_t>(p.window, cache.n_rows() + T) : cache.n_rows()) + T;
+    const int64_t blocks = T * p.n_heads;
+    int splits = 1;
+    if (blocks < 2 * sm_count_) splits = static_cast<int>(std::clamp<int64_t>(max_keys / 256, 1, 64));
+    a.n_splits = splits;
+    if (splits > 1) a.partial = workspace_floats(static_cast<size_t>(blocks) * splits * (D + 2));
+    check(cuda::launch_attention(a, stream_), "attention");
+  }
+
+  void kv_write(const KvView& cache, const Tensor& k, const Tensor& v, const Tensor& positions) override {
+    for (const Tensor* t : std::initializer_list<const Tensor*>{&cache.k, &cache.v, &k, &v, &positions}) require_device(*t, "kv_write");
+    const int64_t T = k.dim(0), n_kv = k.dim(1), D = k.dim(2);
+    if (cache.k.dim(1) != n_kv || cache.k.dim(2) != D) fail("kv_write: k {} does not fit cache {}", k.describe(), cache.k.describe());
+    if (!k.is_contiguous() || !v.is_contiguous()) fail("kv_write: k and v must be contiguous");
+    if (positions.numel() != T) fail("kv_write: positions must be i32[{}]", T);
+    check(cuda::launch_kv_write(static_cast<uint8_t*>(cache.k.data), static_cast<uint8_t*>(cache.v.data), cache.k.dtype,
+                                cache.n_rows(), cache.k.stride[1], k.ptr<float>(), v.ptr<float>(),
+                                positions.ptr<int32_t>(), T, n_kv, D, stream_),
+          "kv_write");
+  }
+
+  void moe_route(Tensor weights, Tensor ids, const Tensor& logits, const Tensor* per_expert_scale) override {
+    F32Rows l = f32_rows(logits, "moe_route"), w = f32_rows(weights, "moe_route");
+    require_device(ids, "moe_route");
+    if (ids.dtype != DType::i32 || ids.rows() != l.rows || ids.cols() != w.cols || w.rows != l.rows || w.cols > l.cols)
+      fail("moe_route: bad shapes");
+    if (l.stride != l.cols || w.stride != w.cols || !ids.is_contiguous()) fail("moe_route: tensors must be contiguous");
+    if (per_expert_scale) {
+      require_device(*per_expert_scale, "moe_route");
+      if (per_expert_scale->numel() != l.cols) fail("moe_route: per_expert_scale must have {} elements", l.cols);
+    }
+    check(cuda::launch_moe_route(w.data, ids.ptr<int32_t>(), l.data, l.rows, l.cols, w.cols,
+                                 per_expert_scale ? per_expert_scale->data : nullptr,
+                                 per_expert_scale ? per_expert_scale->dtype : DType::f32, stream_),
+          "moe_route");
+  }
+
+  void moe_experts(Tensor out, const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
+                   const Tensor& weights, Activation act) override {
+    F32Rows o = f32_rows(out, "moe_experts"), in = f32_rows(x, "moe_experts"), w = f32_rows(weights, "moe_experts");
+    same_shape(o, in, "moe_experts");
+    for (const Tensor* t : std::initializer_list<const Tensor*>{&gate_up, &down, &ids}) require_device(*t, "moe_experts");
+    if (gate_up.ndim != 3 || down.ndim != 3) fail("moe_experts: expert tensors must be 3-D");
+    const int64_t E = gate_up.dim(0), I2 = gate_up.dim(1), H = in.cols, I = I2 / 2, K = ids.cols(), T = in.rows;
+    if (gate_up.dim(2) != H || down.dim(0) != E || down.dim(1) != H || down.dim(2) != I || I2 != 2 * I)
+      fail("moe_experts: gate_up {} and down {} do not fit hidden size {}", gate_up.describe(), down.describe(), H);
+    if (w.rows != T || w.cols != K || w.stride != K || !ids.is_contiguous()) fail("moe_experts: bad routing shapes");
+    const int64_t pairs = T * K;
+    // Scratch: hidden [pairs, 2I], activated [pairs, I], expert outputs [pairs, H].
+    float* scratch = workspace_floats(static_cast<size_t>(pairs) * (I2 + I + H));
+    float* hidden = scratch;
+    float* activated = hidden + pairs * I2;
+    float* y = activated + pairs * I;
+
+    cuda::MatvecArgs a;
+    a.out = hidden;
+    a.out_stride = I2;
+    a.x = in.data;
+    a.x_stride = in.stride;
+    a.weight = static_cast<const uint8_t*>(gate_up.data);
+    a.weight_type = gate_up.dtype;
+    a.M = I2;
+    a.K = H;
+    a.row_bytes = gate_up.stride[1];
+    a.n_inputs = pairs;
+    a.expert_ids = ids.ptr<int32_t>();
+    a.expert_bytes = gate_up.stride[0];
+    a.x_row_div = K;
+    check(cuda::launch_matvec(a, stream_), "moe_experts gate_up");
+    check(cuda::launch_gated_activation(activated, I, hidden, I2, hidden + I, I2, pairs, I, static_cast<cuda::Act>(act),
+                                        stream_),
+          "moe_experts activation");
+    a.out = y;
+    a.out_stride = H;
+    a.x = activated;
+    a.x_stride = I;
+    a.weight = static_cast<const uint8_t*>(down.data);
+    a.weight_type = down.dtype;
+    a.M = H;
+    a.K = I;
+    a.row_bytes = down.stride[1];
+    a.expert_bytes = down.stride[0];
+    a.x_row_div = 1;
+    check(cuda::launch_matvec(a, stream_), "moe_experts down");
+    check(cuda::launch_moe_combine(o.data, o.stride, y, w.data, ids.ptr<int32_t>(), T, K, H, stream_), "moe_experts combine");
+  }
+
+  void argmax(Tensor out_ids, const Tensor& logits) override {
+    F32Rows l = f32_rows(logits, "argmax");
+    require_device(out_ids, "argmax");
+    check(cuda::launch_argmax(out_ids.ptr<int32_t>(), l.data, l.stride, l.rows, l.cols, stream_), "argmax");
+  }
+
+  size_t weight_bytes() const { return weight_bytes_; }
+
+ private:
+  // Device scratch shared by ops within one call (attention partials, expert intermediates). It
+  // only grows; ops on one stream run in order, so reuse across ops is safe.
+  float* workspace_floats(size_t n) {
+    const size_t bytes = n * sizeof(float);
+    if (!workspace_ || workspace_->size() < bytes) {
+      const size_t grown = std::max(bytes, workspace_ ? workspace_->size() * 2 : size_t{1} << 20);
+      check(cudaStreamSynchronize(stream_), "workspace resize");
+      workspace_.reset();
+      workspace_ = std::make_unique<CudaBuffer>(grown, stream_);
+    }
+    return static_cast<float*>(workspace_->data());
+  }
+
+  int device_;
+  cudaStream_t stream_ = nullptr;
+  std::string name_;
+  int sm_count_ = 0;
+  int32_t* error_flag_ = nullptr;
+  std::mutex weights_mutex_;
+  std::vector<std::unique_ptr<CudaBuffer>> weight_chunks_;
+  size_t weight_used_ = 0;
+  size_t weight_bytes_ = 0;
+  std::unique_ptr<CudaBuffer> workspace_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(int device_index) { return std::make_unique<CudaBackend>(device_index); }
+
+bool cuda_device_available() {
+  int count = 0;
+  bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  cudaGetLastError();
+  return ok;
+}
+
+}  // namespace fl

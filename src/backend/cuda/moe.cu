@@ -1,0 +1,124 @@
+// Mixture-of-experts routing and combination. The expert matrices themselves go through the
+// matvec kernel with expert ids read from device memory (matmul.cu), so the chosen experts never
+// visit the host.
+#include <cfloat>
+
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/moe.cuh"
+
+namespace fl::cuda {
+namespace {
+
+constexpr int kRouteThreads = 256;
+constexpr int kMaxTopK = 64;
+
+// One block per token: softmax over the experts in shared memory, then top_k rounds of a block
+// argmax (highest probability, lowest id on ties), renormalise, per-expert scale.
+__global__ void moe_route_kernel(float* weights, int32_t* ids, const float* logits, int64_t n_experts, int64_t top_k,
+                                 const uint8_t* per_expert_scale, DType scale_type) {
+  extern __shared__ float prob[];
+  __shared__ float s_val[kRouteThreads];
+  __shared__ int s_idx[kRouteThreads];
+  __shared__ float chosen_p[kMaxTopK];
+  __shared__ int chosen_id[kMaxTopK];
+  const int64_t t = blockIdx.x;
+  const float* row = logits + t * n_experts;
+
+  float local_max = -FLT_MAX;
+  for (int64_t e = threadIdx.x; e < n_experts; e += blockDim.x) local_max = fmaxf(local_max, row[e]);
+  s_val[threadIdx.x] = local_max;
+  __syncthreads();
+  for (int step = blockDim.x / 2; step > 0; step /= 2) {
+    if (threadIdx.x < step) s_val[threadIdx.x] = fmaxf(s_val[threadIdx.x], s_val[threadIdx.x + step]);
+    __syncthreads();
+  }
+  const float max_logit = s_val[0];
+  __syncthreads();
+  float local_sum = 0.0f;
+  for (int64_t e = threadIdx.x; e < n_experts; e += blockDim.x) {
+    prob[e] = expf(row[e] - max_logit);
+    local_sum += prob[e];
+  }
+  const float sum = block_sum(local_sum);
+  for (int64_t e = threadIdx.x; e < n_experts; e += blockDim.x) prob[e] /= sum;
+  __syncthreads();
+
+  for (int64_t j = 0; j < top_k; ++j) {
+    float best = -1.0f;
+    int best_e = 0x7fffffff;
+    for (int64_t e = threadIdx.x; e < n_experts; e += blockDim.x)
+      if (prob[e] > best) best = prob[e], best_e = static_cast<int>(e);
+    s_val[threadIdx.x] = best;
+    s_idx[threadIdx.x] = best_e;
+    __syncthreads();
+    for (int step = blockDim.x / 2; step > 0; step /= 2) {
+      if (threadIdx.x < step) {
+        const float ov = s_val[threadIdx.x + step];
+        const int oi = s_idx[threadIdx.x + step];
+        if (ov > s_val[threadIdx.x] || (ov == s_val[threadIdx.x] && oi < s_idx[threadIdx.x]))
+          s_val[threadIdx.x] = ov, s_idx[threadIdx.x] = oi;
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+      chosen_p[j] = s_val[0];
+      chosen_id[j] = s_idx[0];
+      prob[s_idx[0]] = -2.0f;  // taken
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    float top_sum = 0.0f;
+    for (int64_t j = 0; j < top_k; ++j) top_sum += chosen_p[j];
+    for (int64_t j = 0; j < top_k; ++j) {
+      float w = chosen_p[j] / top_sum;
+      if (per_expert_scale) w *= load_weight(per_expert_scale, chosen_id[j], scale_type);
+      weights[t * top_k + j] = w;
+      ids[t * top_k + j] = chosen_id[j];
+    }
+  }
+}
+
+// out[t, c] = sum over the token's experts in ascending id order of weight * y[pair, c].
+__global__ void moe_combine_kernel(float* out, int64_t out_stride, const float* y, const float* weights,
+                                   const int32_t* ids, int64_t top_k, int64_t cols) {
+  const int64_t t = blockIdx.y;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  int order[kMaxTopK];
+  for (int64_t j = 0; j < top_k; ++j) order[j] = static_cast<int>(j);
+  for (int64_t a = 1; a < top_k; ++a)  // insertion sort by expert id: top_k is small
+    for (int64_t b = a; b > 0 && ids[t * top_k + order[b]] < ids[t * top_k + order[b - 1]]; --b) {
+      int tmp = order[b];
+      order[b] = order[b - 1];
+      order[b - 1] = tmp;
+    }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < top_k; ++j) {
+    const int64_t pair = t * top_k + order[j];
+    sum += y[pair * cols + c] * weights[pair];
+  }
+  out[t * out_stride + c] = sum;
+}
+
+}  // namespace
+
+cudaError_t launch_moe_route(float* weights, int32_t* ids, const float* logits, int64_t n_tokens, int64_t n_experts,
+                             int64_t top_k, const void* per_expert_scale, DType scale_type, cudaStream_t stream) {
+  if (n_tokens == 0) return cudaSuccess;
+  if (top_k > kMaxTopK || top_k > n_experts) return cudaErrorInvalidValue;
+  moe_route_kernel<<<static_cast<unsigned>(n_tokens), kRouteThreads, n_experts * sizeof(float), stream>>>(
+      weights, ids, logits, n_experts, top_k, static_cast<const uint8_t*>(per_expert_scale), scale_type);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_moe_combine(float* out, int64_t out_stride, const float* y, const float* weights,
+                               const int32_t* ids, int64_t n_tokens, int64_t top_k, int64_t cols, cudaStream_t stream) {
+  if (n_tokens == 0) return cudaSuccess;
+  if (top_k > kMaxTopK) return cudaErrorInvalidValue;
+  dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(n_tokens));
+  moe_combine_kernel<<<grid, 256, 0, stream>>>(out, out_stride, y, weights, ids, top_k, cols);
+  return cudaGetLastError();
+}
+
+}  // namespace fl::cuda

@@ -1,0 +1,166 @@
+// fireline bench: prefill and decode speed of a model (a file, or a synthetic model with the
+// shapes of a published one), with the memory-bandwidth roofline it is measured against.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "model/model.h"
+#include "model/synthetic.h"
+
+namespace fl::cli {
+namespace {
+
+struct BenchOptions {
+  std::string model;
+  std::string like;
+  std::string format = "hf4";
+  std::string backend = "cuda";
+  std::string kv = "q8";
+  int prompt_tokens = 512;
+  int gen_tokens = 64;
+  int64_t context = 4096;
+  int runs = 3;
+  double bandwidth_gbs = 4250.0;  // measured H200 device-to-device copy bandwidth (DESIGN §8)
+  bool json = false;
+};
+
+DType kv_type(const std::string& name) {
+  if (name == "f32") return DType::f32;
+  if (name == "bf16") return DType::bf16;
+  if (name == "q8") return DType::q8_0;
+  fail("--kv {} is not a KV cache type (f32, bf16, q8)", name);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+void run_bench(const BenchOptions& opt) {
+  if (opt.model.empty() == opt.like.empty()) fail("bench needs a MODEL or --like NAME (not both)");
+  auto start = std::chrono::steady_clock::now();
+  auto backend = make_backend(opt.backend);
+  std::unique_ptr<ModelSource> source =
+      opt.like.empty() ? open_model_source(opt.model) : make_synthetic_source({opt.like, opt.format, 1});
+  const DType kv = kv_type(opt.kv);
+  LoadOptions load;
+  load.max_seq = std::max<int64_t>(opt.context + opt.gen_tokens + 3, opt.prompt_tokens + 1);
+  load.kv_dtype = kv;
+  load.max_tokens = opt.prompt_tokens;
+  auto model = load_model(*source, *backend, load);
+  const double load_s = seconds_since(start);
+  const int V = model->vocab_size();
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> token(3, V - 1);
+
+  // Prefill: a fresh sequence per run, the whole prompt in one forward.
+  std::vector<double> prefill_tps;
+  for (int r = 0; r < opt.runs + 1; ++r) {  // the first run warms up (allocations, caches)
+    auto seq = model->new_sequence({opt.prompt_tokens + 1, kv, true});
+    std::vector<int32_t> ids(opt.prompt_tokens);
+    for (auto& id : ids) id = token(rng);
+    auto t0 = std::chrono::steady_clock::now();
+    model->forward(*seq, ids, LogitsMode::last);
+    if (r > 0) prefill_tps.push_back(opt.prompt_tokens / seconds_since(t0));
+  }
+
+  // Decode at `context`: the sequence is advanced to the context without running a prompt (its KV
+  // rows stay zero), which reads exactly the bytes a real context would; then one token per step,
+  // replayed from a captured graph (and, for comparison, launched eagerly).
+  auto measure_decode = [&](bool graph) {
+    std::vector<double> tps;
+    for (int r = 0; r < opt.runs + 1; ++r) {
+      auto seq = model->new_sequence({opt.context + opt.gen_tokens + 3, kv, true});
+      seq->n_past = opt.context;
+      auto steps = graph ? model->make_decode_graph(*seq) : nullptr;
+      int32_t next = token(rng);
+      auto decode_one = [&] {
+        std::vector<float> logits =
+            graph ? steps->step(next) : model->forward(*seq, std::span<const int32_t>(&next, 1), LogitsMode::last);
+        next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      };
+      if (graph) decode_one(), decode_one();  // eager step and capture step are not timed
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < opt.gen_tokens; ++i) decode_one();
+      if (r > 0) tps.push_back(opt.gen_tokens / seconds_since(t0));
+    }
+    return median(tps);
+  };
+  const double decode_eager = measure_decode(false);
+  std::vector<double> decode_tps = {measure_decode(true)};
+
+  const DecodeTraffic traffic = model->decode_traffic(opt.context, kv);
+  const double bytes = traffic.weight_bytes + traffic.kv_bytes;
+  const double roofline = opt.bandwidth_gbs * 1e9 / bytes;
+  const double prefill = median(prefill_tps), decode = median(decode_tps);
+  if (opt.json) {
+    nlohmann::json j = {{"model", source->path()},
+                        {"backend", std::string(backend->name())},
+                        {"kv", opt.kv},
+                        {"load_s", load_s},
+                        {"prompt_tokens", opt.prompt_tokens},
+                        {"prefill_tok_s", prefill},
+                        {"context", opt.context},
+                        {"gen_tokens", opt.gen_tokens},
+                        {"decode_tok_s", decode},
+                        {"decode_eager_tok_s", decode_eager},
+                        {"decode_ms_per_token", 1000.0 / decode},
+                        {"bytes_per_token", {{"weights", traffic.weight_bytes}, {"kv", traffic.kv_bytes}}},
+                        {"bandwidth_gbs", opt.bandwidth_gbs},
+                        {"roofline_tok_s", roofline},
+                        {"roofline_ratio", decode / roofline},
+                        {"runs", opt.runs}};
+    std::puts(j.dump(2).c_str());
+    return;
+  }
+  std::string out;
+  out += fmt::format("model     {} on {} (KV {}), loaded in {:.1f} s\n", source->path(), backend->name(), opt.kv, load_s);
+  out += fmt::format("prefill   {:>10.1f} tok/s   ({} tokens, median of {})\n", prefill, opt.prompt_tokens, opt.runs);
+  out += fmt::format("decode    {:>10.1f} tok/s   ({:.2f} ms/token at context {}, {} tokens, median of {}, graph replay)\n",
+                     decode, 1000.0 / decode, opt.context, opt.gen_tokens, opt.runs);
+  out += fmt::format("  eager   {:>10.1f} tok/s   (the same, launched op by op)\n", decode_eager);
+  out += fmt::format("roofline  {:>10.1f} tok/s   ({:.3f} GB weights + {:.3f} GB KV per token at {:.0f} GB/s)\n", roofline,
+                     traffic.weight_bytes / 1e9, traffic.kv_bytes / 1e9, opt.bandwidth_gbs);
+  out += fmt::format("ratio     {:>10.1f} %      of the decode roofline\n", 100.0 * decode / roofline);
+  std::fputs(out.c_str(), stdout);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto opt = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed against the bandwidth roofline");
+  cmd->add_option("model", opt->model, "Model: a Hugging Face directory (or use --like)");
+  std::string names;
+  for (const auto& n : synthetic_model_names()) names += (names.empty() ? "" : ", ") + n;
+  cmd->add_option("--like", opt->like, "Benchmark a synthetic model with these shapes: " + names);
+  cmd->add_option("--format", opt->format, "Weight format of the synthetic model: hf4 (default), hf6, q8, bf16, f32");
+  cmd->add_option("--backend", opt->backend, "cuda (default), cuda:N or cpu");
+  cmd->add_option("--kv", opt->kv, "KV cache type: q8 (default), bf16, f32");
+  cmd->add_option("--prompt-tokens", opt->prompt_tokens, "Prompt length for the prefill measurement (default 512)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--gen-tokens", opt->gen_tokens, "Tokens decoded per run (default 64)")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--context", opt->context, "Context length at which decode is measured (default 4096)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  cmd->add_option("--runs", opt->runs, "Timed runs after one warm-up; the median is reported (default 3)")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--bandwidth", opt->bandwidth_gbs, "Memory bandwidth for the roofline, GB/s (default 4250: H200)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", opt->json, "Print the results as JSON");
+  cmd->callback([opt] { run_bench(*opt); });
+}
+
+}  // namespace fl::cli

@@ -1,0 +1,209 @@
+#include "model/synthetic.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "core/thread_pool.h"
+#include "model/gemma4.h"
+#include "quant/quant_policy.h"
+
+namespace fl {
+namespace {
+
+using nlohmann::json;
+
+// Text configs of the published checkpoints (../shared/reference/models-gemma4-qwen35.md §2.1).
+json gemma4_text_config(int hidden, int layers, int heads, int kv_heads, int global_kv_heads, bool k_eq_v,
+                        int intermediate, int window, int full_every, int first_full) {
+  json layer_types = json::array();
+  for (int i = 0; i < layers; ++i)
+    layer_types.push_back(i % full_every == first_full ? "full_attention" : "sliding_attention");
+  return json{{"model_type", "gemma4_text"},
+              {"vocab_size", 262144},
+              {"hidden_size", hidden},
+              {"num_hidden_layers", layers},
+              {"num_attention_heads", heads},
+              {"num_key_value_heads", kv_heads},
+              {"num_global_key_value_heads", global_kv_heads},
+              {"head_dim", 256},
+              {"global_head_dim", 512},
+              {"attention_k_eq_v", k_eq_v},
+              {"intermediate_size", intermediate},
+              {"sliding_window", window},
+              {"layer_types", layer_types},
+              {"final_logit_softcapping", 30.0},
+              {"hidden_size_per_layer_input", 0},
+              {"max_position_embeddings", 262144},
+              {"dtype", "bfloat16"}};
+}
+
+json synthetic_config(const std::string& like) {
+  if (like == "gemma-4-26b-a4b") {
+    json c = gemma4_text_config(2816, 30, 16, 8, 2, true, 2112, 1024, 6, 5);
+    c["enable_moe_block"] = true;
+    c["num_experts"] = 128;
+    c["top_k_experts"] = 8;
+    c["moe_intermediate_size"] = 704;
+    return c;
+  }
+  if (like == "tiny-gemma4-moe") {  // for tests: every code path of the 26B-A4B at toy size
+    json c = gemma4_text_config(256, 6, 4, 2, 1, true, 352, 16, 6, 5);
+    c["vocab_size"] = 1024;
+    c["head_dim"] = 64;
+    c["global_head_dim"] = 128;
+    c["enable_moe_block"] = true;
+    c["num_experts"] = 8;
+    c["top_k_experts"] = 2;
+    c["moe_intermediate_size"] = 176;
+    return c;
+  }
+  if (like == "gemma-4-31b") return gemma4_text_config(5376, 60, 32, 16, 4, true, 21504, 1024, 6, 5);
+  if (like == "gemma-4-e4b") {
+    json c = gemma4_text_config(2560, 42, 8, 2, 2, false, 10240, 512, 6, 5);
+    c["hidden_size_per_layer_input"] = 256;
+    c["vocab_size_per_layer_input"] = 262144;
+    c["num_kv_shared_layers"] = 18;
+    return c;
+  }
+  if (like == "gemma-4-e2b") {
+    json c = gemma4_text_config(1536, 35, 8, 1, 1, false, 6144, 512, 5, 4);
+    c["hidden_size_per_layer_input"] = 256;
+    c["vocab_size_per_layer_input"] = 262144;
+    c["num_kv_shared_layers"] = 20;
+    c["use_double_wide_mlp"] = true;
+    return c;
+  }
+  std::string known;
+  for (const auto& n : synthetic_model_names()) known += (known.empty() ? "" : ", ") + n;
+  fail("--like {}: unknown model (known: {})", like, known);
+}
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// uniform in [-1, 1)
+float uniform(uint64_t& state) { return static_cast<float>(splitmix64(state) >> 40) / 8388608.0f - 1.0f; }
+
+void store_f32(uint8_t* p, float v) { std::memcpy(p, &v, 4); }
+
+// One row of random weights in `type`, with magnitudes ~ 1/sqrt(k) so activations stay O(1).
+void fill_row(uint8_t* row, DType type, int64_t k, WeightKind kind, uint64_t state) {
+  const float amplitude = kind == WeightKind::vector ? 0.25f : 1.0f / std::sqrt(static_cast<float>(k));
+  const int64_t bytes = row_bytes(type, k);
+  switch (type) {
+    case DType::f32:
+      for (int64_t i = 0; i < k; ++i) store_f32(row + 4 * i, (kind == WeightKind::vector ? 1.0f : 0.0f) + amplitude * uniform(state));
+      return;
+    case DType::bf16:
+    case DType::f16:
+      for (int64_t i = 0; i < k; ++i) {
+        const float v = amplitude * uniform(state);
+        uint16_t h = type == DType::bf16 ? f32_to_bf16(v) : f32_to_f16(v);
+        std::memcpy(row + 2 * i, &h, 2);
+      }
+      return;
+    default:
+      break;
+  }
+  // Quantized formats: random codes with a sane scale/min per block, padding code 0.
+  for (int64_t i = 0; i < bytes; i += 8) {
+    uint64_t r = splitmix64(state);
+    std::memcpy(row + i, &r, std::min<int64_t>(8, bytes - i));
+  }
+  const DTypeTraits& t = dtype_traits(type);
+  const int64_t blocks = bytes / t.block_bytes;
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint8_t* block = row + b * t.block_bytes;
+    if (type == DType::q8_0) {
+      uint16_t scale = f32_to_f16(amplitude * 1.7f / 127.0f);
+      std::memcpy(block, &scale, 2);
+    } else {
+      const float levels = type == DType::hfq6_g256 ? 63.0f : 15.0f;
+      store_f32(block, 2.0f * 1.7f * amplitude / levels);
+      store_f32(block + 4, -1.7f * amplitude);
+    }
+  }
+}
+
+class SyntheticSource final : public ModelSource {
+ public:
+  explicit SyntheticSource(const SyntheticOptions& options) : options_(options) {
+    auto preset = parse_quant_preset(options.format);
+    if (!preset) fail("--format {} is not a weight format (hf4, hf6, q8, bf16, f16, f32)", options.format);
+    preset_ = *preset;
+    json config = synthetic_config(options.like);
+    config_json_ = config.dump(2);
+    config_ = parse_hf_config(config);
+    path_ = "synthetic:" + options.like + ":" + options.format;
+    for (WeightSpec& spec : gemma4_weight_specs(std::get<Gemma4Config>(config_.arch))) {
+      // lm_head sits outside the model prefix, everything else under model.language_model.
+      std::string name = spec.name == "lm_head.weight" ? spec.name : "model.language_model." + spec.name;
+      specs_.emplace(name, std::move(spec));
+    }
+  }
+
+  const std::string& path() const override { return path_; }
+  const ModelConfig& config() const override { return config_; }
+  const std::string& hf_config_json() const override { return config_json_; }
+  std::vector<std::string> tensor_names() const override {
+    std::vector<std::string> names;
+    for (const auto& [name, _] : specs_) names.push_back(name);
+    return names;
+  }
+  std::string tokenizer_json() const override { return {}; }
+  std::string generation_config_json() const override { return {}; }
+  std::string chat_template() const override { return {}; }
+
+  std::optional<Tensor> find(std::string_view name) const override {
+    std::lock_guard lock(mutex_);
+    auto spec_it = specs_.find(std::string(name));
+    if (spec_it == specs_.end()) return std::nullopt;
+    auto made = made_.find(spec_it->first);
+    if (made != made_.end()) return made->second.view;
+    const WeightSpec& spec = spec_it->second;
+    const int64_t k = spec.shape.back();
+    const DType type = preset_tensor_format(preset_, spec_it->first, spec.shape);
+    HostTensor t;
+    Tensor probe = make_tensor(nullptr, type, spec.shape.data(), static_cast<int>(spec.shape.size()));
+    t.buffer = HostBuffer(static_cast<size_t>(probe.nbytes()));
+    t.view = make_tensor(t.buffer.data(), type, spec.shape.data(), static_cast<int>(spec.shape.size()));
+    const uint64_t tensor_seed = options_.seed * 0x100000001b3ull + std::hash<std::string>{}(spec_it->first);
+    const int64_t rows = t.view.rows(), stride = t.view.row_bytes();
+    uint8_t* base = static_cast<uint8_t*>(t.buffer.data());
+    ThreadPool::global().parallel_for(rows, [&](int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) fill_row(base + r * stride, type, k, spec.kind, tensor_seed + 7919 * r);
+    });
+    return made_.emplace(spec_it->first, std::move(t)).first->second.view;
+  }
+
+ private:
+  SyntheticOptions options_;
+  QuantPreset preset_ = QuantPreset::hf4;
+  std::string path_, config_json_;
+  ModelConfig config_;
+  std::map<std::string, WeightSpec, std::less<>> specs_;
+  mutable std::map<std::string, HostTensor, std::less<>> made_;
+  mutable std::mutex mutex_;
+};
+
+}  // namespace
+
+std::vector<std::string> synthetic_model_names() {
+  return {"gemma-4-26b-a4b", "gemma-4-31b", "gemma-4-e4b", "gemma-4-e2b", "tiny-gemma4-moe"};
+}
+
+std::unique_ptr<ModelSource> make_synthetic_source(const SyntheticOptions& options) {
+  return std::make_unique<SyntheticSource>(options);
+}
+
+}  // namespace fl

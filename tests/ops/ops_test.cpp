@@ -1,0 +1,308 @@
+// The op harness: every CUDA op against the CPU oracle on fresh random inputs, with the GPU
+// output poisoned (all bits set: NaN) before each launch so that an element the kernel forgets to
+// write fails the comparison. Shapes are deliberately odd: 1, 3, 17 and 128 rows; K = 704, 2112,
+// 2816 (not multiples of the 256-wide groups); head dims 16, 256, 512; contexts crossing the
+// sliding window several times.
+//
+// Error budgets (each with its reason):
+// - kSumBudget 1e-5, relative to the largest reference magnitude of the output: the GPU sums in
+//   a different order (warp trees instead of a left-to-right loop); f32 reassociation over K
+//   <= 2816 terms stays below ~1e-6 relative, so 1e-5 only catches real errors.
+// - kExactBudget 0: element-wise ops (add, scale, activations, KV conversion) perform the same
+//   single f32 operations on both sides and must match bit for bit... except transcendental
+//   functions (tanh, exp, sin/cos), whose CUDA and glibc implementations differ by an ulp or two:
+//   those use kUlpBudget 1e-6 relative.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "core/half.h"
+#include "quant/quant.h"
+
+namespace fl {
+namespace {
+
+constexpr float kSumBudget = 1e-5f;
+constexpr float kUlpBudget = 1e-6f;
+
+// A tensor with one copy in host memory (used by the CPU oracle) and one on the GPU.
+struct Twin {
+  HostBuffer host;
+  std::unique_ptr<DeviceBuffer> device;
+  Tensor cpu, gpu;
+};
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    cpu_ = make_cpu_backend();
+    gpu_ = make_backend("cuda");
+  }
+
+  // Raw bytes -> twin of the given dtype/shape.
+  Twin twin_bytes(DType dtype, std::initializer_list<int64_t> shape, const void* bytes) {
+    Twin t;
+    Tensor probe = make_tensor(nullptr, dtype, shape);
+    const size_t n = static_cast<size_t>(probe.nbytes());
+    t.host = HostBuffer(n);
+    std::memcpy(t.host.data(), bytes, n);
+    t.cpu = make_tensor(t.host.data(), dtype, shape);
+    t.device = gpu_->allocate(n);
+    t.gpu = make_tensor(t.device->data(), dtype, shape, Device::cuda);
+    gpu_->copy_to_device(t.gpu, bytes);
+    return t;
+  }
+
+  // Random values encoded in `dtype` (row by row, through the quant registry).
+  Twin twin_random(DType dtype, std::initializer_list<int64_t> shape, float scale = 1.0f) {
+    Tensor probe = make_tensor(nullptr, dtype, shape);
+    const int64_t rows = probe.rows(), cols = probe.cols();
+    std::vector<float> values(static_cast<size_t>(rows * cols));
+    std::normal_distribution<float> dist(0.0f, scale);
+    for (float& v : values) v = dist(rng_);
+    std::vector<uint8_t> bytes(static_cast<size_t>(probe.nbytes()));
+    const QuantFormat& f = quant_format(dtype);
+    for (int64_t r = 0; r < rows; ++r) f.quantize_row(values.data() + r * cols, bytes.data() + r * probe.row_bytes(), cols);
+    return twin_bytes(dtype, shape, bytes.data());
+  }
+
+  Twin twin_ids(std::initializer_list<int64_t> shape, int32_t limit) {
+    Tensor probe = make_tensor(nullptr, DType::i32, shape);
+    std::vector<int32_t> ids(static_cast<size_t>(probe.numel()));
+    std::uniform_int_distribution<int32_t> dist(0, limit - 1);
+    for (int32_t& v : ids) v = dist(rng_);
+    return twin_bytes(DType::i32, shape, ids.data());
+  }
+
+  Twin twin_positions(int64_t first, int64_t n) {
+    std::vector<int32_t> pos(n);
+    for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(first + i);
+    return twin_bytes(DType::i32, {n}, pos.data());
+  }
+
+  // An output twin: the CPU side zeroed, the GPU side poisoned with all bits set (NaN).
+  Twin twin_output(DType dtype, std::initializer_list<int64_t> shape) {
+    Tensor probe = make_tensor(nullptr, dtype, shape);
+    std::vector<uint8_t> poison(static_cast<size_t>(probe.nbytes()), 0xff);
+    Twin t = twin_bytes(dtype, shape, poison.data());
+    std::memset(t.host.data(), 0, t.host.size());
+    return t;
+  }
+
+  std::vector<uint8_t> gpu_bytes(const Twin& t) {
+    std::vector<uint8_t> out(t.host.size());
+    Tensor whole = make_tensor(t.device->data(), DType::u8, {static_cast<int64_t>(out.size())}, Device::cuda);
+    gpu_->copy_to_host(out.data(), whole);
+    return out;
+  }
+
+  // max |gpu - cpu| / max |cpu| over f32 outputs; NaN (an unwritten element) fails.
+  void expect_close(const Twin& t, float budget, const std::string& what) {
+    std::vector<uint8_t> g = gpu_bytes(t);
+    const float* gv = reinterpret_cast<const float*>(g.data());
+    const float* cv = static_cast<const float*>(t.host.data());
+    const size_t n = t.host.size() / 4;
+    float max_ref = 0.0f, max_diff = 0.0f;
+    size_t worst = 0;
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_FALSE(std::isnan(gv[i])) << what << ": element " << i << " was not written";
+      max_ref = std::max(max_ref, std::fabs(cv[i]));
+      float d = std::fabs(gv[i] - cv[i]);
+      if (d > max_diff) max_diff = d, worst = i;
+    }
+    EXPECT_LE(max_diff, budget * std::max(max_ref, 1e-30f))
+        << what << ": element " << worst << " gpu " << gv[worst] << " cpu " << cv[worst] << " (max |ref| " << max_ref << ")";
+  }
+
+  void expect_identical(const Twin& t, const std::string& what) {
+    std::vector<uint8_t> g = gpu_bytes(t);
+    const uint8_t* c = static_cast<const uint8_t*>(t.host.data());
+    size_t first = 0, count = 0;
+    for (size_t i = 0; i < g.size(); ++i)
+      if (g[i] != c[i] && count++ == 0) first = i;
+    ASSERT_EQ(count, 0u) << what << ": " << count << " of " << g.size() << " bytes differ, first at byte " << first
+                         << " (gpu " << int(g[first]) << ", cpu " << int(c[first]) << ")";
+  }
+
+  std::mt19937 rng_{12345};
+  std::unique_ptr<Backend> cpu_, gpu_;
+};
+
+const DType kWeightTypes[] = {DType::f32, DType::f16, DType::bf16, DType::q8_0, DType::hfq4_g256, DType::hfq4_g128,
+                              DType::hfq6_g256};
+
+TEST_F(CudaOps, MatmulEveryFormatAndOddShape) {
+  for (DType type : kWeightTypes) {
+    if (!has_quant_format(type)) continue;  // formats land in src/quant one by one
+    for (int64_t K : {32, 127, 704, 2112, 2816})
+      for (int64_t M : {1, 3, 17, 128})
+        for (int64_t T : {1, 3, 17}) {
+          Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {T, K});
+          Twin out = twin_output(DType::f32, {T, M});
+          cpu_->matmul(out.cpu, x.cpu, w.cpu);
+          gpu_->matmul(out.gpu, x.gpu, w.gpu);
+          expect_close(out, kSumBudget, std::string(dtype_name(type)) + " M=" + std::to_string(M) + " K=" +
+                                            std::to_string(K) + " T=" + std::to_string(T));
+        }
+  }
+}
+
+TEST_F(CudaOps, RmsNormGainsAndStridedRows) {
+  for (int64_t rows : {1, 3, 17, 128})
+    for (int64_t cols : {16, 64, 256, 2816})
+      for (NormGain gain : {NormGain::none, NormGain::weight, NormGain::one_plus_weight})
+        for (DType wtype : {DType::f32, DType::bf16}) {
+          Twin x = twin_random(DType::f32, {rows, 2 * cols}, 3.0f), w = twin_random(wtype, {cols});
+          Twin out = twin_output(DType::f32, {rows, cols});
+          // the input is the right half of a wider tensor: a strided view
+          cpu_->rms_norm(out.cpu, x.cpu.narrow(1, cols, cols), &w.cpu, gain, 1e-6f);
+          gpu_->rms_norm(out.gpu, x.gpu.narrow(1, cols, cols), &w.gpu, gain, 1e-6f);
+          expect_close(out, kSumBudget, "rms_norm rows=" + std::to_string(rows) + " cols=" + std::to_string(cols));
+        }
+}
+
+TEST_F(CudaOps, RopeStandardProportionalAndPartial) {
+  for (int64_t D : {16, 256, 512})
+    for (int64_t half : {D / 2, D / 8})  // full span, or a partial rotated span (Qwen: 64 of 256)
+      for (bool proportional : {false, true}) {
+        std::vector<float> freq(half, 0.0f);
+        const int64_t rotated = proportional ? half / 4 : half;  // Gemma full layers: zeros after 25%
+        for (int64_t i = 0; i < rotated; ++i) freq[i] = 1.0f / std::pow(1e6f, static_cast<float>(2 * i) / D);
+        Twin inv = twin_bytes(DType::f32, {half}, freq.data());
+        for (int64_t T : {1, 3, 17}) {
+          Twin x = twin_random(DType::f32, {T, 4, D});
+          Twin pos = twin_positions(1000 + 7 * T, T);
+          cpu_->rope(x.cpu, pos.cpu, inv.cpu);
+          gpu_->rope(x.gpu, pos.gpu, inv.gpu);
+          expect_close(x, kUlpBudget * 8, "rope D=" + std::to_string(D) + " half=" + std::to_string(half));
+        }
+      }
+}
+
+TEST_F(CudaOps, EmbedScaleAddActivationsSoftcap) {
+  for (DType type : kWeightTypes) {
+    if (!has_quant_format(type)) continue;
+    Twin table = twin_random(type, {300, 704});
+    Twin ids = twin_ids({17}, 300);
+    Twin out = twin_output(DType::f32, {17, 704});
+    cpu_->embed(out.cpu, table.cpu, ids.cpu, 53.0f);
+    gpu_->embed(out.gpu, table.gpu, ids.gpu, 53.0f);
+    expect_close(out, 0.0f, std::string("embed ") + std::string(dtype_name(type)));
+  }
+  for (int64_t rows : {1, 3, 17}) {
+    Twin a = twin_random(DType::f32, {rows, 2112}, 2.0f), b = twin_random(DType::f32, {rows, 2112}, 2.0f);
+    Twin out = twin_output(DType::f32, {rows, 2112});
+    cpu_->add(out.cpu, a.cpu, b.cpu);
+    gpu_->add(out.gpu, a.gpu, b.gpu);
+    expect_identical(out, "add");
+    for (Activation act : {Activation::gelu_tanh, Activation::silu}) {
+      Twin o2 = twin_output(DType::f32, {rows, 2112});
+      cpu_->gated_activation(o2.cpu, a.cpu, b.cpu, act);
+      gpu_->gated_activation(o2.gpu, a.gpu, b.gpu, act);
+      expect_close(o2, kUlpBudget * 4, "gated activation");
+    }
+    Twin s = twin_random(DType::bf16, {1});
+    cpu_->scale(a.cpu, 0.125f);
+    gpu_->scale(a.gpu, 0.125f);
+    cpu_->scale_by(a.cpu, s.cpu);
+    gpu_->scale_by(a.gpu, s.gpu);
+    expect_identical(a, "scale and scale_by");
+    Twin l = twin_random(DType::f32, {rows, 512}, 40.0f);
+    cpu_->softcap(l.cpu, 30.0f);
+    gpu_->softcap(l.gpu, 30.0f);
+    expect_close(l, kUlpBudget * 4, "softcap");
+    Twin top = twin_output(DType::i32, {rows});
+    cpu_->argmax(top.cpu, l.cpu);
+    gpu_->argmax(top.gpu, l.gpu);
+    expect_identical(top, "argmax");
+  }
+}
+
+
+// History is written through kv_write on both backends, then attention runs for T new tokens; the
+// caches must agree byte for byte and the outputs within the sum budget.
+TEST_F(CudaOps, AttentionAndKvWriteAcrossRingRollovers) {
+  struct Case {
+    int64_t D;
+    int n_heads, n_kv, window;
+    int64_t past, T;
+  };
+  const Case cases[] = {
+      {16, 4, 2, 8, 0, 5},      {16, 4, 2, 8, 40, 1},     {16, 4, 1, 8, 37, 17},   {256, 16, 8, 64, 300, 1},
+      {256, 16, 8, 64, 150, 3}, {512, 16, 2, 0, 700, 1},  {512, 16, 2, 0, 100, 17}, {512, 32, 4, 0, 2500, 1},
+      {256, 8, 1, 0, 0, 33},    {256, 16, 8, 1024, 3000, 2}};
+  for (DType cache_type : {DType::f32, DType::bf16, DType::q8_0}) {
+    if (!has_quant_format(cache_type)) continue;
+    for (const Case& c : cases) {
+      for (bool ring : {true, false}) {
+        if (!ring && c.window == 0) continue;
+        const int64_t rows = ring && c.window > 0 ? c.window : c.past + c.T;
+        SCOPED_TRACE(std::string(dtype_name(cache_type)) + " D=" + std::to_string(c.D) + " window=" +
+                     std::to_string(c.window) + " past=" + std::to_string(c.past) + " T=" + std::to_string(c.T) +
+                     (ring ? " ring" : " linear"));
+        // history in chunks of up to 29 tokens, through both backends' kv_write
+        Twin kc = twin_output(cache_type, {rows, c.n_kv, c.D}), vc = twin_output(cache_type, {rows, c.n_kv, c.D});
+        std::memset(kc.host.data(), 0, kc.host.size());
+        std::memset(vc.host.data(), 0, vc.host.size());
+        std::vector<uint8_t> zeros(kc.host.size(), 0);
+        gpu_->copy_to_device(kc.gpu, zeros.data());
+        gpu_->copy_to_device(vc.gpu, zeros.data());
+        KvView cpu_cache{kc.cpu, vc.cpu}, gpu_cache{kc.gpu, vc.gpu};
+        for (int64_t at = 0; at < c.past;) {
+          const int64_t n = std::min<int64_t>(29, c.past - at);
+          Twin k = twin_random(DType::f32, {n, c.n_kv, c.D}), v = twin_random(DType::f32, {n, c.n_kv, c.D});
+          Twin pos = twin_positions(at, n);
+          cpu_->kv_write(cpu_cache, k.cpu, v.cpu, pos.cpu);
+          gpu_->kv_write(gpu_cache, k.gpu, v.gpu, pos.gpu);
+          at += n;
+        }
+        expect_identical(kc, "K cache after kv_write");
+        expect_identical(vc, "V cache after kv_write");
+        Twin q = twin_random(DType::f32, {c.T, c.n_heads, c.D});
+        Twin k = twin_random(DType::f32, {c.T, c.n_kv, c.D}), v = twin_random(DType::f32, {c.T, c.n_kv, c.D});
+        Twin pos = twin_positions(c.past, c.T);
+        Twin out = twin_output(DType::f32, {c.T, c.n_heads, c.D});
+        AttentionParams p{c.n_heads, c.n_kv, static_cast<int>(c.D), 1.0f / std::sqrt(static_cast<float>(c.D)), c.window};
+        cpu_->attention(out.cpu, q.cpu, k.cpu, v.cpu, cpu_cache, pos.cpu, p);
+        gpu_->attention(out.gpu, q.gpu, k.gpu, v.gpu, gpu_cache, pos.gpu, p);
+        expect_close(out, kSumBudget, "attention");
+      }
+    }
+  }
+}
+
+TEST_F(CudaOps, MoeRouteAndExperts) {
+  for (int64_t T : {1, 3, 17}) {
+    for (int64_t E : {8, 128}) {
+      const int64_t K = E == 8 ? 2 : 8;
+      Twin logits = twin_random(DType::f32, {T, E}, 2.0f), scale = twin_random(DType::bf16, {E});
+      Twin w = twin_output(DType::f32, {T, K}), ids = twin_output(DType::i32, {T, K});
+      cpu_->moe_route(w.cpu, ids.cpu, logits.cpu, &scale.cpu);
+      gpu_->moe_route(w.gpu, ids.gpu, logits.gpu, &scale.gpu);
+      expect_identical(ids, "moe_route ids");
+      expect_close(w, kUlpBudget * 8, "moe_route weights");
+
+      for (DType type : kWeightTypes) {
+        if (!has_quant_format(type)) continue;
+        const int64_t H = 256, I = 176;  // I = 176: the down projection's K is not a multiple of 128
+        Twin gate_up = twin_random(type, {E, 2 * I, H}, 0.3f), down = twin_random(type, {E, H, I}, 0.3f);
+        Twin x = twin_random(DType::f32, {T, H});
+        Twin out = twin_output(DType::f32, {T, H});
+        cpu_->moe_experts(out.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, Activation::gelu_tanh);
+        // both sides use the CPU's routing so that the expert maths alone is compared
+        gpu_->copy_to_device(w.gpu, w.host.data());
+        gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
+        expect_close(out, kSumBudget, std::string("moe_experts ") + std::string(dtype_name(type)));
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fl
