@@ -13,5 +13,6 @@ void add_tokenize_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 void add_show_command(CLI::App& app);
 void add_verify_command(CLI::App& app);
+void add_template_command(CLI::App& app);
 
 }  // namespace fl::cli

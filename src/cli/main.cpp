@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   fl::cli::add_quantize_command(app);
   fl::cli::add_show_command(app);
   fl::cli::add_verify_command(app);
+  fl::cli::add_template_command(app);
 
   try {
     app.parse(argc, argv);
