@@ -1,5 +1,7 @@
 #include "text/jinja/pytext.h"
 
+#include "core/utf8.h"
+
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -101,20 +103,8 @@ char32_t next_code_point(std::string_view s, size_t& pos) {
 void append_utf8(std::string& out, char32_t cp) {
   if (is_escaped_byte(cp)) {
     out += static_cast<char>(cp - kEscapeBase);
-  } else if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
   } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
+    fl::append_utf8(out, cp);
   }
 }
 

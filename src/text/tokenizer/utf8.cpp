@@ -1,5 +1,7 @@
 #include "text/tokenizer/utf8.h"
 
+#include "core/utf8.h"
+
 #include <utf8proc.h>
 
 namespace fl::utf8 {
@@ -46,23 +48,7 @@ size_t decode(std::string_view s, size_t pos, char32_t& cp, bool& valid) {
   return len;
 }
 
-void append(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
+void append(std::string& out, char32_t cp) { append_utf8(out, cp); }
 
 bool is_valid(std::string_view s) {
   char32_t cp;
