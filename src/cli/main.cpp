@@ -6,11 +6,13 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"
+#include "cli/embedded_model.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 
 int main(int argc, char** argv) {
+  fl::cli::register_builtin_models();
   CLI::App app{"fireline: run open-weight LLMs fast (Gemma 4, Qwen3.5) on NVIDIA GPUs or the CPU"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "fireline 0.1.0");

@@ -40,10 +40,19 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   ::close(fd);
 }
 
+MappedFile MappedFile::borrow(const uint8_t* data, size_t size, std::string label) {
+  MappedFile f;
+  f.data_ = data;
+  f.size_ = size;
+  f.path_ = std::move(label);
+  f.owned_ = false;
+  return f;
+}
+
 MappedFile::~MappedFile() { release(); }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : data_(other.data_), size_(other.size_), path_(std::move(other.path_)) {
+    : data_(other.data_), size_(other.size_), path_(std::move(other.path_)), owned_(other.owned_) {
   other.data_ = nullptr;
   other.size_ = 0;
 }
@@ -54,6 +63,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     data_ = other.data_;
     size_ = other.size_;
     path_ = std::move(other.path_);
+    owned_ = other.owned_;
     other.data_ = nullptr;
     other.size_ = 0;
   }
@@ -61,7 +71,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
 }
 
 void MappedFile::release() {
-  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ && owned_) ::munmap(const_cast<uint8_t*>(data_), size_);
   data_ = nullptr;
   size_ = 0;
 }

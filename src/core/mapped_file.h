@@ -11,6 +11,9 @@ class MappedFile {
  public:
   MappedFile() = default;
   explicit MappedFile(const std::string& path);  // throws fl::Error naming the path on failure
+  // Bytes that live elsewhere for the whole run (a model linked into the binary), seen through
+  // the same interface; `label` stands in for the path in messages. Nothing is unmapped.
+  static MappedFile borrow(const uint8_t* data, size_t size, std::string label);
   ~MappedFile();
   MappedFile(MappedFile&& other) noexcept;
   MappedFile& operator=(MappedFile&& other) noexcept;
@@ -26,6 +29,7 @@ class MappedFile {
   const uint8_t* data_ = nullptr;
   size_t size_ = 0;
   std::string path_;
+  bool owned_ = true;  // false for borrowed bytes
 };
 
 // Drops the resident pages of [data, data + size) inside a read-only file mapping (the whole pages

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <span>
 
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -34,7 +35,10 @@ std::string gguf_tensor_sha256(const GgufFile& file, const ByteProgress& progres
   return hash.hex_digest();
 }
 
-FireFile::FireFile(const std::string& path) : gguf_(path) {
+FireFile::FireFile(const std::string& path) : FireFile(MappedFile(path)) {}
+
+FireFile::FireFile(MappedFile file) : gguf_(std::move(file)) {
+  const std::string& path = gguf_.path();
   auto hf_config = gguf_.metadata_string(fire_key::kHfConfig);
   if (!hf_config)
     fail("{}: GGUF file without {} (not a .fire file; convert it with `fireline quantize`)", path,
@@ -100,7 +104,37 @@ ModelFileKind detect_model_file(const std::string& path) {
   return ModelFileKind::unknown;
 }
 
+namespace {
+
+struct EmbeddedModel {
+  std::string name;
+  std::span<const uint8_t> bytes;
+};
+
+std::vector<EmbeddedModel>& embedded_models() {
+  static std::vector<EmbeddedModel> models;
+  return models;
+}
+
+}  // namespace
+
+void register_embedded_model(std::string name, std::span<const uint8_t> bytes) {
+  embedded_models().push_back({std::move(name), bytes});
+}
+
+std::vector<std::string> embedded_model_names() {
+  std::vector<std::string> names;
+  for (const EmbeddedModel& m : embedded_models()) names.push_back(std::string(kEmbeddedPrefix) + m.name);
+  return names;
+}
+
 std::unique_ptr<ModelSource> open_model_source(const std::string& path) {
+  if (path.starts_with(kEmbeddedPrefix)) {
+    const std::string_view name = std::string_view(path).substr(kEmbeddedPrefix.size());
+    for (const EmbeddedModel& m : embedded_models())
+      if (m.name == name) return std::make_unique<FireFile>(MappedFile::borrow(m.bytes.data(), m.bytes.size(), path));
+    fail("{}: no such model is built into this binary", path);
+  }
   switch (detect_model_file(path)) {
     case ModelFileKind::hf_directory: return open_hf_directory(path);
     case ModelFileKind::gguf: return open_fire_file(path);

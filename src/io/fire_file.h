@@ -42,6 +42,7 @@ std::string gguf_tensor_sha256(const GgufFile& file, const ByteProgress& progres
 class FireFile final : public ModelSource {
  public:
   explicit FireFile(const std::string& path);  // maps and validates; throws fl::Error
+  explicit FireFile(MappedFile file);          // validates bytes already in memory
 
   // ModelSource
   const std::string& path() const override { return gguf_.path(); }

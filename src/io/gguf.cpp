@@ -294,7 +294,10 @@ uint64_t gguf_tensor_bytes(const GgufTypeInfo& type, const std::vector<int64_t>&
 
 // ---- reader ----
 
-GgufFile::GgufFile(const std::string& path) : file_(path) {
+GgufFile::GgufFile(const std::string& path) : GgufFile(MappedFile(path)) {}
+
+GgufFile::GgufFile(MappedFile file) : file_(std::move(file)) {
+  const std::string& path = file_.path();
   const uint64_t file_size = file_.size();
   Cursor c(file_.data(), file_size, path);
   if (file_size < 4) fail("{}: not a GGUF file ({} bytes, too short for the magic)", path, file_size);

@@ -113,6 +113,7 @@ constexpr int kGgufMaxArrayDepth = 8;  // nesting of arrays of arrays we accept
 class GgufFile {
  public:
   explicit GgufFile(const std::string& path);  // maps and validates
+  explicit GgufFile(MappedFile file);          // validates bytes already in memory
 
   const std::string& path() const { return file_.path(); }
   uint32_t version() const { return version_; }

@@ -4,6 +4,7 @@
 // code asks a ModelSource for tensors by their HF names and never knows which one it has.
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -42,8 +43,15 @@ HfSideFiles read_hf_side_files(const std::string& dir);
 // is missing or wrong.
 std::unique_ptr<ModelSource> open_hf_directory(const std::string& path);
 
-// Any model path a command accepts: a HF directory, or a .fire file (recognised by its GGUF
-// magic, not its name). Defined in fire_file.cpp.
+// Any model path a command accepts: a HF directory, a .fire file (recognised by its GGUF magic,
+// not its name), or "embedded:NAME" for a .fire image linked into the binary. Defined in
+// fire_file.cpp.
 std::unique_ptr<ModelSource> open_model_source(const std::string& path);
+
+// .fire images linked into the executable (the default model): registered once at start-up, then
+// opened as "embedded:NAME" without touching the file system. The bytes must outlive every use.
+inline constexpr std::string_view kEmbeddedPrefix = "embedded:";
+void register_embedded_model(std::string name, std::span<const uint8_t> bytes);
+std::vector<std::string> embedded_model_names();  // "embedded:NAME" each
 
 }  // namespace fl
