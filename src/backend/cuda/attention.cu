@@ -166,11 +166,10 @@ __global__ void kv_write_kernel(uint8_t* k_cache, uint8_t* v_cache, DType type, 
         uint8_t* block = dst + b * 34;
         const float qf = fminf(fmaxf(roundf(x * id), -128.0f), 127.0f);
         block[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(qf));
-        if (lane == 0) {
-          const uint16_t bits = __half_as_ushort(__float2half_rn(d));
-          block[0] = static_cast<uint8_t>(bits & 0xff);
-          block[1] = static_cast<uint8_t>(bits >> 8);
-        }
+        // One 16-bit store of the scale (rows are 34-byte blocks from a cudaMalloc base, so it is
+        // aligned). Two byte stores of the half's bits lost the low byte on sm_90a with nvcc 13.0
+        // (the ops harness caught it: every scale's low byte read back 0).
+        if (lane == 0) *reinterpret_cast<uint16_t*>(block) = __half_as_ushort(__float2half_rn(d));
       }
     }
   }
