@@ -7,11 +7,13 @@
 // Error budgets (each with its reason):
 // - kSumBudget 1e-5, relative to the largest reference magnitude of the output: the GPU sums in
 //   a different order (warp trees instead of a left-to-right loop); f32 reassociation over K
-//   <= 2816 terms stays below ~1e-6 relative, so 1e-5 only catches real errors.
+//   <= 2816 terms usually stays near 1e-6 relative, so 1e-5 only catches real errors. Matmuls
+//   scale it by sqrt(K / 256) (see there: one output can be a small result of cancellation).
 // - kExactBudget 0: element-wise ops (add, scale, activations, KV conversion) perform the same
 //   single f32 operations on both sides and must match bit for bit... except transcendental
 //   functions (tanh, exp, sin/cos), whose CUDA and glibc implementations differ by an ulp or two:
 //   those use kUlpBudget 1e-6 relative.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -147,7 +149,11 @@ TEST_F(CudaOps, MatmulEveryFormatAndOddShape) {
           Twin out = twin_output(DType::f32, {T, M});
           cpu_->matmul(out.cpu, x.cpu, w.cpu);
           gpu_->matmul(out.gpu, x.gpu, w.gpu);
-          expect_close(out, kSumBudget, std::string(dtype_name(type)) + " M=" + std::to_string(M) + " K=" +
+          // Reassociation error grows like sqrt(K) for random-sign terms, and with M = T = 1 the
+          // single output may be a small result of cancellation (seen: 1.2e-5 relative at
+          // K = 2816 for one output of 1.02). A wrong scale or a dropped tail group is >= 1e-2.
+          const float budget = kSumBudget * std::max(1.0f, std::sqrt(static_cast<float>(K) / 256.0f));
+          expect_close(out, budget, std::string(dtype_name(type)) + " M=" + std::to_string(M) + " K=" +
                                             std::to_string(K) + " T=" + std::to_string(T));
         }
   }
