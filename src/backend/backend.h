@@ -16,7 +16,9 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -53,6 +55,15 @@ struct AttentionParams {
   int head_dim = 0;
   float scale = 1.0f;  // multiplies q.k before the softmax
   int window = 0;      // 0: causal over all earlier positions; W: only the W most recent (self included)
+};
+
+// Device time spent in one op family over a profiled stretch (`fireline bench --profile`).
+struct OpProfile {
+  std::string op;
+  int64_t calls = 0;
+  int64_t kernels = 0;  // kernel launches those calls made
+  double ms = 0;        // summed device time between the op's first and last launch
+  double bytes = 0;     // bytes the op must move (weights, KV rows, activations): an estimate
 };
 
 // A recorded sequence of ops that can be relaunched as a whole (a CUDA graph).
@@ -131,6 +142,11 @@ class Backend {
 
   // out_ids[r] = argmax over logits[r, :] (lowest index on ties).   out_ids [R] i32; logits [R, V]
   virtual void argmax(Tensor out_ids, const Tensor& logits) = 0;
+
+  // Per-op timing of eagerly launched ops (graph capture is never timed). Off by default: it adds
+  // two events per op. Backends without it return nothing.
+  virtual void set_profiling(bool on) { (void)on; }
+  virtual std::vector<OpProfile> take_profile() { return {}; }  // per op family, in first-call order; resets
 };
 
 // The CPU oracle backend.

@@ -31,7 +31,33 @@ struct BenchOptions {
   int runs = 3;
   double bandwidth_gbs = 4250.0;  // measured H200 device-to-device copy bandwidth (DESIGN §8)
   bool json = false;
+  bool profile = false;
 };
+
+// Per-op device time of `steps` units (decode tokens, or one prefill), as table rows and JSON.
+struct ProfileTable {
+  std::string text;
+  nlohmann::json json = nlohmann::json::array();
+};
+
+ProfileTable profile_table(const std::vector<OpProfile>& ops, double steps, const char* unit) {
+  ProfileTable t;
+  double total_ms = 0, total_bytes = 0;
+  int64_t total_kernels = 0;
+  for (const OpProfile& p : ops) total_ms += p.ms, total_bytes += p.bytes, total_kernels += p.kernels;
+  t.text += fmt::format("  {:<18} {:>9} {:>9} {:>11} {:>7} {:>10}\n", "op", "calls", "kernels", "ms", "share", "GB/s");
+  for (const OpProfile& p : ops) {
+    const double gbs = p.ms > 0 ? p.bytes / (p.ms * 1e-3) / 1e9 : 0.0;
+    t.text += fmt::format("  {:<18} {:>9.1f} {:>9.1f} {:>11.3f} {:>6.1f}% {:>10.1f}\n", p.op, p.calls / steps,
+                          p.kernels / steps, p.ms / steps, total_ms > 0 ? 100.0 * p.ms / total_ms : 0.0, gbs);
+    t.json.push_back({{"op", p.op}, {"calls", p.calls / steps}, {"kernels", p.kernels / steps}, {"ms", p.ms / steps},
+                      {"bytes", p.bytes / steps}, {"gb_s", gbs}});
+  }
+  t.text += fmt::format("  {:<18} {:>9} {:>9.1f} {:>11.3f} {:>6.1f}% {:>10.1f}   (per {})\n", "total", "",
+                        total_kernels / steps, total_ms / steps, 100.0,
+                        total_ms > 0 ? total_bytes / (total_ms * 1e-3) / 1e9 : 0.0, unit);
+  return t;
+}
 
 DType kv_type(const std::string& name) {
   if (name == "f32") return DType::f32;
@@ -102,6 +128,30 @@ void run_bench(const BenchOptions& opt) {
   const double decode_eager = measure_decode(false);
   std::vector<double> decode_tps = {measure_decode(true)};
 
+  // Where the time goes: the same prefill and eager decode steps with every op timed on the device.
+  ProfileTable prefill_profile, decode_profile;
+  if (opt.profile) {
+    backend->set_profiling(true);
+    {
+      auto seq = model->new_sequence({opt.prompt_tokens + 1, kv, true});
+      std::vector<int32_t> ids(opt.prompt_tokens);
+      for (auto& id : ids) id = token(rng);
+      model->forward(*seq, ids, LogitsMode::last);
+    }
+    prefill_profile = profile_table(backend->take_profile(), 1.0, "prefill");
+    {
+      auto seq = model->new_sequence({opt.context + opt.gen_tokens + 3, kv, true});
+      seq->n_past = opt.context;
+      int32_t next = token(rng);
+      for (int i = 0; i < opt.gen_tokens; ++i) {
+        std::vector<float> logits = model->forward(*seq, std::span<const int32_t>(&next, 1), LogitsMode::last);
+        next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      }
+    }
+    decode_profile = profile_table(backend->take_profile(), opt.gen_tokens, "token");
+    backend->set_profiling(false);
+  }
+
   const DecodeTraffic traffic = model->decode_traffic(opt.context, kv);
   const double bytes = traffic.weight_bytes + traffic.kv_bytes;
   const double roofline = opt.bandwidth_gbs * 1e9 / bytes;
@@ -123,6 +173,7 @@ void run_bench(const BenchOptions& opt) {
                         {"roofline_tok_s", roofline},
                         {"roofline_ratio", decode / roofline},
                         {"runs", opt.runs}};
+    if (opt.profile) j["profile"] = {{"prefill", prefill_profile.json}, {"decode_per_token", decode_profile.json}};
     std::puts(j.dump(2).c_str());
     return;
   }
@@ -135,6 +186,12 @@ void run_bench(const BenchOptions& opt) {
   out += fmt::format("roofline  {:>10.1f} tok/s   ({:.3f} GB weights + {:.3f} GB KV per token at {:.0f} GB/s)\n", roofline,
                      traffic.weight_bytes / 1e9, traffic.kv_bytes / 1e9, opt.bandwidth_gbs);
   out += fmt::format("ratio     {:>10.1f} %      of the decode roofline\n", 100.0 * decode / roofline);
+  if (opt.profile) {
+    out += fmt::format("\ndecode, per token (eager launches, {} tokens at context {}):\n", opt.gen_tokens, opt.context);
+    out += decode_profile.text;
+    out += fmt::format("\nprefill of {} tokens:\n", opt.prompt_tokens);
+    out += prefill_profile.text;
+  }
   std::fputs(out.c_str(), stdout);
 }
 
@@ -160,6 +217,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--bandwidth", opt->bandwidth_gbs, "Memory bandwidth for the roofline, GB/s (default 4250: H200)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", opt->json, "Print the results as JSON");
+  cmd->add_flag("--profile", opt->profile,
+                "Also time every op on the device (one prefill, --gen-tokens eager decode steps) and print where the time goes");
   cmd->callback([opt] { run_bench(*opt); });
 }
 

@@ -31,10 +31,14 @@ __device__ __forceinline__ KvRow kv_row(const AttentionArgs& a, const float* fre
   return {nullptr, cache + ((j % a.cache_rows) * a.n_kv_heads + g) * a.cache_row_bytes};
 }
 
-__device__ __forceinline__ float kv_load(const KvRow& row, int d, DType type) {
-  return row.fresh ? row.fresh[d] : load_weight(row.cached, d, type);
+// The cache's element type is a template parameter: a run-time switch per element cost more than
+// the load itself.
+template <DType C>
+__device__ __forceinline__ float kv_load(const KvRow& row, int d) {
+  return row.fresh ? row.fresh[d] : load_weight_t<C>(row.cached, d);
 }
 
+template <DType C>
 __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(AttentionArgs a) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int t = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
@@ -64,7 +68,7 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(Attention
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i) {
       const int d = lane + i * kWarp;
-      if (d < D) dot += q[i] * kv_load(krow, d, a.cache_type);
+      if (d < D) dot += q[i] * kv_load<C>(krow, d);
     }
     const float s = warp_sum(dot) * a.scale;
     const float m_new = fmaxf(m, s);
@@ -73,7 +77,7 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(Attention
 #pragma unroll
     for (int i = 0; i < kMaxPerLane; ++i) {
       const int d = lane + i * kWarp;
-      if (d < D) acc[i] = acc[i] * correction + p * kv_load(vrow, d, a.cache_type);
+      if (d < D) acc[i] = acc[i] * correction + p * kv_load<C>(vrow, d);
     }
     m = m_new;
   }
@@ -182,7 +186,12 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.head_dim > kMaxPerLane * kWarp || a.n_heads % a.n_kv_heads) return cudaErrorInvalidValue;
   dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_heads), static_cast<unsigned>(a.n_splits));
   const size_t smem = static_cast<size_t>(kAttnWarps) * (a.head_dim + 2) * sizeof(float);
-  attention_kernel<<<grid, kAttnWarps * kWarp, smem, stream>>>(a);
+  switch (a.cache_type) {
+    case DType::f32: attention_kernel<DType::f32><<<grid, kAttnWarps * kWarp, smem, stream>>>(a); break;
+    case DType::bf16: attention_kernel<DType::bf16><<<grid, kAttnWarps * kWarp, smem, stream>>>(a); break;
+    case DType::q8_0: attention_kernel<DType::q8_0><<<grid, kAttnWarps * kWarp, smem, stream>>>(a); break;
+    default: return cudaErrorInvalidValue;
+  }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || a.n_splits == 1) return err;
   attention_merge_kernel<<<static_cast<unsigned>(a.n_tokens * a.n_heads), 128, 0, stream>>>(a);

@@ -16,7 +16,7 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 constexpr int kTokens = 8;  // inputs sharing one pass over a weight row (plain matmul)
 
-template <DType F, int kT>
+template <DType F, int kT, int kUnroll>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_kernel(MatvecArgs a) {
   const int lane = threadIdx.x % kWarp;
   const int64_t m = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
@@ -42,7 +42,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_kernel(MatvecAr
     // kUnroll chunks per step: all their weight loads are issued before the first FMA, so each
     // warp keeps several requests in flight (one 4-byte load per lane is far too little to
     // cover HBM latency).
-    constexpr int kUnroll = 4;
     for (int64_t base = lane * 8; base < a.K; base += 8 * kWarp * kUnroll) {
       float w[kUnroll][8];
 #pragma unroll
@@ -85,10 +84,13 @@ cudaError_t launch_format(const MatvecArgs& a, cudaStream_t stream) {
   const int64_t groups = a.expert_ids ? a.n_inputs : (a.n_inputs + kTokens - 1) / kTokens;
   const unsigned y = static_cast<unsigned>(groups < 65535 ? groups : 65535);
   dim3 grid(row_blocks, y);
-  if (a.expert_ids)
-    matvec_kernel<F, 1><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(a);
+  // One input (decode, and each expert pair): a single accumulator leaves registers for 8 chunks
+  // of weights in flight per lane (K = 2816 is then two steps per row). Several inputs share
+  // each weight load across kTokens accumulators with 4 chunks in flight.
+  if (a.expert_ids || a.n_inputs == 1)
+    matvec_kernel<F, 1, 8><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(a);
   else
-    matvec_kernel<F, kTokens><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(a);
+    matvec_kernel<F, kTokens, 4><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
