@@ -32,6 +32,7 @@ struct BenchOptions {
   double bandwidth_gbs = 4250.0;  // measured H200 device-to-device copy bandwidth (DESIGN §8)
   bool json = false;
   bool profile = false;
+  int batch = 1;
 };
 
 // Per-op device time of `steps` units (decode tokens, or one prefill), as table rows and JSON.
@@ -85,7 +86,7 @@ void run_bench(const BenchOptions& opt) {
   LoadOptions load;
   load.max_seq = std::max<int64_t>(opt.context + opt.gen_tokens + 3, opt.prompt_tokens + 1);
   load.kv_dtype = kv;
-  load.max_tokens = opt.prompt_tokens;
+  load.max_tokens = std::max(opt.prompt_tokens, opt.batch);
   auto model = load_model(*source, *backend, load);
   const double load_s = seconds_since(start);
   const int V = model->vocab_size();
@@ -126,6 +127,35 @@ void run_bench(const BenchOptions& opt) {
     return median(tps);
   };
   const double decode_eager = measure_decode(false);
+  // Batched decode (continuous batching): `batch` sequences at the context, one token each per
+  // step through forward_batch; the aggregate rate over all of them.
+  double decode_batch = 0.0;
+  if (opt.batch > 1) {
+    std::vector<double> tps;
+    for (int r = 0; r < opt.runs + 1; ++r) {
+      std::vector<std::unique_ptr<Sequence>> owned;
+      std::vector<Sequence*> seqs;
+      for (int i = 0; i < opt.batch; ++i) {
+        owned.push_back(model->new_sequence({opt.context + opt.gen_tokens + 3, kv, true}));
+        owned.back()->n_past = opt.context;
+        seqs.push_back(owned.back().get());
+      }
+      std::vector<int32_t> next(opt.batch);
+      for (auto& id : next) id = token(rng);
+      auto step = [&] {
+        std::vector<float> logits = model->forward_batch(seqs, next);
+        for (int i = 0; i < opt.batch; ++i) {
+          auto row = logits.begin() + static_cast<ptrdiff_t>(i) * V;
+          next[i] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+        }
+      };
+      step();  // warm-up step: scratch and workspace sizing
+      auto t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < opt.gen_tokens; ++i) step();
+      if (r > 0) tps.push_back(static_cast<double>(opt.batch) * opt.gen_tokens / seconds_since(t0));
+    }
+    decode_batch = median(tps);
+  }
   std::vector<double> decode_tps = {measure_decode(true)};
 
   // Where the time goes: the same prefill and eager decode steps with every op timed on the device.
@@ -173,6 +203,7 @@ void run_bench(const BenchOptions& opt) {
                         {"roofline_tok_s", roofline},
                         {"roofline_ratio", decode / roofline},
                         {"runs", opt.runs}};
+    if (opt.batch > 1) j["batch"] = {{"sequences", opt.batch}, {"decode_tok_s_total", decode_batch}};
     if (opt.profile) j["profile"] = {{"prefill", prefill_profile.json}, {"decode_per_token", decode_profile.json}};
     std::puts(j.dump(2).c_str());
     return;
@@ -186,6 +217,9 @@ void run_bench(const BenchOptions& opt) {
   out += fmt::format("roofline  {:>10.1f} tok/s   ({:.3f} GB weights + {:.3f} GB KV per token at {:.0f} GB/s)\n", roofline,
                      traffic.weight_bytes / 1e9, traffic.kv_bytes / 1e9, opt.bandwidth_gbs);
   out += fmt::format("ratio     {:>10.1f} %      of the decode roofline\n", 100.0 * decode / roofline);
+  if (opt.batch > 1)
+    out += fmt::format("batch     {:>10.1f} tok/s   ({} sequences decoding together, total; eager forward_batch)\n",
+                       decode_batch, opt.batch);
   if (opt.profile) {
     out += fmt::format("\ndecode, per token (eager launches, {} tokens at context {}):\n", opt.gen_tokens, opt.context);
     out += decode_profile.text;
@@ -217,6 +251,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--bandwidth", opt->bandwidth_gbs, "Memory bandwidth for the roofline, GB/s (default 4250: H200)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", opt->json, "Print the results as JSON");
+  cmd->add_option("--batch", opt->batch, "Also decode this many sequences together and report the total rate (default 1: off)")
+      ->check(CLI::Range(1, 4096));
   cmd->add_flag("--profile", opt->profile,
                 "Also time every op on the device (one prefill, --gen-tokens eager decode steps) and print where the time goes");
   cmd->callback([opt] { run_bench(*opt); });

@@ -16,6 +16,12 @@
 namespace fl {
 namespace {
 
+// Rows [first_row, first_row + n_rows) of a forward's stacked tokens belong to `seq`.
+struct SequenceRows {
+  Sequence* seq = nullptr;
+  int64_t first_row = 0, n_rows = 0;
+};
+
 struct Gemma4Layer {
   Tensor input_norm, post_attention_norm, pre_feedforward_norm, post_feedforward_norm;
   Tensor layer_scalar;  // [1]
@@ -148,10 +154,36 @@ class Gemma4Model final : public Model {
     for (int64_t t = 0; t < T; ++t) pos_host[t] = static_cast<int32_t>(seq.n_past + t);
     Tensor positions = scratch_.alloc(DType::i32, {T});
     backend_.copy_to_device(positions, pos_host.data());
-    Tensor logits = run(scratch_, seq, ids_t, positions, mode);
+    const SequenceRows part{&seq, 0, T};
+    Tensor logits = run(scratch_, std::span<const SequenceRows>(&part, 1), ids_t, positions, mode);
     std::vector<float> out(static_cast<size_t>(logits.numel()));
     backend_.copy_to_host(out.data(), logits);
     seq.n_past += T;
+    return out;
+  }
+
+  std::vector<float> forward_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids) override {
+    const int64_t B = static_cast<int64_t>(seqs.size());
+    if (B == 0 || static_cast<int64_t>(ids.size()) != B)
+      fail("forward_batch: {} sequences but {} token ids", seqs.size(), ids.size());
+    std::vector<SequenceRows> parts(B);
+    std::vector<int32_t> pos_host(B);
+    for (int64_t i = 0; i < B; ++i) {
+      for (int64_t j = 0; j < i; ++j)
+        if (seqs[j] == seqs[i]) fail("forward_batch: a sequence appears twice in one batch");
+      check_step(*seqs[i], ids.subspan(i, 1));
+      parts[i] = {seqs[i], i, 1};
+      pos_host[i] = static_cast<int32_t>(seqs[i]->n_past);
+    }
+    scratch_.reset();
+    Tensor ids_t = scratch_.alloc(DType::i32, {B});
+    backend_.copy_to_device(ids_t, ids.data());
+    Tensor positions = scratch_.alloc(DType::i32, {B});
+    backend_.copy_to_device(positions, pos_host.data());
+    Tensor logits = run(scratch_, parts, ids_t, positions, LogitsMode::last);
+    std::vector<float> out(static_cast<size_t>(logits.numel()));
+    backend_.copy_to_host(out.data(), logits);
+    for (Sequence* seq : seqs) seq->n_past += 1;
     return out;
   }
 
@@ -168,9 +200,17 @@ class Gemma4Model final : public Model {
 
   // The whole forward as device ops only: no host copies, no synchronisation, scratch from
   // `arena` (not reset here), so that a decode step can be captured and replayed. ids and
-  // positions are device tensors [T]; returns the logits [1 or T, vocab] in `arena`.
-  Tensor run(ScratchArena& arena, Sequence& seq, const Tensor& ids_t, const Tensor& positions, LogitsMode mode) {
+  // positions are device tensors [T]: the rows of one or more sequences (`parts`, in row order),
+  // stacked for every weight op; attention and KV writes run per part on its own cache. Returns
+  // the logits in `arena`: LogitsMode::all gives every row [T, vocab]; LogitsMode::last the last
+  // row of a single part [1, vocab], or, for several parts of one row each, [parts, vocab].
+  Tensor run(ScratchArena& arena, std::span<const SequenceRows> parts, const Tensor& ids_t, const Tensor& positions,
+             LogitsMode mode) {
     const int64_t T = ids_t.numel();
+    FL_ASSERT(!parts.empty() && parts.back().first_row + parts.back().n_rows == T);
+    if (parts.size() > 1 && mode == LogitsMode::last)
+      for (const SequenceRows& part : parts)
+        if (part.n_rows != 1) fail("a batched forward of several tokens per sequence needs LogitsMode::all");
     const int64_t H = c_.hidden_size, L = c_.num_layers, P = c_.hidden_size_per_layer_input, nH = c_.num_heads;
     Backend& b = backend_;
     Tensor h = arena.alloc(DType::f32, {T, H});  // the residual stream
@@ -236,8 +276,14 @@ class Gemma4Model final : public Model {
       params.scale = 1.0f;  // Gemma 4: q/k norms replace 1/sqrt(D)
       params.window = lc.type == AttentionType::sliding ? c_.sliding_window : 0;
       Tensor attn = arena.alloc(DType::f32, {T, nH, D});
-      b.attention(attn, q, fresh_k[kv_layer], fresh_v[kv_layer], seq.kv[kv_layer], positions, params);
-      if (lc.kv_source_layer < 0 && !writes_deferred_[l]) b.kv_write(seq.kv[l], fresh_k[l], fresh_v[l], positions);
+      for (const SequenceRows& part : parts) {  // each sequence attends over its own cache
+        const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
+        const Tensor k_rows = fresh_k[kv_layer].slice(r0, r1), v_rows = fresh_v[kv_layer].slice(r0, r1);
+        const Tensor pos_rows = positions.slice(r0, r1);
+        b.attention(attn.slice(r0, r1), q.slice(r0, r1), k_rows, v_rows, part.seq->kv[kv_layer], pos_rows, params);
+        if (lc.kv_source_layer < 0 && !writes_deferred_[l])
+          b.kv_write(part.seq->kv[l], fresh_k[l].slice(r0, r1), fresh_v[l].slice(r0, r1), pos_rows);
+      }
       b.matmul(tmp, attn.reshape({T, nH * D}), layer.o_proj);
       b.rms_norm(tmp, tmp, &layer.post_attention_norm, NormGain::weight, c_.rms_norm_eps);
       b.add(h, h, tmp);
@@ -284,10 +330,14 @@ class Gemma4Model final : public Model {
       b.scale_by(h, layer.layer_scalar);
     }
     for (int64_t l = 0; l < L; ++l)
-      if (writes_deferred_[l]) b.kv_write(seq.kv[l], fresh_k[l], fresh_v[l], positions);
+      if (writes_deferred_[l])
+        for (const SequenceRows& part : parts) {
+          const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
+          b.kv_write(part.seq->kv[l], fresh_k[l].slice(r0, r1), fresh_v[l].slice(r0, r1), positions.slice(r0, r1));
+        }
 
     // ---- output: final norm, tied head, soft-cap ----
-    const int64_t n_out = mode == LogitsMode::all ? T : 1;
+    const int64_t n_out = mode == LogitsMode::all ? T : parts.size() > 1 ? static_cast<int64_t>(parts.size()) : 1;
     Tensor last = h.slice(T - n_out, T);
     Tensor normed = arena.alloc(DType::f32, {n_out, H});
     b.rms_norm(normed, last, &final_norm_, NormGain::weight, c_.rms_norm_eps);
@@ -389,10 +439,10 @@ class Gemma4DecodeGraph final : public DecodeGraph {
       graph_->replay();
     } else if (steps_ == 0) {
       arena_.reset();
-      logits_ = model_.run(arena_, seq_, id_, position_, LogitsMode::last);
+      logits_ = model_.run(arena_, part(), id_, position_, LogitsMode::last);
     } else {
       arena_.reset();  // outside the capture: it may reallocate once after step 1
-      graph_ = backend_.capture([&] { logits_ = model_.run(arena_, seq_, id_, position_, LogitsMode::last); });
+      graph_ = backend_.capture([&] { logits_ = model_.run(arena_, part(), id_, position_, LogitsMode::last); });
       graph_->replay();
     }
     ++steps_;
@@ -405,6 +455,11 @@ class Gemma4DecodeGraph final : public DecodeGraph {
   bool captured() const override { return graph_ != nullptr; }
 
  private:
+  std::span<const SequenceRows> part() {
+    part_ = {&seq_, 0, 1};
+    return {&part_, 1};
+  }
+  SequenceRows part_;
   Gemma4Model& model_;
   Backend& backend_;
   Sequence& seq_;

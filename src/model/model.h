@@ -61,6 +61,11 @@ class Model {
   // Appends `ids` to `seq` and returns their logits on the host: [1, vocab] for LogitsMode::last,
   // [ids.size(), vocab] for LogitsMode::all, row-major.
   virtual std::vector<float> forward(Sequence& seq, std::span<const int32_t> ids, LogitsMode mode) = 0;
+  // One new token for each of several sequences in one pass (continuous batching): ids[i] is
+  // appended to seqs[i]; returns the logits [seqs.size(), vocab]. The same numbers as calling
+  // forward on each sequence alone; weight ops see all the rows at once, so each weight is read
+  // once per step instead of once per sequence. The default runs the sequences one by one.
+  virtual std::vector<float> forward_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids);
   virtual DecodeTraffic decode_traffic(int64_t context, DType kv_dtype) const = 0;
   // A graph-replayed decode loop over `seq` (which must outlive it). Use either this or forward
   // for a sequence at a time, not both interleaved.

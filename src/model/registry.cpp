@@ -29,6 +29,17 @@ double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
 }  // namespace
 
+std::vector<float> Model::forward_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids) {
+  if (seqs.size() != ids.size()) fail("forward_batch: {} sequences but {} token ids", seqs.size(), ids.size());
+  std::vector<float> out;
+  out.reserve(seqs.size() * static_cast<size_t>(vocab_size()));
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    std::vector<float> row = forward(*seqs[i], ids.subspan(i, 1), LogitsMode::last);
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
+}
+
 MemoryPlan plan_model_memory(const ModelSource& source, const LoadOptions& options) {
   return architecture_of(source).plan_memory(source, options);
 }
