@@ -145,6 +145,7 @@ std::optional<ContentRange> parse_content_range(std::string_view text) {
     out.start = parse_decimal(range.substr(0, dash));
     out.end = parse_decimal(range.substr(dash + 1));
     if (!out.start || !out.end || *out.end < *out.start) return std::nullopt;
+    if (out.total && *out.end >= *out.total) return std::nullopt;
   }
   return out;
 }

@@ -56,7 +56,10 @@ LoopbackServer::LoopbackServer() : server_(std::make_unique<httplib::Server>()) 
     }
     auto body = std::make_shared<std::string>(std::move(route.body));
     size_t start = 0;
-    if (!range.empty() && route.serve != Serve::ignore_range) {
+    if (!range.empty() && route.serve == Serve::wrong_range) {
+      res.status = 206;
+      res.set_header("Content-Range", "bytes 0-" + std::to_string(body->size() - 1) + "/" + std::to_string(body->size()));
+    } else if (!range.empty() && route.serve != Serve::ignore_range) {
       start = range_start(range);
       if (start == std::string::npos || start >= body->size()) {
         res.status = 416;

@@ -20,6 +20,7 @@ enum class Serve {
   normal,        // 200, or 206 / 416 for a Range request, as RFC 9110 says
   drop_after,    // like normal, but the connection is closed once `drop_at` bytes of the file were sent
   ignore_range,  // always 200 with the whole body, whatever the Range header says
+  wrong_range,   // a Range request gets 206 with the whole body (Content-Range from byte 0)
   not_found,     // 404
   redirect,      // 302 to `redirect_to` (a path on this server)
 };
@@ -37,6 +38,7 @@ struct Route {
     return r;
   }
   static Route ignoring_range(std::string body) { return make(std::move(body), Serve::ignore_range); }
+  static Route with_wrong_range(std::string body) { return make(std::move(body), Serve::wrong_range); }
   static Route not_found() { return make("", Serve::not_found); }
   static Route redirect(std::string to) {
     Route r = make("", Serve::redirect);

@@ -174,6 +174,14 @@ TEST_F(PullTest, AServerThatIgnoresRangeIsReadFromTheStart) {
   EXPECT_EQ(server_.ranges("/m.fire"), (std::vector<std::string>{"", "bytes=40000-"}));
 }
 
+TEST_F(PullTest, A206ForAnotherRangeThanAskedStartsOver) {
+  pull_dropped_at("/m.fire", 40000);
+  server_.set_route("/m.fire", Route::with_wrong_range(model_));
+  EXPECT_EQ(pull(request("/m.fire")).resumed_from, 0u);
+  expect_installed();
+  EXPECT_EQ(server_.ranges("/m.fire"), (std::vector<std::string>{"", "bytes=40000-", ""}));
+}
+
 TEST_F(PullTest, A416ForAWholePartialFileInstallsItWithoutDownloadingAgain) {
   pull_dropped_at("/m.fire", 1000);
   // As if the earlier pull had received every byte and then stopped before installing.
