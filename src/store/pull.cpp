@@ -236,7 +236,7 @@ struct Download {
     auto on_data = [&](const char* data, size_t size) {
       const uint64_t have = offset + received + size;
       if ((total && have > *total) || (plan.expected_size && have > plan.expected_size))
-        fail("{} sent more bytes than the {} it announced", plan.url, total ? *total : plan.expected_size);
+        fail("{} sent more than the {} bytes the file has", plan.url, total ? *total : plan.expected_size);
       partial.append(data, size);
       hasher->update(data, size);
       received += size;
