@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "io/fire_file.h"
 #include "io/model_source.h"
+#include "store/model_store.h"
 
 namespace fl::cli {
 namespace {
@@ -37,7 +38,7 @@ std::vector<FormatTotals> tally_formats(const ModelSource& source) {
 }
 
 void run_show(const ShowOptions& opt) {
-  std::unique_ptr<ModelSource> source = open_model_source(opt.model);
+  std::unique_ptr<ModelSource> source = open_model_source(resolve_model_arg(opt.model));
   const auto* fire = dynamic_cast<const FireFile*>(source.get());
   const std::vector<FormatTotals> formats = tally_formats(*source);
   const nlohmann::ordered_json config = model_config_summary(source->config());
@@ -106,7 +107,7 @@ void run_show(const ShowOptions& opt) {
 void add_show_command(CLI::App& app) {
   auto opt = std::make_shared<ShowOptions>();
   CLI::App* cmd = app.add_subcommand("show", "Describe a model: architecture, config, formats, chat template");
-  cmd->add_option("model", opt->model, "Model: a Hugging Face directory or a .fire file")->required();
+  cmd->add_option("model", opt->model, "Model: a name in the store (see `fireline list`), a .fire file or a Hugging Face directory")->required();
   cmd->add_flag("--json", opt->json, "Print JSON instead of text");
   cmd->callback([opt] { run_show(*opt); });
 }

@@ -14,5 +14,8 @@ void add_quantize_command(CLI::App& app);
 void add_show_command(CLI::App& app);
 void add_verify_command(CLI::App& app);
 void add_template_command(CLI::App& app);
+void add_pull_command(CLI::App& app);
+void add_list_command(CLI::App& app);
+void add_rm_command(CLI::App& app);
 
 }  // namespace fl::cli

@@ -34,6 +34,9 @@ int main(int argc, char** argv) {
   fl::cli::add_show_command(app);
   fl::cli::add_verify_command(app);
   fl::cli::add_template_command(app);
+  fl::cli::add_pull_command(app);
+  fl::cli::add_list_command(app);
+  fl::cli::add_rm_command(app);
 
   try {
     app.parse(argc, argv);
