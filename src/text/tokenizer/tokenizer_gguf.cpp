@@ -2,9 +2,10 @@
 // tokenizer_gguf.h for the keys and what each model and pre-tokenizer name means.
 //
 // A SentencePiece ("llama") vocabulary has scores instead of merges: encoding repeatedly joins the
-// adjacent pair whose concatenation is a piece with the highest score, leftmost first on ties. That is BPE over the table of every pair (a, b) that spells a normal piece, ranked by the
-// piece's score, with equal scores sharing a rank, so it runs on the same BpeModel as a
-// tokenizer.json (which is also how Hugging Face converts these vocabularies).
+// adjacent pair whose concatenation is a piece with the highest score, leftmost first on ties.
+// That is BPE over the table of every pair (a, b) that spells a piece, ranked by the piece's
+// score, with equal scores sharing a rank, so it runs on the same BpeModel as a tokenizer.json
+// (which is also how Hugging Face converts these vocabularies).
 #include "text/tokenizer/tokenizer_gguf.h"
 
 #include <algorithm>
@@ -240,7 +241,8 @@ Tokenizer build(const Metadata& md) {
   if (!tokens) md.error(key::kTokens, "missing");
   const size_t n = tokens->size();
   if (n == 0) md.error(key::kTokens, "the vocabulary is empty");
-  if (n > static_cast<size_t>(Vocab::kMaxId) + 1) md.error(key::kTokens, "{} tokens is more than the {} supported", n, Vocab::kMaxId + 1);
+  if (n > static_cast<size_t>(Vocab::kMaxId) + 1)
+    md.error(key::kTokens, "{} tokens is more than the {} supported", n, Vocab::kMaxId + 1);
 
   std::vector<GgufTokenType> types(n, GgufTokenType::normal);
   if (const auto* items = md.array(key::kTokenType, "integers", [](const GgufValue& v) { return v.is_integer(); })) {
