@@ -43,6 +43,13 @@ void run_show(const ShowOptions& opt) {
   const std::vector<FormatTotals> formats = tally_formats(*source);
   const nlohmann::ordered_json config = model_config_summary(source->config());
   const std::string chat_template = source->chat_template();
+  // Where the tokenizer comes from: tokenizer.json, else (a .fire) GGUF tokenizer.ggml.* metadata.
+  std::string tokenizer_kind;
+  if (!source->tokenizer_json().empty()) {
+    tokenizer_kind = fire ? "tokenizer.json (embedded)" : "tokenizer.json";
+  } else if (const GgufValue* model = fire ? fire->gguf().find_metadata("tokenizer.ggml.model") : nullptr) {
+    tokenizer_kind = fmt::format("GGUF tokenizer metadata (tokenizer.ggml.model {})", model->describe());
+  }
 
   nlohmann::ordered_json quantizer;  // null unless the .fire records one
   if (fire && !fire->quantizer_json().empty()) {
@@ -73,7 +80,8 @@ void run_show(const ShowOptions& opt) {
     j["quantizer"] = quantizer;
     j["tensor_sha256"] = fire && !fire->recorded_sha256().empty() ? nlohmann::ordered_json(fire->recorded_sha256())
                                                                    : nlohmann::ordered_json();
-    j["has_tokenizer"] = !source->tokenizer_json().empty();
+    j["has_tokenizer"] = !tokenizer_kind.empty();
+    j["tokenizer"] = tokenizer_kind.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(tokenizer_kind);
     j["chat_template"] = chat_template.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(chat_template);
     std::string out = j.dump(2) + "\n";
     std::fwrite(out.data(), 1, out.size(), stdout);
@@ -89,9 +97,7 @@ void run_show(const ShowOptions& opt) {
     if (key != "architecture") out += fmt::format("  {:<26}{}\n", key, value.dump());
   if (!quantizer.is_null()) out += fmt::format("quantizer     {}\n", quantizer.is_string() ? quantizer.get<std::string>() : quantizer.dump());
   if (fire) out += fmt::format("tensor sha256 {}\n", fire->recorded_sha256().empty() ? "none" : fire->recorded_sha256());
-  out += fmt::format("tokenizer     {}\n", source->tokenizer_json().empty() ? "none"
-                                           : fire                           ? "tokenizer.json (embedded)"
-                                                                            : "tokenizer.json");
+  out += fmt::format("tokenizer     {}\n", tokenizer_kind.empty() ? "none" : tokenizer_kind);
   out += "tensors\n" + format_table(formats);
   if (chat_template.empty()) {
     out += "chat template: none\n";

@@ -73,8 +73,8 @@ void add_template_command(CLI::App& app) {
   auto opt = std::make_shared<TemplateOptions>();
   auto* cmd = app.add_subcommand("template", "Render a conversation with a model's chat template and print the prompt");
   cmd->add_option("source", opt->source,
-                  "A .jinja file, a tokenizer_config.json, or a model directory (chat_template.jinja or "
-                  "tokenizer_config.json)")
+                  "A .jinja file, a tokenizer_config.json, a model directory (chat_template.jinja or "
+                  "tokenizer_config.json), or a .fire / GGUF file (tokenizer.chat_template)")
       ->required();
   cmd->add_option("--messages", opt->messages_file, "JSON file: an array of messages (or an object with \"messages\")")
       ->required();
@@ -87,10 +87,10 @@ void add_template_command(CLI::App& app) {
       "Set enable_thinking to true (or false); left out, the template's own default applies");
   cmd->add_option_function<std::string>(
       "--bos-token", [opt](const std::string& s) { opt->bos_token = s; },
-      "bos_token value (default: from tokenizer_config.json)");
+      "bos_token value (default: from tokenizer_config.json or the model file)");
   cmd->add_option_function<std::string>(
       "--eos-token", [opt](const std::string& s) { opt->eos_token = s; },
-      "eos_token value (default: from tokenizer_config.json)");
+      "eos_token value (default: from tokenizer_config.json or the model file)");
   cmd->add_flag("--parse-arguments", opt->parse_arguments,
                 "Turn tool_calls[].function.arguments JSON strings into objects before rendering");
   cmd->callback([opt] { run_template(*opt); });

@@ -98,7 +98,10 @@ void run_tokenize(const TokenizeOptions& opt) {
 void add_tokenize_command(CLI::App& app) {
   auto opt = std::make_shared<TokenizeOptions>();
   CLI::App* cmd = app.add_subcommand("tokenize", "Encode text to token ids (JSON), or decode ids to text");
-  cmd->add_option("tokenizer", opt->tokenizer, "A tokenizer.json file, or a model directory containing one")->required();
+  cmd->add_option("tokenizer", opt->tokenizer,
+                  "A tokenizer.json file, a model directory containing one, or a .fire / GGUF file (its embedded "
+                  "tokenizer.json, else its tokenizer.ggml.* metadata)")
+      ->required();
   cmd->add_option("text", opt->text, "Text to encode; - reads it from stdin")
       ->each([opt](const std::string&) { opt->have_text = true; });
   cmd->add_flag("--ids", opt->ids, "Print the ids as a JSON array (the default)");

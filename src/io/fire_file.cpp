@@ -53,6 +53,7 @@ FireFile::FireFile(MappedFile file) : gguf_(std::move(file)) {
          config_.architecture);
 
   tokenizer_json_ = gguf_.metadata_string(fire_key::kTokenizerJson).value_or("");
+  tokenizer_config_ = gguf_.metadata_string(fire_key::kTokenizerConfig).value_or("");
   generation_config_ = gguf_.metadata_string(fire_key::kGenerationConfig).value_or("");
   chat_template_ = gguf_.metadata_string(fire_key::kChatTemplate).value_or("");
   quantizer_ = gguf_.metadata_string(fire_key::kQuantizer).value_or("");

@@ -25,6 +25,10 @@ inline constexpr std::string_view kAlignment = "general.alignment";
 inline constexpr std::string_view kName = "general.name";
 inline constexpr std::string_view kHfConfig = "fireline.hf_config";
 inline constexpr std::string_view kTokenizerJson = "fireline.tokenizer_json";
+// tokenizer_config.json reduced to what fireline reads from it: {"bos_token": ..., "eos_token": ...}.
+inline constexpr std::string_view kTokenizerConfig = "fireline.tokenizer_config";
+// Keys with this prefix (a GGUF input's tokenizer.ggml.* metadata) are carried into a .fire as they are.
+inline constexpr std::string_view kGgufTokenizerPrefix = "tokenizer.ggml.";
 inline constexpr std::string_view kGenerationConfig = "fireline.generation_config";
 inline constexpr std::string_view kQuantizer = "fireline.quantizer";
 inline constexpr std::string_view kTensorSha256 = "fireline.tensor_sha256";
@@ -53,6 +57,8 @@ class FireFile final : public ModelSource {
   std::string tokenizer_json() const override { return tokenizer_json_; }
   std::string generation_config_json() const override { return generation_config_; }
   std::string chat_template() const override { return chat_template_; }
+  std::string tokenizer_config_json() const override { return tokenizer_config_; }
+  const GgufFile* gguf_file() const override { return &gguf_; }
 
   const GgufFile& gguf() const { return gguf_; }
   DType tensor_dtype(const GgufTensorInfo& info) const;
@@ -65,6 +71,7 @@ class FireFile final : public ModelSource {
   ModelConfig config_;
   std::string hf_config_;
   std::string tokenizer_json_;
+  std::string tokenizer_config_;
   std::string generation_config_;
   std::string chat_template_;
   std::string quantizer_;

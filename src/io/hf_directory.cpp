@@ -55,6 +55,7 @@ class HfDirectory final : public ModelSource {
   std::string tokenizer_json() const override { return read_if_exists(dir_ / "tokenizer.json"); }
   std::string generation_config_json() const override { return read_if_exists(dir_ / "generation_config.json"); }
   std::string chat_template() const override { return read_chat_template(dir_); }
+  std::string tokenizer_config_json() const override { return read_if_exists(dir_ / "tokenizer_config.json"); }
 
  private:
   std::string path_;
@@ -70,6 +71,7 @@ HfSideFiles read_hf_side_files(const std::string& dir) {
   HfSideFiles files;
   files.config_json = read_config_json(dir);
   files.tokenizer_json = read_if_exists(fs::path(dir) / "tokenizer.json");
+  files.tokenizer_config_json = read_if_exists(fs::path(dir) / "tokenizer_config.json");
   files.generation_config_json = read_if_exists(fs::path(dir) / "generation_config.json");
   files.chat_template = read_chat_template(dir);
   return files;

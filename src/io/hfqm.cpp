@@ -192,6 +192,12 @@ std::string HfqmFile::generation_config_json() const {
   return it->is_string() ? it->get<std::string>() : it->dump(2);
 }
 
+std::string HfqmFile::tokenizer_config_json() const {
+  auto it = metadata_.find("tokenizer_config");
+  if (it == metadata_.end() || !it->is_object()) return {};
+  return it->dump();
+}
+
 std::string HfqmFile::chat_template() const {
   auto it = metadata_.find("tokenizer_config");
   if (it == metadata_.end() || !it->is_object()) return {};

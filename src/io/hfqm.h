@@ -57,6 +57,7 @@ class HfqmFile {
   std::string config_json() const;  // throws when there is no config object
   std::string tokenizer_json() const;
   std::string generation_config_json() const;
+  std::string tokenizer_config_json() const;  // the tokenizer_config object, or empty
   std::string chat_template() const;
 
  private:

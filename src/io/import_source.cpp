@@ -15,6 +15,13 @@ using DecodeRow = void (*)(const void*, float*, int64_t);
 
 DecodeRow decoder_for(DType dtype) { return has_quant_format(dtype) ? quant_format(dtype).dequantize_row : nullptr; }
 
+std::vector<GgufMetadataEntry> gguf_tokenizer_entries(const GgufFile& file) {
+  std::vector<GgufMetadataEntry> out;
+  for (const GgufMetadataEntry& e : file.metadata())
+    if (e.key.starts_with(fire_key::kGgufTokenizerPrefix)) out.push_back(e);
+  return out;
+}
+
 // Fills the layout fields every input shares once name, shape, dtype/decoder and data are set.
 void finish_tensor(ImportTensor& t, std::optional<DType> dtype, DecodeRow decode, const uint8_t* data, uint64_t nbytes) {
   t.dtype = dtype;
@@ -32,6 +39,7 @@ class HfImport final : public ImportSource {
     model_ = open_hf_directory(path);
     hf_config_json_ = model_->hf_config_json();
     tokenizer_json_ = model_->tokenizer_json();
+    tokenizer_config_json_ = model_->tokenizer_config_json();
     generation_config_json_ = model_->generation_config_json();
     chat_template_ = model_->chat_template();
     for (const std::string& name : model_->tensor_names()) {
@@ -63,6 +71,7 @@ class GgufImport final : public ImportSource {
         fail("{}: is a .fire file with its own config; --hf-config is only for other GGUF files", path);
       hf_config_json_ = *file_.metadata_string(fire_key::kHfConfig);
       tokenizer_json_ = file_.metadata_string(fire_key::kTokenizerJson).value_or("");
+      tokenizer_config_json_ = file_.metadata_string(fire_key::kTokenizerConfig).value_or("");
       generation_config_json_ = file_.metadata_string(fire_key::kGenerationConfig).value_or("");
       chat_template_ = file_.metadata_string(fire_key::kChatTemplate).value_or("");
     } else {
@@ -73,10 +82,12 @@ class GgufImport final : public ImportSource {
       HfSideFiles side = read_hf_side_files(hf_config_dir);
       hf_config_json_ = side.config_json;
       tokenizer_json_ = side.tokenizer_json;
+      tokenizer_config_json_ = side.tokenizer_config_json;
       generation_config_json_ = side.generation_config_json;
       chat_template_ = side.chat_template.empty() ? file_.metadata_string(fire_key::kChatTemplate).value_or("")
                                                   : side.chat_template;
     }
+    gguf_tokenizer_metadata_ = gguf_tokenizer_entries(file_);
     for (const GgufTensorInfo& info : file_.tensors()) {
       if (!fire_ && (info.name.starts_with("blk.") || info.name == "token_embd.weight" || info.name == "output.weight"))
         fail("{}: tensor '{}' has a llama.cpp name; fireline imports GGUF files whose tensors keep their Hugging "
@@ -116,6 +127,7 @@ class HfqmImport final : public ImportSource {
     path_ = path;
     hf_config_json_ = file_.config_json();
     tokenizer_json_ = file_.tokenizer_json();
+    tokenizer_config_json_ = file_.tokenizer_config_json();
     generation_config_json_ = file_.generation_config_json();
     chat_template_ = file_.chat_template();
     for (const HfqmTensor& h : file_.tensors()) {
@@ -165,6 +177,8 @@ class ModelSourceImport final : public ImportSource {
     path_ = source.path();
     hf_config_json_ = source.hf_config_json();
     tokenizer_json_ = source.tokenizer_json();
+    tokenizer_config_json_ = source.tokenizer_config_json();
+    if (const GgufFile* gguf = source.gguf_file()) gguf_tokenizer_metadata_ = gguf_tokenizer_entries(*gguf);
     generation_config_json_ = source.generation_config_json();
     chat_template_ = source.chat_template();
     for (const std::string& name : source.tensor_names()) {

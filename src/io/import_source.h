@@ -6,8 +6,10 @@
 //   - a Hugging Face directory (config.json + safetensors, single or sharded);
 //   - a GGUF file: a .fire (fireline metadata inside), or another GGUF whose tensors carry Hugging
 //     Face names, with the side files taken from `hf_config_dir` (a directory with config.json and
-//     optionally tokenizer.json, generation_config.json, chat template). Tensor types F32, F16,
-//     BF16, Q8_0, I32, I64 and fireline's HFQ ids are read as they are; Q4_K and Q6_K are decoded.
+//     optionally tokenizer.json, tokenizer_config.json, generation_config.json, chat template).
+//     Either kind's tokenizer.ggml.* metadata is kept, so a file without tokenizer.json still has
+//     a tokenizer. Tensor types F32, F16, BF16, Q8_0, I32, I64 and fireline's HFQ ids are read as
+//     they are; Q4_K and Q6_K are decoded.
 //   - a hipfire HFQM file (io/hfqm.h).
 // All data stays in the memory-mapped input; nothing is loaded whole.
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "io/gguf.h"
 
 namespace fl {
 
@@ -47,6 +50,10 @@ class ImportSource {
 
   const std::string& hf_config_json() const { return hf_config_json_; }
   const std::string& tokenizer_json() const { return tokenizer_json_; }
+  const std::string& tokenizer_config_json() const { return tokenizer_config_json_; }
+  // A GGUF input's tokenizer.ggml.* metadata (its tokenizer when it has no tokenizer.json),
+  // carried into the .fire as it is.
+  const std::vector<GgufMetadataEntry>& gguf_tokenizer_metadata() const { return gguf_tokenizer_metadata_; }
   const std::string& generation_config_json() const { return generation_config_json_; }
   const std::string& chat_template() const { return chat_template_; }
 
@@ -55,6 +62,8 @@ class ImportSource {
   std::vector<ImportTensor> tensors_;
   std::string hf_config_json_;
   std::string tokenizer_json_;
+  std::string tokenizer_config_json_;
+  std::vector<GgufMetadataEntry> gguf_tokenizer_metadata_;
   std::string generation_config_json_;
   std::string chat_template_;
 };

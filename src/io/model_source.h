@@ -14,6 +14,8 @@
 
 namespace fl {
 
+class GgufFile;
+
 class ModelSource {
  public:
   virtual ~ModelSource() = default;
@@ -26,14 +28,21 @@ class ModelSource {
   virtual std::string tokenizer_json() const = 0;
   virtual std::string generation_config_json() const = 0;
   virtual std::string chat_template() const = 0;
+  // tokenizer_config.json, or what a .fire keeps of it (bos_token, eos_token); empty when absent.
+  virtual std::string tokenizer_config_json() const { return {}; }
+  // The GGUF file a .fire source reads, for metadata beyond the above (e.g. a tokenizer given as
+  // tokenizer.ggml.* keys instead of tokenizer.json); null for other sources.
+  virtual const GgufFile* gguf_file() const { return nullptr; }
 };
 
 // config.json and the optional side files of a Hugging Face directory (no weights needed):
-// tokenizer.json, generation_config.json, and the chat template (chat_template.jinja, or the
-// chat_template entry of tokenizer_config.json). Throws when config.json is missing.
+// tokenizer.json, tokenizer_config.json, generation_config.json, and the chat template
+// (chat_template.jinja, or the chat_template entry of tokenizer_config.json). Throws when
+// config.json is missing.
 struct HfSideFiles {
   std::string config_json;
   std::string tokenizer_json;
+  std::string tokenizer_config_json;
   std::string generation_config_json;
   std::string chat_template;
 };

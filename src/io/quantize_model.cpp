@@ -86,6 +86,31 @@ std::string quantizer_json(const ImportSource& source, const QuantPolicy& policy
   return j.dump();
 }
 
+// What a .fire keeps of tokenizer_config.json: the bos/eos tokens (a string, or an AddedToken
+// object's content), which tokenizers and chat templates read. The rest (added_tokens_decoder, a
+// second copy of the chat template) is large and unused. Empty when there is nothing to keep; a
+// config that is not valid JSON is left out with a warning rather than failing the conversion.
+std::string reduced_tokenizer_config(const std::string& text, std::vector<std::string>& warnings) {
+  if (text.empty()) return {};
+  auto config = nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (config.is_discarded() || !config.is_object()) {
+    warnings.push_back("tokenizer_config.json is not a JSON object; its bos/eos tokens are not kept");
+    return {};
+  }
+  nlohmann::ordered_json kept = nlohmann::ordered_json::object();
+  for (const char* key : {"bos_token", "eos_token"}) {
+    auto it = config.find(key);
+    if (it == config.end()) continue;
+    if (it->is_string())
+      kept[key] = *it;
+    else if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+      kept[key] = (*it)["content"];
+    else if (it->is_null())
+      kept[key] = nullptr;
+  }
+  return kept.empty() ? std::string() : kept.dump();
+}
+
 // Decodes and encodes rows [row_begin, row_end) of `p` into `out` (rows back to back).
 void convert_rows(const Plan& p, int64_t row_begin, int64_t row_end, uint8_t* out, ThreadPool& pool) {
   const ImportTensor& t = *p.input;
@@ -129,6 +154,9 @@ QuantizeReport quantize_model(const ImportSource& imported, const std::string& o
   layout.add_metadata(std::string(fire_key::kHfConfig), GgufValue::of_string(source->hf_config_json()));
   if (!source->tokenizer_json().empty())
     layout.add_metadata(std::string(fire_key::kTokenizerJson), GgufValue::of_string(source->tokenizer_json()));
+  if (std::string kept = reduced_tokenizer_config(source->tokenizer_config_json(), report.warnings); !kept.empty())
+    layout.add_metadata(std::string(fire_key::kTokenizerConfig), GgufValue::of_string(std::move(kept)));
+  for (const GgufMetadataEntry& e : source->gguf_tokenizer_metadata()) layout.add_metadata(e.key, e.value);
   if (!source->generation_config_json().empty())
     layout.add_metadata(std::string(fire_key::kGenerationConfig),
                         GgufValue::of_string(source->generation_config_json()));

@@ -509,7 +509,8 @@ class HfqmImport : public ::testing::Test {
         {"architecture", "gemma4"},
         {"config", nlohmann::json::parse(read_text_file(test::fixtures_dir() + "/gemma4-moe/config.json"))},
         {"tokenizer", "{\"model\": {\"vocab\": {\"}{\": 1, \"\\\"\": 2}}}"},  // braces and quotes inside a string
-        {"tokenizer_config", {{"chat_template", "{% for m in messages %}{{ m }}{% endfor %}"}}},
+        {"tokenizer_config",
+         {{"chat_template", "{% for m in messages %}{{ m }}{% endfor %}"}, {"bos_token", "<bos>"}, {"pad_token", "<pad>"}}},
         {"generation_config", {{"top_k", 64}}},
     };
     std::vector<uint16_t> f16(64), bf16(4 * 256);
@@ -569,6 +570,7 @@ TEST_F(HfqmImport, KeepsHfqAndQ8BytesAndConvertsFloats) {
   EXPECT_EQ(nlohmann::json::parse(f.hf_config_json()), metadata_["config"]);
   EXPECT_EQ(f.tokenizer_json(), metadata_["tokenizer"].get<std::string>());
   EXPECT_EQ(f.chat_template(), "{% for m in messages %}{{ m }}{% endfor %}");
+  EXPECT_EQ(f.tokenizer_config_json(), R"({"bos_token":"<bos>"})");  // only what fireline reads of it
   EXPECT_EQ(nlohmann::json::parse(f.generation_config_json()), metadata_["generation_config"]);
 }
 

@@ -5,6 +5,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/fire_file.h"
+#include "io/gguf.h"
 
 namespace fl::chat {
 namespace fs = std::filesystem;
@@ -54,6 +56,48 @@ ChatTemplateSource from_config(const fs::path& path, bool want_tools) {
   return out;
 }
 
+bool is_gguf_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::string_view(magic, 4) == "GGUF";
+}
+
+// The text of the token whose id metadata `id_key` holds (tokenizer.ggml.bos_token_id, ...), or
+// nullopt when the file does not say.
+std::optional<std::string> gguf_token_text(const GgufFile& file, std::string_view id_key) {
+  const GgufValue* id = file.find_metadata(id_key);
+  if (!id) return std::nullopt;
+  const GgufValue* tokens = file.find_metadata("tokenizer.ggml.tokens");
+  if (!id->is_integer()) fail("{}: {} is not an integer", file.path(), id_key);
+  if (!tokens || tokens->type != GgufValueType::array || tokens->element_type != GgufValueType::string)
+    fail("{}: {} is set but tokenizer.ggml.tokens is missing or not an array of strings", file.path(), id_key);
+  if (id->integer < 0 || static_cast<uint64_t>(id->integer) >= tokens->items.size())
+    fail("{}: {} {} is out of range (the vocabulary has {} tokens)", file.path(), id_key, id->integer,
+         tokens->items.size());
+  return tokens->items[static_cast<size_t>(id->integer)].text;
+}
+
+ChatTemplateSource from_gguf(const fs::path& path, bool want_tools) {
+  const GgufFile file(path.string());
+  ChatTemplateSource out;
+  std::string key(fire_key::kChatTemplate);
+  if (want_tools && file.find_metadata(key + ".tool_use")) key += ".tool_use";
+  auto text = file.metadata_string(key);
+  if (!text) fail("{}: no {} in this GGUF file", path.string(), fire_key::kChatTemplate);
+  out.source = std::move(*text);
+  out.name = fmt::format("{} ({})", path.string(), key);
+  if (auto config_text = file.metadata_string(fire_key::kTokenizerConfig)) {
+    auto config = nlohmann::ordered_json::parse(*config_text, nullptr, /*allow_exceptions=*/false);
+    if (config.is_discarded()) fail("{}: {} is not valid JSON", path.string(), fire_key::kTokenizerConfig);
+    out.bos_token = special_token(config, "bos_token");
+    out.eos_token = special_token(config, "eos_token");
+  } else {
+    out.bos_token = gguf_token_text(file, "tokenizer.ggml.bos_token_id");
+    out.eos_token = gguf_token_text(file, "tokenizer.ggml.eos_token_id");
+  }
+  return out;
+}
+
 }  // namespace
 
 std::optional<std::string> special_token(const nlohmann::ordered_json& config, const char* key) {
@@ -94,6 +138,7 @@ ChatTemplateSource load_chat_template(const std::string& path_text, bool want_to
   }
   if (!fs::exists(path, ec)) fail("{} does not exist", path.string());
   if (path.extension() == ".json") return from_config(path, want_tools);
+  if (is_gguf_file(path)) return from_gguf(path, want_tools);
   ChatTemplateSource out;
   out.source = read_file(path);
   out.name = path.string();

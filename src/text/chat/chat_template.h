@@ -21,8 +21,10 @@ struct ChatTemplateSource {
 
 // PATH may be: a .jinja (or any text) file; a tokenizer_config.json (its chat_template, and
 // bos_token/eos_token); a directory with chat_template.jinja, chat_template.json or
-// tokenizer_config.json. When a config holds several named templates, `want_tools` picks
-// "tool_use" if it exists (as transformers does), else "default".
+// tokenizer_config.json; a .fire or other GGUF file (tokenizer.chat_template, with bos/eos from
+// fireline.tokenizer_config or else the tokens tokenizer.ggml.bos/eos_token_id name). When a config
+// holds several named templates, `want_tools` picks "tool_use" if it exists (as transformers
+// does), else "default"; in a GGUF file that is tokenizer.chat_template.tool_use.
 ChatTemplateSource load_chat_template(const std::string& path, bool want_tools = false);
 
 // Reads bos_token / eos_token from a parsed tokenizer_config.json (a string, or an AddedToken

@@ -132,11 +132,7 @@ BpeModel::BpeModel(std::shared_ptr<const Vocab> vocab,
                    const std::vector<std::pair<std::string_view, std::string_view>>& merges, BpeOptions options)
     : vocab_(std::move(vocab)), options_(std::move(options)), merges_(std::make_unique<MergeTable>(merges.size())) {
   const Vocab& v = *vocab_;
-  if (options_.unk_token) {
-    unk_id_ = v.find(*options_.unk_token);
-    if (!unk_id_) fail("BPE unk_token {:?} is not in the vocabulary", *options_.unk_token);
-  }
-  for (int b = 0; b < 256; ++b) byte_ids_[b] = v.find(fmt::format("<0x{:02X}>", b)).value_or(-1);
+  init_special_ids();
 
   const size_t prefix_len = options_.continuing_subword_prefix.size();
   // Merges are resolved in blocks: hash and prefetch every lookup of the block first, so the
@@ -171,6 +167,31 @@ BpeModel::BpeModel(std::shared_ptr<const Vocab> vocab,
     }
   }
   merge_count_ = merges.size();
+}
+
+std::unique_ptr<BpeModel> BpeModel::from_id_merges(std::shared_ptr<const Vocab> vocab,
+                                                   const std::vector<BpeMerge>& merges, BpeOptions options) {
+  auto model = std::make_unique<BpeModel>(std::move(vocab), std::vector<std::pair<std::string_view, std::string_view>>{},
+                                          std::move(options));
+  model->merges_ = std::make_unique<MergeTable>(merges.size());
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const BpeMerge& m = merges[i];
+    for (int32_t id : {m.left, m.right, m.result})
+      if (!model->vocab_->token(id)) fail("merge {}: id {} is not in the vocabulary", i, id);
+    if (m.rank < 0) fail("merge {}: negative rank {}", i, m.rank);
+    model->merges_->insert(MergeTable::key(m.left, m.right), m.rank, m.result);
+  }
+  model->merge_count_ = merges.size();
+  return model;
+}
+
+void BpeModel::init_special_ids() {
+  const Vocab& v = *vocab_;
+  if (options_.unk_token) {
+    unk_id_ = v.find(*options_.unk_token);
+    if (!unk_id_) fail("BPE unk_token {:?} is not in the vocabulary", *options_.unk_token);
+  }
+  for (int b = 0; b < 256; ++b) byte_ids_[b] = v.find(fmt::format("<0x{:02X}>", b)).value_or(-1);
 }
 
 BpeModel::~BpeModel() = default;

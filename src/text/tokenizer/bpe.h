@@ -63,6 +63,13 @@ class Vocab {
   size_t count_ = 0;
 };
 
+// A merge resolved to ids: symbols `left` and `right`, adjacent, become `result`. Lower ranks merge
+// first; merges of equal rank go leftmost first (SentencePiece's score order, where every pair
+// that spells the same piece has that piece's score).
+struct BpeMerge {
+  int32_t left, right, result, rank;
+};
+
 struct BpeOptions {
   std::optional<std::string> unk_token;
   bool byte_fallback = false;
@@ -78,6 +85,10 @@ class BpeModel {
   // that is not in the vocabulary or whose concatenation is not, or when unk_token is unknown.
   BpeModel(std::shared_ptr<const Vocab> vocab, const std::vector<std::pair<std::string_view, std::string_view>>& merges,
            BpeOptions options);
+  // Merges already resolved to ids (a GGUF SentencePiece vocabulary derives them from scores).
+  // Throws fl::Error for an id that is not in the vocabulary or a negative rank.
+  static std::unique_ptr<BpeModel> from_id_merges(std::shared_ptr<const Vocab> vocab, const std::vector<BpeMerge>& merges,
+                                                  BpeOptions options);
   ~BpeModel();
 
   // Appends the ids of one word. Thread-safe (the word cache is locked).
@@ -89,6 +100,7 @@ class BpeModel {
 
  private:
   struct MergeTable;
+  void init_special_ids();  // unk_id_ and byte_ids_ from the options and the vocabulary
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
 
   std::shared_ptr<const Vocab> vocab_;

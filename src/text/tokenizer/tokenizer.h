@@ -19,7 +19,8 @@ namespace fl {
 class Tokenizer {
  public:
   // A tokenizer.json file, or a model directory containing one. When a tokenizer_config.json sits
-  // next to it, its bos_token / eos_token name the BOS and EOS ids.
+  // next to it, its bos_token / eos_token name the BOS and EOS ids. A GGUF file (a .fire, or one
+  // with tokenizer.ggml.* metadata) gives the tokenizer it carries (model_tokenizer.h).
   static Tokenizer load(const std::string& path);
   // tokenizer.json text (and optionally tokenizer_config.json text). `source` names the origin in
   // error messages.

@@ -1,7 +1,7 @@
 #pragma once
 // The parts of a loaded tokenizer, shared by the encoder/decoder (tokenizer.cpp), the
-// tokenizer.json loader (tokenizer_json.cpp) and the streaming detokenizer. A future GGUF loader
-// builds the same parts from tokenizer.ggml.* metadata.
+// tokenizer.json loader (tokenizer_json.cpp), the GGUF metadata loader (tokenizer_gguf.cpp) and the
+// streaming detokenizer.
 #include <cstdint>
 #include <memory>
 #include <optional>

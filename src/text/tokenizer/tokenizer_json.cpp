@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
+#include "io/gguf.h"
+#include "text/tokenizer/model_tokenizer.h"
 #include "text/tokenizer/tokenizer_impl.h"
 #include "text/tokenizer/utf8.h"
 
@@ -487,6 +490,12 @@ std::optional<int32_t> config_token_id(const nlohmann::json& config, const char*
   fail("{}: {}: token {:?} is not in the vocabulary", source, key, name);
 }
 
+bool starts_with_gguf_magic(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[4] = {};
+  return in.read(magic, 4) && std::string_view(magic, 4) == "GGUF";
+}
+
 // `text` must be followed by simdjson::SIMDJSON_PADDING readable bytes.
 element parse_document(simdjson::dom::parser& parser, std::string_view text, std::string_view source) {
   element doc;
@@ -577,6 +586,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
     fail("{}: no such file or directory", path);
   }
   if (!fs::is_regular_file(file, ec)) fail("{}: not a regular file", file.string());
+  if (starts_with_gguf_magic(file.string())) return load_gguf_tokenizer(GgufFile(file.string()));
   const auto size = fs::file_size(file, ec);
   if (ec) fail("{}: cannot read: {}", file.string(), ec.message());
   if (size > kMaxTokenizerJsonBytes) fail("{}: {} bytes is too large for a tokenizer.json", file.string(), size);
