@@ -37,6 +37,16 @@ namespace {
 // head mapping moves these logits by 1e-2 or more.
 constexpr float kTolerance = 1e-4f;
 
+// Except qwen35-dense, as made by the script at 4f347ae: it is ill-conditioned. Its logits have
+// std 8.45 (unit-variance tied embeddings), and some delta-rule heads cancel to |o| ~ 1e-3 just
+// before the gated RMSNorm (eps 1e-6), which scales f32 rounding up ~1000x. On it transformers'
+// own chunked prefill and recurrent cached decode differ by 4.8e-4, fireline's two forms by
+// 2.2e-4, and fireline is 8.5e-4 from transformers' prefill and 2.6e-4 from its decode (all at
+// position 47). So this fixture gets 1e-3, i.e. 1.2e-4 of the logit scale: still far below what
+// a wrong decay, gate or norm convention does to std-8 logits (> 1e-1). The script's later
+// version (not yet run) conditions the fixture so that 1e-4 applies again.
+float tolerance_for(const std::string& fixture) { return fixture == "qwen35-dense" ? 1e-3f : kTolerance; }
+
 struct Golden {
   std::vector<int32_t> input_ids, generated_ids;
   std::vector<float> logits_prefill, logits_decode, logits_generated, logits_two_chunk;
@@ -113,6 +123,7 @@ class Qwen35Golden : public ::testing::TestWithParam<std::tuple<std::string, std
     source_ = open_model_source(dir_);
     model_ = load_model(*source_, *backend_);
     golden_ = load_golden(golden_dir);
+    tolerance_ = tolerance_for(fixture);
     V_ = model_->vocab_size();
     T_ = static_cast<int64_t>(golden_.input_ids.size());
     ASSERT_GT(T_, 128) << "the prompt must span more than two delta-rule chunks";
@@ -138,7 +149,7 @@ class Qwen35Golden : public ::testing::TestWithParam<std::tuple<std::string, std
       float d = max_abs_diff(got.data() + t * V_, want.data() + t * V_, V_);
       if (d > worst) worst = d, worst_pos = t;
     }
-    EXPECT_LE(worst, kTolerance) << what << ": position " << worst_pos << " differs by " << worst;
+    EXPECT_LE(worst, tolerance_) << what << ": position " << worst_pos << " differs by " << worst;
     RecordProperty("max_abs_diff_" + what, std::to_string(worst));
   }
 
@@ -147,6 +158,7 @@ class Qwen35Golden : public ::testing::TestWithParam<std::tuple<std::string, std
   std::unique_ptr<ModelSource> source_;
   std::unique_ptr<Model> model_;
   Golden golden_;
+  float tolerance_ = kTolerance;
   int64_t V_ = 0, T_ = 0;
 };
 
@@ -200,7 +212,7 @@ TEST_P(Qwen35Golden, GreedyContinuationMatchesTransformers) {
   ASSERT_GT(G, 0u);
   for (size_t i = 0; i < G; ++i) {
     float d = max_abs_diff(logits.data(), golden_.logits_generated.data() + i * V_, V_);
-    ASSERT_LE(d, kTolerance) << "generation step " << i;
+    ASSERT_LE(d, tolerance_) << "generation step " << i;
     int32_t next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     ASSERT_EQ(next, golden_.generated_ids[i]) << "generation step " << i;
     logits = model_->forward(*seq, std::span<const int32_t>(&next, 1), LogitsMode::last);
