@@ -435,7 +435,7 @@ nlohmann::ordered_json qwen35_summary(const Qwen35Config& c) {
     out["num_experts"] = c.num_experts;
     out["num_experts_per_tok"] = c.num_experts_per_tok;
     out["moe_intermediate_size"] = c.moe_intermediate_size;
-    out["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+    out["shared_expert_size"] = c.shared_expert_intermediate_size;
   } else {
     out["intermediate_size"] = c.intermediate_size;
   }
