@@ -66,6 +66,16 @@ struct OpProfile {
   double bytes = 0;     // bytes the op must move (weights, KV rows, activations): an estimate
 };
 
+// The gated delta rule (Gated DeltaNet linear attention, Qwen3.5), per value head n with its
+// state S [dk, dv] and query/key head m = n / (n_v_heads / n_k_heads):
+//   q <- q / sqrt(|q|^2 + l2_eps) * q_scale,  k <- k / sqrt(|k|^2 + l2_eps)   (per head)
+//   S <- exp(g_t) S;  e = beta_t (v_t - S^T k_t);  S <- S + k_t e^T;  o_t = S^T q_t
+struct DeltaRuleParams {
+  float q_scale = 1.0f;  // dk^-1/2 for Qwen3.5
+  float l2_eps = 1e-6f;
+  int chunk = 64;        // chunked form: tokens per chunk
+};
+
 // A recorded sequence of ops that can be relaunched as a whole (a CUDA graph).
 class CapturedSteps {
  public:
@@ -139,6 +149,36 @@ class Backend {
   // Experts are summed in ascending id order (as transformers' index_add loop does).
   virtual void moe_experts(Tensor out, const Tensor& x, const Tensor& gate_up, const Tensor& down,
                            const Tensor& ids, const Tensor& weights, Activation act) = 0;
+
+  // ---- linear attention (Gated DeltaNet) ----
+  // Causal depthwise convolution over time with a carried window, then act:
+  //   out[t, c] = act( sum_j weight[c, j] * x_{t - (K-1) + j}[c] ),  j < K,
+  // where inputs before this call come from `state` ([K - 1, C] f32, oldest row first; zeros at
+  // the start of a sequence). Afterwards state holds the last K - 1 inputs.
+  // out, x [T, C] f32 (row strides allowed); weight [C, K] any weight dtype.
+  virtual void causal_conv1d(Tensor out, const Tensor& x, const Tensor& weight, Tensor state, Activation act) = 0;
+
+  // Decay and write strength of the delta rule, in f32:
+  //   g[t, n] = -exp(a_log[n]) * softplus(a[t, n] + dt_bias[n]),  beta[t, n] = sigmoid(b[t, n]).
+  // g, beta, a, b [T, nV] f32 (g may alias a, beta may alias b); a_log, dt_bias [nV] any dtype.
+  virtual void delta_rule_gates(Tensor g, Tensor beta, const Tensor& a, const Tensor& b, const Tensor& a_log,
+                                const Tensor& dt_bias) = 0;
+
+  // The gated delta rule (DeltaRuleParams) over T consecutive tokens of one sequence, continuing
+  // from `state` and leaving the state after the last token there. Two forms of the same
+  // function: token by token (the recurrence, for decode), and chunk by chunk (the WY/UT form
+  // transformers and FLA use for prompts: within a chunk the writes are solved as one unit
+  // lower-triangular system, and the state is read and written once per chunk).
+  // out [T, nV, dv] f32; q, k [T, nK, dk] and v [T, nV, dv] f32 (may be strided views of one
+  // buffer); g, beta [T, nV] f32; state [nV, dk, dv] f32.
+  virtual void gated_delta_rule(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                const Tensor& beta, Tensor state, const DeltaRuleParams& params) = 0;
+  virtual void gated_delta_rule_chunked(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                        const Tensor& g, const Tensor& beta, Tensor state,
+                                        const DeltaRuleParams& params) = 0;
+
+  // x *= sigmoid(gate), with gate [R, N] (elementwise) or [R, 1] (one gate per row).  x [R, N]
+  virtual void sigmoid_gate(Tensor x, const Tensor& gate) = 0;
 
   // out_ids[r] = argmax over logits[r, :] (lowest index on ties).   out_ids [R] i32; logits [R, V]
   virtual void argmax(Tensor out_ids, const Tensor& logits) = 0;

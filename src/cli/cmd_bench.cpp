@@ -183,7 +183,7 @@ void run_bench(const BenchOptions& opt) {
   }
 
   const DecodeTraffic traffic = model->decode_traffic(opt.context, kv);
-  const double bytes = traffic.weight_bytes + traffic.kv_bytes;
+  const double bytes = traffic.total();
   const double roofline = opt.bandwidth_gbs * 1e9 / bytes;
   const double prefill = median(prefill_tps), decode = median(decode_tps);
   if (opt.json) {
@@ -198,7 +198,8 @@ void run_bench(const BenchOptions& opt) {
                         {"decode_tok_s", decode},
                         {"decode_eager_tok_s", decode_eager},
                         {"decode_ms_per_token", 1000.0 / decode},
-                        {"bytes_per_token", {{"weights", traffic.weight_bytes}, {"kv", traffic.kv_bytes}}},
+                        {"bytes_per_token",
+                         {{"weights", traffic.weight_bytes}, {"kv", traffic.kv_bytes}, {"state", traffic.state_bytes}}},
                         {"bandwidth_gbs", opt.bandwidth_gbs},
                         {"roofline_tok_s", roofline},
                         {"roofline_ratio", decode / roofline},
@@ -214,8 +215,10 @@ void run_bench(const BenchOptions& opt) {
   out += fmt::format("decode    {:>10.1f} tok/s   ({:.2f} ms/token at context {}, {} tokens, median of {}, graph replay)\n",
                      decode, 1000.0 / decode, opt.context, opt.gen_tokens, opt.runs);
   out += fmt::format("  eager   {:>10.1f} tok/s   (the same, launched op by op)\n", decode_eager);
-  out += fmt::format("roofline  {:>10.1f} tok/s   ({:.3f} GB weights + {:.3f} GB KV per token at {:.0f} GB/s)\n", roofline,
-                     traffic.weight_bytes / 1e9, traffic.kv_bytes / 1e9, opt.bandwidth_gbs);
+  const std::string state =
+      traffic.state_bytes > 0 ? fmt::format(" + {:.3f} GB recurrent state", traffic.state_bytes / 1e9) : "";
+  out += fmt::format("roofline  {:>10.1f} tok/s   ({:.3f} GB weights + {:.3f} GB KV{} per token at {:.0f} GB/s)\n",
+                     roofline, traffic.weight_bytes / 1e9, traffic.kv_bytes / 1e9, state, opt.bandwidth_gbs);
   out += fmt::format("ratio     {:>10.1f} %      of the decode roofline\n", 100.0 * decode / roofline);
   if (opt.batch > 1)
     out += fmt::format("batch     {:>10.1f} tok/s   ({} sequences decoding together, total; eager forward_batch)\n",

@@ -273,6 +273,102 @@ Gemma4Config parse_gemma4_text(const json& text, const std::string& path) {
   return c;
 }
 
+// The text part of a Qwen3.5 config. `wrapper` is the enclosing multimodal config, if any (it may
+// carry tie_word_embeddings instead of the text config).
+Qwen35Config parse_qwen35_text(const json& text, const std::string& path, bool moe, const json* wrapper) {
+  FieldReader r(text, path);
+  Qwen35Config c;
+  c.moe = moe;
+  c.vocab_size = r.get_int("vocab_size", std::nullopt, 1, kMaxVocab);
+  c.hidden_size = r.get_int("hidden_size", std::nullopt, 1, kMaxDim);
+  c.num_layers = r.get_int("num_hidden_layers", std::nullopt, 1, kMaxLayers);
+  c.num_heads = r.get_int("num_attention_heads", std::nullopt, 1, kMaxHeads);
+  c.num_kv_heads = r.get_int("num_key_value_heads", std::nullopt, 1, kMaxHeads);
+  c.head_dim = r.get_int("head_dim", 256, 2, kMaxDim);
+  c.rms_norm_eps = static_cast<float>(r.get_double("rms_norm_eps", 1e-6, 0.0, 1.0));
+  if (!(c.rms_norm_eps > 0)) fail("config.json: {} must be positive", r.where("rms_norm_eps"));
+  c.max_position_embeddings = r.get_int("max_position_embeddings", 32768, 1, kMaxPositions);
+  c.linear_num_key_heads = r.get_int("linear_num_key_heads", 16, 1, kMaxHeads);
+  c.linear_num_value_heads = r.get_int("linear_num_value_heads", 32, 1, kMaxHeads);
+  c.linear_key_head_dim = r.get_int("linear_key_head_dim", 128, 1, kMaxDim);
+  c.linear_value_head_dim = r.get_int("linear_value_head_dim", 128, 1, kMaxDim);
+  c.linear_conv_kernel_dim = r.get_int("linear_conv_kernel_dim", 4, 1, 64);
+  c.eos_token_ids = read_token_ids(r, "eos_token_id", 248044);
+
+  // Tied when the text config says so, or (wrappers) when the outer config does.
+  c.tie_word_embeddings = r.get_bool("tie_word_embeddings", false);
+  if (wrapper) c.tie_word_embeddings = c.tie_word_embeddings || FieldReader(*wrapper, "").get_bool("tie_word_embeddings", false);
+
+  if (auto act = r.get_string("hidden_act").value_or("silu"); act != "silu")
+    fail("config.json: {} '{}' is not supported (Qwen3.5 uses silu)", r.where("hidden_act"), act);
+  if (r.get_bool("attention_bias", false)) fail("config.json: {} = true is not supported", r.where("attention_bias"));
+  if (!r.get_bool("attn_output_gate", true))
+    fail("config.json: {} = false is not supported (Qwen3.5 gates every attention output)", r.where("attn_output_gate"));
+  if (c.num_heads % c.num_kv_heads)
+    fail("config.json: {} = {} does not divide num_attention_heads = {}", r.where("num_key_value_heads"),
+         c.num_kv_heads, c.num_heads);
+  if (c.linear_num_value_heads % c.linear_num_key_heads)
+    fail("config.json: {} = {} is not a multiple of linear_num_key_heads = {}", r.where("linear_num_value_heads"),
+         c.linear_num_value_heads, c.linear_num_key_heads);
+
+  if (moe) {
+    c.num_experts = r.get_int("num_experts", std::nullopt, 1, 1 << 16);
+    c.num_experts_per_tok = r.get_int("num_experts_per_tok", std::nullopt, 1, 1 << 16);
+    c.moe_intermediate_size = r.get_int("moe_intermediate_size", std::nullopt, 1, kMaxDim);
+    c.shared_expert_intermediate_size = r.get_int("shared_expert_intermediate_size", std::nullopt, 1, kMaxDim);
+    if (c.num_experts_per_tok > c.num_experts)
+      fail("config.json: {} = {} exceeds num_experts = {}", r.where("num_experts_per_tok"), c.num_experts_per_tok,
+           c.num_experts);
+  } else {
+    c.intermediate_size = r.get_int("intermediate_size", std::nullopt, 1, kMaxDim);
+  }
+
+  // Layer types: listed, or every full_attention_interval-th layer is full attention.
+  if (r.has("layer_types")) {
+    const json& lt = text.at("layer_types");
+    if (!lt.is_array()) fail("config.json: {} must be a list", r.where("layer_types"));
+    if (static_cast<int>(lt.size()) != c.num_layers)
+      fail("config.json: {} has {} entries but num_hidden_layers is {}", r.where("layer_types"), lt.size(),
+           c.num_layers);
+    for (size_t i = 0; i < lt.size(); ++i) {
+      std::string t = lt[i].is_string() ? lt[i].get<std::string>() : lt[i].dump();
+      if (t == "linear_attention") {
+        c.layer_types.push_back(AttentionType::linear);
+      } else if (t == "full_attention") {
+        c.layer_types.push_back(AttentionType::full);
+      } else {
+        fail("config.json: {}[{}] '{}' is not linear_attention or full_attention", r.where("layer_types"), i, t);
+      }
+    }
+  } else {
+    const int interval = r.get_int("full_attention_interval", 4, 1, kMaxLayers);
+    for (int i = 0; i < c.num_layers; ++i)
+      c.layer_types.push_back((i + 1) % interval ? AttentionType::linear : AttentionType::full);
+  }
+
+  // RoPE: rope_parameters (transformers 5), or the older top-level rope_theta/partial_rotary_factor.
+  // Text positions make the M-RoPE sections all equal, so mrope_section does not matter here.
+  double partial = 0.25;
+  if (r.has("rope_parameters")) {
+    const json& rp = text.at("rope_parameters");
+    if (!rp.is_object()) fail("config.json: {} must be an object", r.where("rope_parameters"));
+    FieldReader rr(rp, r.where("rope_parameters"));
+    if (auto type = rr.get_string("rope_type").value_or("default"); type != "default")
+      fail("config.json: {} '{}' is not supported (Qwen3.5 uses default)", rr.where("rope_type"), type);
+    c.rope_theta = rr.get_double("rope_theta", 1e7, 1.0, 1e12);
+    partial = rr.get_double("partial_rotary_factor", r.get_double("partial_rotary_factor", 0.25, 0.0, 1.0), 0.0, 1.0);
+  } else {
+    c.rope_theta = r.get_double("rope_theta", 1e7, 1.0, 1e12);
+    partial = r.get_double("partial_rotary_factor", 0.25, 0.0, 1.0);
+  }
+  c.rope_dim = static_cast<int>(c.head_dim * partial);  // transformers: int(head_dim * partial_rotary_factor)
+  if (c.rope_dim < 2 || c.rope_dim % 2)
+    fail("config.json: head_dim {} x partial_rotary_factor {} gives a rotated span of {} dims; it must be even "
+         "and at least 2",
+         c.head_dim, partial, c.rope_dim);
+  return c;
+}
+
 }  // namespace
 
 ModelConfig parse_hf_config(const json& config) {
@@ -291,8 +387,19 @@ ModelConfig parse_hf_config(const json& config) {
   } else if (model_type == "gemma4_text") {
     out.architecture = "gemma4";
     out.arch = parse_gemma4_text(config, "");
+  } else if (model_type == "qwen3_5" || model_type == "qwen3_5_moe") {
+    auto text = config.find("text_config");
+    if (text == config.end() || !text->is_object())
+      fail("config.json: model_type {} needs a text_config object", model_type);
+    out.architecture = "qwen35";
+    out.arch = parse_qwen35_text(*text, "text_config", model_type == "qwen3_5_moe", &config);
+  } else if (model_type == "qwen3_5_text" || model_type == "qwen3_5_moe_text") {
+    out.architecture = "qwen35";
+    out.arch = parse_qwen35_text(config, "", model_type == "qwen3_5_moe_text", nullptr);
   } else {
-    fail("config.json: model_type '{}' is not supported (supported: gemma4, gemma4_text)", model_type);
+    fail("config.json: model_type '{}' is not supported (supported: gemma4, gemma4_text, qwen3_5, qwen3_5_text, "
+         "qwen3_5_moe, qwen3_5_moe_text)",
+         model_type);
   }
   return out;
 }
@@ -307,9 +414,45 @@ ModelConfig parse_hf_config_text(const std::string& text, const std::string& sou
   return parse_hf_config(parsed);
 }
 
+namespace {
+
+nlohmann::ordered_json qwen35_summary(const Qwen35Config& c) {
+  nlohmann::ordered_json out;
+  out["vocab_size"] = c.vocab_size;
+  out["hidden_size"] = c.hidden_size;
+  out["num_layers"] = c.num_layers;
+  out["linear_attention_layers"] = std::count(c.layer_types.begin(), c.layer_types.end(), AttentionType::linear);
+  out["full_attention_layers"] = std::count(c.layer_types.begin(), c.layer_types.end(), AttentionType::full);
+  out["num_attention_heads"] = c.num_heads;
+  out["num_key_value_heads"] = c.num_kv_heads;
+  out["head_dim"] = c.head_dim;
+  out["linear_key_heads"] = c.linear_num_key_heads;
+  out["linear_value_heads"] = c.linear_num_value_heads;
+  out["linear_head_dims"] = {c.linear_key_head_dim, c.linear_value_head_dim};
+  out["max_position_embeddings"] = c.max_position_embeddings;
+  out["moe"] = c.moe;
+  if (c.moe) {
+    out["num_experts"] = c.num_experts;
+    out["num_experts_per_tok"] = c.num_experts_per_tok;
+    out["moe_intermediate_size"] = c.moe_intermediate_size;
+    out["shared_expert_size"] = c.shared_expert_intermediate_size;
+  } else {
+    out["intermediate_size"] = c.intermediate_size;
+  }
+  out["tie_word_embeddings"] = c.tie_word_embeddings;
+  return out;
+}
+
+}  // namespace
+
 nlohmann::ordered_json model_config_summary(const ModelConfig& config) {
   nlohmann::ordered_json out;
   out["architecture"] = config.architecture;
+  if (const auto* qwen = std::get_if<Qwen35Config>(&config.arch)) {
+    const nlohmann::ordered_json fields = qwen35_summary(*qwen);
+    for (auto& [key, value] : fields.items()) out[key] = value;
+    return out;
+  }
   const auto& c = std::get<Gemma4Config>(config.arch);
   out["vocab_size"] = c.vocab_size;
   out["hidden_size"] = c.hidden_size;

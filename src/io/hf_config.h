@@ -4,8 +4,8 @@
 // takes the default transformers 5.17 would use; a wrong type, an out-of-range or inconsistent
 // value, or an unknown architecture is an fl::Error naming the field.
 //
-// Both the multimodal wrapper (model_type "gemma4", text fields under "text_config") and the
-// text-only config (model_type "gemma4_text") are accepted, and both spellings of the per-layer
+// Gemma 4: both the multimodal wrapper (model_type "gemma4", text fields under "text_config") and
+// the text-only config (model_type "gemma4_text") are accepted, and both spellings of the per-layer
 // attention geometry: the released checkpoints' global_head_dim / num_global_key_value_heads and
 // the per_layer_config map that transformers 5.17 writes.
 #include <optional>
@@ -17,7 +17,8 @@
 
 namespace fl {
 
-enum class AttentionType { sliding, full };
+// linear: Gated DeltaNet linear attention (Qwen3.5), a recurrent state instead of a KV cache.
+enum class AttentionType { sliding, full, linear };
 
 enum class RopeType { standard, proportional };  // "default" and "proportional" in HF configs
 
@@ -66,9 +67,45 @@ struct Gemma4Config {
   std::vector<int> eos_token_ids;
 };
 
+// Qwen3.5, dense and mixture of experts: Gated DeltaNet layers with gated full attention every
+// full_attention_interval-th layer (../shared/reference/models-gemma4-qwen35.md §3). Accepted as
+// the multimodal wrapper (model_type qwen3_5 / qwen3_5_moe, text fields under "text_config") or
+// text-only (qwen3_5_text / qwen3_5_moe_text).
+struct Qwen35Config {
+  int vocab_size = 0;
+  int hidden_size = 0;
+  int num_layers = 0;
+  std::vector<AttentionType> layer_types;  // linear or full, one per layer
+  float rms_norm_eps = 1e-6f;
+  int max_position_embeddings = 0;
+  bool tie_word_embeddings = false;
+  // gated full attention: q_proj rows per head are [query (head_dim) | gate (head_dim)]
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  double rope_theta = 1e7;
+  int rope_dim = 0;  // rotated span: the first int(head_dim * partial_rotary_factor) dims of each head
+  // Gated DeltaNet
+  int linear_num_key_heads = 0;
+  int linear_num_value_heads = 0;
+  int linear_key_head_dim = 0;
+  int linear_value_head_dim = 0;
+  int linear_conv_kernel_dim = 4;
+  // feed-forward: the dense SwiGLU MLP, or routed experts plus a sigmoid-gated shared expert
+  bool moe = false;
+  int intermediate_size = 0;  // dense only
+  int num_experts = 0;
+  int num_experts_per_tok = 0;
+  int moe_intermediate_size = 0;
+  int shared_expert_intermediate_size = 0;
+  std::vector<int> eos_token_ids;
+
+  int conv_channels() const { return 2 * linear_num_key_heads * linear_key_head_dim + linear_num_value_heads * linear_value_head_dim; }
+};
+
 struct ModelConfig {
-  std::string architecture;  // "gemma4"
-  std::variant<Gemma4Config> arch;
+  std::string architecture;  // "gemma4" or "qwen35"
+  std::variant<Gemma4Config, Qwen35Config> arch;
 };
 
 // `json` is the whole config.json object.

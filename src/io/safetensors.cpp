@@ -75,8 +75,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
     auto dtype = dtype_from_safetensors(dtype_name);
     if (!dtype) fail("{}: tensor '{}' has unsupported dtype {} (supported: F32, F16, BF16, I32, I64, U8)", path, name, dtype_name);
     entry.dtype = *dtype;
-    if (shape_it->size() > static_cast<size_t>(kMaxDims))
-      fail("{}: tensor '{}' has {} dimensions (at most {} supported)", path, name, shape_it->size(), kMaxDims);
+    // More than kMaxDims dimensions is valid safetensors (a vision Conv3d [out, in, t, h, w] in
+    // the released Qwen3.5 files): such an entry is validated like any other, but cannot be
+    // viewed as a Tensor (tensor() refuses it) and a SafetensorsSet leaves it out.
+    if (shape_it->size() > 8) fail("{}: tensor '{}' has {} dimensions", path, name, shape_it->size());
     // Count elements with an overflow check: a hostile header can claim absurd shapes.
     uint64_t numel = 1;
     for (auto& d : *shape_it) {
@@ -119,6 +121,8 @@ const SafetensorsEntry* SafetensorsFile::find(std::string_view name) const {
 }
 
 Tensor SafetensorsFile::tensor(const SafetensorsEntry& entry) const {
+  if (entry.shape.size() > static_cast<size_t>(kMaxDims))
+    fail("{}: tensor '{}' has {} dimensions (at most {} supported)", path(), entry.name, entry.shape.size(), kMaxDims);
   void* p = const_cast<uint8_t*>(file_.data() + entry.data_begin);
   return make_tensor(p, entry.dtype, entry.shape.data(), static_cast<int>(entry.shape.size()));
 }
@@ -172,6 +176,9 @@ void SafetensorsSet::add_file(const std::string& path, const std::vector<std::st
   for (auto& entry : file->entries()) {
     // With an index, only the tensors it assigns to this shard count.
     if (expected_names && !assigned.count(entry.name)) continue;
+    // Tensors fireline cannot view (more than kMaxDims dims) are not part of the model it sees:
+    // only multimodal towers have them, and no text decoder reads them.
+    if (entry.shape.size() > static_cast<size_t>(kMaxDims)) continue;
     if (index_.count(entry.name)) fail("{}: tensor '{}' is also present in another shard", path, entry.name);
     index_.emplace(entry.name, std::make_pair(file.get(), &entry));
   }

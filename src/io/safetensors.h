@@ -6,7 +6,9 @@
 // fl::Error naming the file and the tensor.
 //
 // A sharded checkpoint (model.safetensors.index.json + shards) is opened as one set; every
-// name in the index's weight_map must exist in the shard it points to.
+// name in the index's weight_map must exist in the shard it points to. Tensors of more than
+// kMaxDims (4) dimensions are validated but left out of the set: only vision towers have them
+// (Qwen3.5's Conv3d patch embedding), and a text decoder never reads them.
 #include <map>
 #include <memory>
 #include <optional>

@@ -5,24 +5,11 @@
 #include <vector>
 
 #include "model/model.h"
+#include "model/weight_spec.h"
 
 namespace fl {
 
 std::unique_ptr<Model> make_gemma4_model(const ModelSource& source, Backend& backend);
-
-// What a tensor is for; the quantizer's default policy and the synthetic models key on it.
-enum class WeightKind {
-  vector,      // 1-D: norm gains, scales, layer scalars
-  embedding,   // token embedding tables (and the tied LM head)
-  matrix,      // 2-D projection [out, in]
-  experts,     // 3-D fused expert stack [experts, out, in]
-};
-
-struct WeightSpec {
-  std::string name;  // HF name without the model prefix ("layers.0.self_attn.q_proj.weight")
-  std::vector<int64_t> shape;
-  WeightKind kind;
-};
 
 // Every tensor the Gemma 4 model reads, with the shape the config implies.
 std::vector<WeightSpec> gemma4_weight_specs(const Gemma4Config& config);

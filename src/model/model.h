@@ -1,8 +1,8 @@
 #pragma once
 // The model interface: an architecture turns token ids into logits through Backend ops. One file
-// per architecture implements it (gemma4.cpp); the registry picks one from the config.
+// per architecture implements it (gemma4.cpp, qwen35.cpp); the registry picks one from the config.
 //
-// A Sequence holds the per-sequence state (KV cache rows, position). A forward call appends
+// A Sequence holds the per-sequence state (KV cache rows, recurrent states, position). A forward call appends
 // tokens to a sequence: prefill is one call with the whole prompt, decode one call per token,
 // and any mix of the two gives the same logits.
 #include <cstdint>
@@ -22,13 +22,22 @@ struct SequenceOptions {
   bool sliding_ring = true;     // false: sliding layers keep every position (linear), for testing
 };
 
+// What a linear-attention (Gated DeltaNet) layer carries from token to token instead of K/V rows:
+// a fixed size whatever the context, zero at the start of a sequence.
+struct RecurrentView {
+  Tensor conv;   // [kernel - 1, conv channels] f32: the last pre-convolution inputs, oldest first
+  Tensor delta;  // [value heads, key head dim, value head dim] f32: the delta-rule state
+};
+
 class Sequence {
  public:
   int64_t n_past = 0;   // tokens already in the cache
   int64_t max_seq = 0;
-  std::vector<KvView> kv;  // one per layer; KV-shared layers alias their source layer
-  std::vector<std::unique_ptr<DeviceBuffer>> storage;
+  std::vector<KvView> kv;  // one per layer; KV-shared layers alias their source layer; empty on linear layers
+  std::vector<RecurrentView> recurrent;  // one per layer on hybrid models; empty on attention layers
+  std::vector<std::unique_ptr<DeviceBuffer>> storage;  // KV rows and recurrent states
   size_t kv_bytes = 0;
+  size_t recurrent_bytes = 0;
 };
 
 enum class LogitsMode { last, all };
@@ -39,6 +48,8 @@ enum class LogitsMode { last, all };
 struct DecodeTraffic {
   double weight_bytes = 0;
   double kv_bytes = 0;
+  double state_bytes = 0;  // recurrent state read and written back (linear-attention layers)
+  double total() const { return weight_bytes + kv_bytes + state_bytes; }
 };
 
 // One decode token per step, replayed from a captured device graph after the first steps (see
@@ -85,8 +96,9 @@ struct LoadOptions {
 struct MemoryPlan {
   double weights = 0;
   double kv = 0;
+  double recurrent = 0;  // per-sequence recurrent state of linear-attention layers (fixed size)
   double scratch = 0;
-  double total() const { return weights + kv + scratch; }
+  double total() const { return weights + kv + recurrent + scratch; }
 };
 
 // The memory plan of the source's architecture for these options.

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "model/gemma4.h"
 #include "model/model.h"
+#include "model/qwen35.h"
 
 namespace fl {
 
@@ -18,6 +19,7 @@ struct Architecture {
 const Architecture& architecture_of(const ModelSource& source) {
   static const std::map<std::string, Architecture> kArchitectures = {
       {"gemma4", {make_gemma4_model, gemma4_memory_plan}},
+      {"qwen35", {make_qwen35_model, qwen35_memory_plan}},
   };
   const std::string& arch = source.config().architecture;
   auto it = kArchitectures.find(arch);
@@ -48,12 +50,16 @@ std::unique_ptr<Model> load_model(const ModelSource& source, Backend& backend, c
   const Architecture& arch = architecture_of(source);
   if (auto free_bytes = backend.free_memory()) {
     const MemoryPlan plan = arch.plan_memory(source, options);
-    if (plan.total() > static_cast<double>(*free_bytes))
-      fail("{} does not fit: it needs {:.2f} GiB (weights {:.2f} + KV cache {:.2f} at {} tokens in {} + scratch {:.2f} "
-           "for {}-token steps) but the {} device has {:.2f} GiB free; reduce --max-seq, use --kv q8, or a smaller "
-           "weight format",
+    if (plan.total() > static_cast<double>(*free_bytes)) {
+      const std::string recurrent =
+          plan.recurrent > 0 ? fmt::format(" + recurrent state {:.2f}", gib(plan.recurrent)) : "";
+      fail("{} does not fit: it needs {:.2f} GiB (weights {:.2f} + KV cache {:.2f} at {} tokens in {}{} + scratch "
+           "{:.2f} for {}-token steps) but the {} device has {:.2f} GiB free; reduce --max-seq, use --kv q8, or a "
+           "smaller weight format",
            source.path(), gib(plan.total()), gib(plan.weights), gib(plan.kv), options.max_seq,
-           dtype_name(options.kv_dtype), gib(plan.scratch), options.max_tokens, backend.name(), gib(*free_bytes));
+           dtype_name(options.kv_dtype), recurrent, gib(plan.scratch), options.max_tokens, backend.name(),
+           gib(*free_bytes));
+    }
   }
   return arch.make(source, backend);
 }

@@ -11,6 +11,7 @@
 #include "core/half.h"
 #include "core/thread_pool.h"
 #include "model/gemma4.h"
+#include "model/qwen35.h"
 #include "quant/quant_policy.h"
 
 namespace fl {
@@ -43,7 +44,62 @@ json gemma4_text_config(int hidden, int layers, int heads, int kv_heads, int glo
               {"dtype", "bfloat16"}};
 }
 
+// Qwen3.5 text configs (../shared/reference/models-gemma4-qwen35.md §3.1).
+json qwen35_text_config(int hidden, int layers, int heads, int kv_heads, int linear_value_heads, bool tied) {
+  return json{{"model_type", "qwen3_5_text"},
+              {"vocab_size", 248320},
+              {"hidden_size", hidden},
+              {"num_hidden_layers", layers},
+              {"num_attention_heads", heads},
+              {"num_key_value_heads", kv_heads},
+              {"head_dim", 256},
+              {"full_attention_interval", 4},
+              {"linear_conv_kernel_dim", 4},
+              {"linear_key_head_dim", 128},
+              {"linear_value_head_dim", 128},
+              {"linear_num_key_heads", 16},
+              {"linear_num_value_heads", linear_value_heads},
+              {"rope_parameters",
+               {{"rope_type", "default"},
+                {"rope_theta", 1e7},
+                {"partial_rotary_factor", 0.25},
+                {"mrope_section", {11, 11, 10}},
+                {"mrope_interleaved", true}}},
+              {"tie_word_embeddings", tied},
+              {"max_position_embeddings", 262144},
+              {"eos_token_id", 248044},
+              {"dtype", "bfloat16"}};
+}
+
 json synthetic_config(const std::string& like) {
+  if (like == "qwen3.5-4b") {
+    json c = qwen35_text_config(2560, 32, 16, 4, 32, true);
+    c["intermediate_size"] = 9216;
+    return c;
+  }
+  if (like == "qwen3.5-35b-a3b") {
+    json c = qwen35_text_config(2048, 40, 16, 2, 32, false);
+    c["model_type"] = "qwen3_5_moe_text";
+    c["num_experts"] = 256;
+    c["num_experts_per_tok"] = 8;
+    c["moe_intermediate_size"] = 512;
+    c["shared_expert_intermediate_size"] = 512;
+    return c;
+  }
+  if (like == "tiny-qwen35-moe") {  // for tests: every code path of the 35B-A3B at toy size
+    json c = qwen35_text_config(256, 8, 4, 2, 4, false);
+    c["model_type"] = "qwen3_5_moe_text";
+    c["vocab_size"] = 1024;
+    c["head_dim"] = 64;
+    c["linear_num_key_heads"] = 2;
+    c["linear_key_head_dim"] = 64;
+    c["linear_value_head_dim"] = 64;
+    c["num_experts"] = 8;
+    c["num_experts_per_tok"] = 2;
+    c["moe_intermediate_size"] = 128;
+    c["shared_expert_intermediate_size"] = 128;
+    return c;
+  }
   if (like == "gemma-4-26b-a4b") {
     json c = gemma4_text_config(2816, 30, 16, 8, 2, true, 2112, 1024, 6, 5);
     c["enable_moe_block"] = true;
@@ -145,7 +201,10 @@ class SyntheticSource final : public ModelSource {
     config_json_ = config.dump(2);
     config_ = parse_hf_config(config);
     path_ = "synthetic:" + options.like + ":" + options.format;
-    for (WeightSpec& spec : gemma4_weight_specs(std::get<Gemma4Config>(config_.arch))) {
+    std::vector<WeightSpec> specs = std::holds_alternative<Qwen35Config>(config_.arch)
+                                        ? qwen35_weight_specs(std::get<Qwen35Config>(config_.arch))
+                                        : gemma4_weight_specs(std::get<Gemma4Config>(config_.arch));
+    for (WeightSpec& spec : specs) {
       // lm_head sits outside the model prefix, everything else under model.language_model.
       std::string name = spec.name == "lm_head.weight" ? spec.name : "model.language_model." + spec.name;
       specs_.emplace(name, std::move(spec));
@@ -199,7 +258,8 @@ class SyntheticSource final : public ModelSource {
 }  // namespace
 
 std::vector<std::string> synthetic_model_names() {
-  return {"gemma-4-26b-a4b", "gemma-4-31b", "gemma-4-e4b", "gemma-4-e2b", "tiny-gemma4-moe"};
+  return {"gemma-4-26b-a4b", "gemma-4-31b", "gemma-4-e4b", "gemma-4-e2b", "tiny-gemma4-moe",
+          "qwen3.5-4b",      "qwen3.5-35b-a3b", "tiny-qwen35-moe"};
 }
 
 std::unique_ptr<ModelSource> make_synthetic_source(const SyntheticOptions& options) {

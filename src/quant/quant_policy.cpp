@@ -74,13 +74,15 @@ bool is_embedding_tensor(std::string_view name) {
   return name.ends_with("embed_tokens.weight") || name.ends_with("embed_tokens_per_layer.weight");
 }
 
+bool is_small_filter_tensor(std::string_view name) { return name.ends_with("conv1d.weight"); }
+
 bool glob_match(std::string_view pattern, std::string_view name) {
   return ::fnmatch(std::string(pattern).c_str(), std::string(name).c_str(), 0) == 0;
 }
 
 DType preset_tensor_format(QuantPreset preset, std::string_view name, std::span<const int64_t> shape) {
   const bool weight = shape.size() == 2 || shape.size() == 3;
-  if (!weight) return DType::f32;
+  if (!weight || is_small_filter_tensor(name)) return DType::f32;
   if (is_embedding_tensor(name) && (preset == QuantPreset::hf4 || preset == QuantPreset::hf6)) return DType::q8_0;
   return preset_weight_format(preset, shape.back());
 }

@@ -2,6 +2,7 @@
 // The quantizer's policy: which weight format each tensor of a checkpoint gets (DESIGN §4).
 //
 //   rank-1 tensors (norms, scales) and anything that is not a 2-D or 3-D weight    F32
+//   short convolution taps (*conv1d.weight: [channels, 1, 4] in Qwen3.5)            F32
 //   token embeddings (*embed_tokens.weight, *embed_tokens_per_layer.weight; the
 //   tied LM head is the embedding)                                                 Q8_0
 //   2-D weights and 3-D expert stacks, by preset:
@@ -55,6 +56,8 @@ bool is_quant_format_name(std::string_view format);
 DType resolve_quant_format(std::string_view format, int64_t k);
 
 bool is_embedding_tensor(std::string_view name);
+// Per-channel filters with a handful of taps: a block format would spend a whole block on 4 values.
+bool is_small_filter_tensor(std::string_view name);
 // Shell-glob match of the whole name (fnmatch without FNM_PATHNAME).
 bool glob_match(std::string_view pattern, std::string_view name);
 

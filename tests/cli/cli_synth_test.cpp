@@ -51,5 +51,23 @@ TEST(CliSynth, WritesARunnableDeterministicFireWithThePolicyFormats) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("x.fire")));
 }
 
+TEST(CliSynth, QwenHybridRunsFromAFireFileInHf4) {
+  test::TempDir dir;
+  const std::string path = dir.file("qwen.fire");
+  auto r = fireline("synth --like tiny-qwen35-moe -o " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto shown = fireline("show " + path + " --json");
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
+  const std::string text = shown.out;
+  EXPECT_NE(text.find("qwen35"), std::string::npos) << text;
+  EXPECT_NE(text.find("linear_attention_layers"), std::string::npos) << text;
+  EXPECT_NE(text.find("hfq4_g256"), std::string::npos);  // quantized projections and experts
+  auto run = fireline("logits " + path + " --ids 2,17,300,5,9,11 --generate 3 --top 2");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  json out = json::parse(run.out);
+  EXPECT_EQ(out["generated"].size(), 3u);
+  EXPECT_TRUE(std::isfinite(out["top"][0][0]["logit"].get<double>()));
+}
+
 }  // namespace
 }  // namespace fl

@@ -51,6 +51,10 @@ TEST(QuantPolicy, FollowsDesignSection4) {
   EXPECT_EQ(pick(bf16, "model.norm.weight", {256}), DType::f32);
   EXPECT_EQ(pick(f16, "w", {2, 3}), DType::f16);
   EXPECT_EQ(pick(f32, "w", {2, 3}), DType::f32);
+  // Qwen3.5's conv taps [C, 1, 4]: a 128-value block for 4 values would be mostly padding
+  const std::string conv = "model.language_model.layers.0.linear_attn.conv1d.weight";
+  for (QuantPreset preset : {hf4, hf6, q8, bf16}) EXPECT_EQ(pick(preset, conv, {8192, 1, 4}), DType::f32);
+  EXPECT_EQ(pick(hf4, "model.language_model.layers.0.linear_attn.in_proj_qkv.weight", {8192, 2048}), DType::hfq4_g256);
 }
 
 TEST(QuantPolicy, OverridesMatchWholeNamesAndTheLastOneWins) {

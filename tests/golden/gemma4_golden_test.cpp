@@ -332,6 +332,13 @@ TEST(Gemma4Memory, PlanCountsWeightsAndKvAndLoadRefusesWhatDoesNotFit) {
     void moe_route(Tensor, Tensor, const Tensor&, const Tensor*) override {}
     void moe_experts(Tensor, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
                      Activation) override {}
+    void causal_conv1d(Tensor, const Tensor&, const Tensor&, Tensor, Activation) override {}
+    void delta_rule_gates(Tensor, Tensor, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {}
+    void gated_delta_rule(Tensor, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor,
+                          const DeltaRuleParams&) override {}
+    void gated_delta_rule_chunked(Tensor, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                  Tensor, const DeltaRuleParams&) override {}
+    void sigmoid_gate(Tensor, const Tensor&) override {}
     void argmax(Tensor, const Tensor&) override {}
   } tight;
   try {

@@ -165,5 +165,89 @@ TEST(HfConfig, ErrorsNameTheField) {
   EXPECT_THROW(parse_hf_config_text("{oops", "config.json"), Error);
 }
 
+// The released Qwen3.5-MoE wrapper shape (35B-A3B fields at toy size), text fields nested.
+json qwen35_moe_wrapper() {
+  json text = json::parse(R"({
+    "model_type": "qwen3_5_moe_text", "vocab_size": 512, "hidden_size": 64, "num_hidden_layers": 8,
+    "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 64, "linear_num_key_heads": 1,
+    "linear_num_value_heads": 4, "linear_key_head_dim": 32, "linear_value_head_dim": 16,
+    "linear_conv_kernel_dim": 4, "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 48,
+    "shared_expert_intermediate_size": 80, "full_attention_interval": 4, "attn_output_gate": true,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                        "mrope_section": [3, 3, 2], "mrope_interleaved": true},
+    "eos_token_id": 248044
+  })");
+  return json{{"model_type", "qwen3_5_moe"}, {"text_config", text}, {"tie_word_embeddings", false},
+              {"vision_config", json::object()}};
+}
+
+TEST(HfConfig, Qwen35WrapperAndTextOnlyForms) {
+  ModelConfig mc = parse_hf_config(qwen35_moe_wrapper());
+  EXPECT_EQ(mc.architecture, "qwen35");
+  const auto& c = std::get<Qwen35Config>(mc.arch);
+  EXPECT_TRUE(c.moe);
+  ASSERT_EQ(c.layer_types.size(), 8u);
+  for (int i = 0; i < 8; ++i)  // full attention at (i + 1) % 4 == 0
+    EXPECT_EQ(c.layer_types[i], i == 3 || i == 7 ? AttentionType::full : AttentionType::linear) << i;
+  EXPECT_EQ(c.rope_dim, 16);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 1e7);
+  EXPECT_EQ(c.conv_channels(), 2 * 32 + 4 * 16);
+  EXPECT_EQ(c.num_experts_per_tok, 2);
+  EXPECT_EQ(c.shared_expert_intermediate_size, 80);
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.eos_token_ids, std::vector<int>{248044});
+
+  // text-only dense, explicit layer_types, the wrapper's tie flag only counts for wrappers
+  json text = qwen35_moe_wrapper()["text_config"];
+  text["model_type"] = "qwen3_5_text";
+  text["intermediate_size"] = 96;
+  text["tie_word_embeddings"] = true;
+  text["num_hidden_layers"] = 3;
+  text["layer_types"] = {"linear_attention", "full_attention", "linear_attention"};
+  const auto d = std::get<Qwen35Config>(parse_hf_config(text).arch);
+  EXPECT_FALSE(d.moe);
+  EXPECT_EQ(d.intermediate_size, 96);
+  EXPECT_TRUE(d.tie_word_embeddings);
+  EXPECT_EQ(d.layer_types[1], AttentionType::full);
+  EXPECT_EQ(d.layer_types[2], AttentionType::linear);
+
+  json tied_outside = qwen35_moe_wrapper();
+  tied_outside["tie_word_embeddings"] = true;
+  EXPECT_TRUE(std::get<Qwen35Config>(parse_hf_config(tied_outside).arch).tie_word_embeddings);
+
+  const auto summary = model_config_summary(mc);
+  EXPECT_EQ(summary["architecture"], "qwen35");
+  EXPECT_EQ(summary["linear_attention_layers"], 6);
+  EXPECT_EQ(summary["full_attention_layers"], 2);
+}
+
+TEST(HfConfig, Qwen35ErrorsNameTheField) {
+  json j = qwen35_moe_wrapper();
+  j["text_config"]["linear_num_value_heads"] = 3;
+  j["text_config"]["linear_num_key_heads"] = 2;
+  EXPECT_NE(error_of(j).find("text_config.linear_num_value_heads = 3 is not a multiple"), std::string::npos);
+
+  j = qwen35_moe_wrapper();
+  j["text_config"]["layer_types"] = {"linear_attention", "sliding_attention"};
+  j["text_config"]["num_hidden_layers"] = 2;
+  EXPECT_NE(error_of(j).find("'sliding_attention' is not linear_attention or full_attention"), std::string::npos);
+
+  j = qwen35_moe_wrapper();
+  j["text_config"]["rope_parameters"]["partial_rotary_factor"] = 0.01;
+  EXPECT_NE(error_of(j).find("rotated span of 0 dims"), std::string::npos);
+
+  j = qwen35_moe_wrapper();
+  j["text_config"].erase("num_experts");
+  EXPECT_NE(error_of(j).find("text_config.num_experts is required"), std::string::npos);
+
+  j = qwen35_moe_wrapper();
+  j["text_config"]["attn_output_gate"] = false;
+  EXPECT_NE(error_of(j).find("attn_output_gate = false is not supported"), std::string::npos);
+
+  j = qwen35_moe_wrapper();
+  j["model_type"] = "qwen3_5";  // dense wrapper: intermediate_size is required
+  EXPECT_NE(error_of(j).find("text_config.intermediate_size is required"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace fl

@@ -118,5 +118,33 @@ TEST(Safetensors, ShardedIndex) {
   EXPECT_THROW(SafetensorsSet(dir.path().string()), Error);
 }
 
+TEST(Safetensors, FiveDimensionalVisionTensorsAreValidatedButLeftOutOfTheSet) {
+  // Qwen3.5's released files hold a Conv3d patch embedding [out, in, t, h, w].
+  TempDir dir;
+  std::vector<float> conv(2 * 3 * 2 * 2 * 2, 0.5f);
+  test::write_file(dir.file("model.safetensors"),
+                   test::safetensors_bytes({test::st_f32("model.visual.patch_embed.proj.weight", {2, 3, 2, 2, 2}, conv),
+                                            test::st_f32("model.language_model.norm.weight", {2}, {1, 2})}));
+  SafetensorsFile f(dir.file("model.safetensors"));
+  ASSERT_EQ(f.entries().size(), 2u);
+  const SafetensorsEntry* e = f.find("model.visual.patch_embed.proj.weight");
+  ASSERT_NE(e, nullptr);
+  try {
+    f.tensor(*e);
+    FAIL() << "a 5-D tensor was viewed";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("5 dimensions (at most 4 supported)"), std::string::npos) << err.what();
+  }
+  SafetensorsSet set(dir.path().string());
+  EXPECT_EQ(set.names(), std::vector<std::string>{"model.language_model.norm.weight"});
+  EXPECT_FALSE(set.find("model.visual.patch_embed.proj.weight").has_value());
+  // its bytes are still checked: a 5-D tensor with too few bytes is an error
+  nlohmann::json header;
+  std::string bytes = test::safetensors_bytes({test::st_f32("v", {2, 3, 2, 2, 2}, conv)}, &header);
+  header["v"]["shape"] = {2, 3, 2, 2, 3};
+  test::write_file(dir.file("bad.safetensors"), test::safetensors_from_header(header, bytes.substr(bytes.size() - conv.size() * 4)));
+  expect_error(dir.file("bad.safetensors"), "'v' has 192 bytes");
+}
+
 }  // namespace
 }  // namespace fl

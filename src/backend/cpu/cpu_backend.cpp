@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_linear_attention.h"
 #include "backend/cpu/cpu_matmul.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -388,6 +389,24 @@ class CpuBackend final : public Backend {
       }
     }
   }
+
+  // Gated DeltaNet ops: cpu_linear_attention.cpp.
+  void causal_conv1d(Tensor out, const Tensor& x, const Tensor& weight, Tensor state, Activation act) override {
+    cpu::causal_conv1d(out, x, weight, state, act);
+  }
+  void delta_rule_gates(Tensor g, Tensor beta, const Tensor& a, const Tensor& b, const Tensor& a_log,
+                        const Tensor& dt_bias) override {
+    cpu::delta_rule_gates(g, beta, a, b, a_log, dt_bias);
+  }
+  void gated_delta_rule(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                        const Tensor& beta, Tensor state, const DeltaRuleParams& params) override {
+    cpu::gated_delta_rule(out, q, k, v, g, beta, state, params);
+  }
+  void gated_delta_rule_chunked(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                const Tensor& beta, Tensor state, const DeltaRuleParams& params) override {
+    cpu::gated_delta_rule_chunked(out, q, k, v, g, beta, state, params);
+  }
+  void sigmoid_gate(Tensor x, const Tensor& gate) override { cpu::sigmoid_gate(x, gate); }
 
   void argmax(Tensor out_ids, const Tensor& logits) override {
     Rows l = f32_rows(logits, "argmax");

@@ -438,6 +438,24 @@ class CudaBackend final : public Backend {
     check(cuda::launch_moe_combine(o.data, o.stride, y, w.data, ids.ptr<int32_t>(), T, K, H, stream_), "moe_experts combine");
   }
 
+  // Gated DeltaNet (Qwen3.5): the CPU oracle has these (cpu_linear_attention.cpp); the kernels
+  // have not landed yet, so a Qwen3.5 model fails here with a clear message instead of running.
+  void causal_conv1d(Tensor, const Tensor&, const Tensor&, Tensor, Activation) override {
+    not_yet("causal_conv1d");
+  }
+  void delta_rule_gates(Tensor, Tensor, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {
+    not_yet("delta_rule_gates");
+  }
+  void gated_delta_rule(Tensor, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor,
+                        const DeltaRuleParams&) override {
+    not_yet("gated_delta_rule");
+  }
+  void gated_delta_rule_chunked(Tensor, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
+                                Tensor, const DeltaRuleParams&) override {
+    not_yet("gated_delta_rule_chunked");
+  }
+  void sigmoid_gate(Tensor, const Tensor&) override { not_yet("sigmoid_gate"); }
+
   void argmax(Tensor out_ids, const Tensor& logits) override {
     OpTimer timer(*this, "argmax", 4.0 * logits.numel());
     F32Rows l = f32_rows(logits, "argmax");
@@ -475,6 +493,7 @@ class CudaBackend final : public Backend {
     double bytes;
     int kernels;
   };
+  [[noreturn]] static void not_yet(const char* op) { fail("{}: not implemented on CUDA yet", op); }
 
   // Device scratch shared by ops within one call (attention partials, expert intermediates). It
   // only grows; ops on one stream run in order, so reuse across ops is safe.

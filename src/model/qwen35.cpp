@@ -1,0 +1,517 @@
+// Qwen3.5 text decoder: three of every four layers are Gated DeltaNet linear attention (a causal
+// conv over the fused q/k/v projection, L2-normalised q/k, the gated delta rule, a gated output
+// norm), the rest gated full attention (per-head interleaved query/gate rows, (1+w) q/k norms,
+// partial RoPE, a sigmoid output gate); the feed-forward is a SwiGLU MLP or routed experts with
+// a sigmoid-gated shared expert. Follows ../shared/reference/models-gemma4-qwen35.md §3 and
+// transformers 5.17 modeling_qwen3_5(_moe).py. Model code only: every computation is a Backend
+// op, every weight a Tensor of whatever format the source holds.
+//
+// State per sequence: full-attention layers keep K/V rows (one row per position); linear layers
+// keep a recurrent state of fixed size (the last kernel-1 conv inputs and a [dk, dv] delta-rule
+// matrix per value head). Prompts run the delta rule in its chunked form (64 tokens per chunk),
+// decode steps in its recurrent form; both leave the same state.
+#include "model/qwen35.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "model/decode_graph.h"
+#include "model/scratch_arena.h"
+#include "model/weight_loader.h"
+
+namespace fl {
+namespace {
+
+constexpr int kDeltaRuleChunk = 64;  // transformers' and FLA's chunk length
+
+struct Qwen35Layer {
+  Tensor input_norm, post_attention_norm;
+  // Gated DeltaNet
+  Tensor in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, conv_taps, a_log, dt_bias, mixer_norm, out_proj;
+  // gated full attention
+  Tensor q_proj, k_proj, v_proj, o_proj, q_norm, k_norm;
+  // feed-forward: dense, or mixture of experts with a shared expert
+  Tensor gate_proj, up_proj, down_proj;
+  Tensor router, experts_gate_up, experts_down;
+  Tensor shared_gate_proj, shared_up_proj, shared_down_proj, shared_expert_gate;
+};
+
+// Columns [col0, col0 + heads * dim) of an f32 [T, width] activation, seen as [T, heads, dim]
+// (a strided view: rows stay width apart).
+Tensor head_view(const Tensor& rows, int64_t col0, int64_t heads, int64_t dim) {
+  Tensor cols = rows.narrow(1, col0, heads * dim);
+  Tensor out = cols;
+  out.ndim = 3;
+  out.shape = {cols.shape[0], heads, dim, 0};
+  out.stride = {cols.stride[0], dim * cols.stride[1], cols.stride[1], 0};
+  return out;
+}
+
+std::string layer_prefix(int64_t l) { return "layers." + std::to_string(l) + "."; }
+
+class Qwen35Model final : public Model {
+ public:
+  Qwen35Model(const ModelSource& source, Backend& backend)
+      : source_config_(source.config()),
+        c_(std::get<Qwen35Config>(source_config_.arch)),
+        backend_(backend),
+        scratch_(backend) {
+    WeightLoader w(source, backend, "embed_tokens.weight");
+    const int64_t H = c_.hidden_size, V = c_.vocab_size;
+    embed_tokens_ = w.get("embed_tokens.weight", {V, H});
+    final_norm_ = w.get("norm.weight", {H});
+    lm_head_ = c_.tie_word_embeddings ? embed_tokens_ : w.get_unprefixed_optional("lm_head.weight", {V, H});
+    if (!lm_head_.data) fail("{}: tie_word_embeddings is false but lm_head.weight is missing", source.path());
+
+    const int64_t nH = c_.num_heads, nKV = c_.num_kv_heads, D = c_.head_dim;
+    const int64_t nV = c_.linear_num_value_heads, dv = c_.linear_value_head_dim, C = c_.conv_channels(),
+                  Kc = c_.linear_conv_kernel_dim;
+    layers_.resize(c_.num_layers);
+    for (int64_t l = 0; l < c_.num_layers; ++l) {
+      Qwen35Layer& layer = layers_[l];
+      const std::string p = layer_prefix(l);
+      layer.input_norm = w.get(p + "input_layernorm.weight", {H});
+      layer.post_attention_norm = w.get(p + "post_attention_layernorm.weight", {H});
+      if (c_.layer_types[l] == AttentionType::linear) {
+        const std::string a = p + "linear_attn.";
+        layer.in_proj_qkv = w.get(a + "in_proj_qkv.weight", {C, H});
+        layer.in_proj_z = w.get(a + "in_proj_z.weight", {nV * dv, H});
+        layer.in_proj_b = w.get(a + "in_proj_b.weight", {nV, H});
+        layer.in_proj_a = w.get(a + "in_proj_a.weight", {nV, H});
+        layer.conv_taps = w.get(a + "conv1d.weight", {C, 1, Kc}).reshape({C, Kc});
+        layer.a_log = w.get(a + "A_log", {nV});
+        layer.dt_bias = w.get(a + "dt_bias", {nV});
+        layer.mixer_norm = w.get(a + "norm.weight", {dv});
+        layer.out_proj = w.get(a + "out_proj.weight", {H, nV * dv});
+      } else {
+        const std::string a = p + "self_attn.";
+        layer.q_proj = w.get(a + "q_proj.weight", {nH * 2 * D, H});
+        layer.k_proj = w.get(a + "k_proj.weight", {nKV * D, H});
+        layer.v_proj = w.get(a + "v_proj.weight", {nKV * D, H});
+        layer.o_proj = w.get(a + "o_proj.weight", {H, nH * D});
+        layer.q_norm = w.get(a + "q_norm.weight", {D});
+        layer.k_norm = w.get(a + "k_norm.weight", {D});
+      }
+      if (c_.moe) {
+        load_experts(source, w, l, layer);
+      } else {
+        const int64_t I = c_.intermediate_size;
+        layer.gate_proj = w.get(p + "mlp.gate_proj.weight", {I, H});
+        layer.up_proj = w.get(p + "mlp.up_proj.weight", {I, H});
+        layer.down_proj = w.get(p + "mlp.down_proj.weight", {H, I});
+      }
+    }
+    inv_freq_ = make_inv_freq();
+  }
+
+  const ModelConfig& config() const override { return source_config_; }
+  int vocab_size() const override { return c_.vocab_size; }
+
+  std::unique_ptr<Sequence> new_sequence(const SequenceOptions& options) override {
+    if (options.max_seq <= 0) fail("max_seq must be positive (got {})", options.max_seq);
+    if (options.kv_dtype != DType::f32 && options.kv_dtype != DType::bf16 && options.kv_dtype != DType::q8_0)
+      fail("KV cache type {} is not supported (f32, bf16, q8_0)", dtype_name(options.kv_dtype));
+    auto seq = std::make_unique<Sequence>();
+    seq->max_seq = options.max_seq;
+    seq->kv.resize(c_.num_layers);
+    seq->recurrent.resize(c_.num_layers);
+    auto allocate = [&](DType dtype, std::initializer_list<int64_t> shape, size_t& counter) {
+      Tensor probe = make_tensor(nullptr, dtype, shape, backend_.device());
+      seq->storage.push_back(backend_.allocate(static_cast<size_t>(probe.nbytes())));  // zero-filled
+      counter += static_cast<size_t>(probe.nbytes());
+      return make_tensor(seq->storage.back()->data(), dtype, shape, backend_.device());
+    };
+    const int64_t Kc = c_.linear_conv_kernel_dim;
+    for (int l = 0; l < c_.num_layers; ++l) {
+      if (c_.layer_types[l] == AttentionType::linear) {
+        seq->recurrent[l].conv = allocate(DType::f32, {Kc - 1, c_.conv_channels()}, seq->recurrent_bytes);
+        seq->recurrent[l].delta = allocate(
+            DType::f32, {c_.linear_num_value_heads, c_.linear_key_head_dim, c_.linear_value_head_dim},
+            seq->recurrent_bytes);
+      } else {
+        seq->kv[l].k = allocate(options.kv_dtype, {options.max_seq, c_.num_kv_heads, c_.head_dim}, seq->kv_bytes);
+        seq->kv[l].v = allocate(options.kv_dtype, {options.max_seq, c_.num_kv_heads, c_.head_dim}, seq->kv_bytes);
+      }
+    }
+    return seq;
+  }
+
+  std::vector<float> forward(Sequence& seq, std::span<const int32_t> ids, LogitsMode mode) override {
+    const int64_t T = static_cast<int64_t>(ids.size());
+    check_step(seq, ids);
+    scratch_.reset();
+    Tensor ids_t = scratch_.alloc(DType::i32, {T});
+    backend_.copy_to_device(ids_t, ids.data());
+    std::vector<int32_t> pos_host(T);
+    for (int64_t t = 0; t < T; ++t) pos_host[t] = static_cast<int32_t>(seq.n_past + t);
+    Tensor positions = scratch_.alloc(DType::i32, {T});
+    backend_.copy_to_device(positions, pos_host.data());
+    Tensor logits = run(scratch_, seq, ids_t, positions, mode);
+    std::vector<float> out(static_cast<size_t>(logits.numel()));
+    backend_.copy_to_host(out.data(), logits);
+    seq.n_past += T;
+    return out;
+  }
+
+  std::unique_ptr<DecodeGraph> make_decode_graph(Sequence& seq) override {
+    return std::make_unique<ReplayedDecode>(
+        backend_, seq, [this](const Sequence& s, std::span<const int32_t> ids) { check_step(s, ids); },
+        [this](ScratchArena& arena, Sequence& s, const Tensor& ids, const Tensor& positions) {
+          return run(arena, s, ids, positions, LogitsMode::last);
+        });
+  }
+
+  void check_step(const Sequence& seq, std::span<const int32_t> ids) const {
+    const int64_t T = static_cast<int64_t>(ids.size());
+    if (T == 0) fail("forward: no tokens");
+    if (seq.recurrent.size() != static_cast<size_t>(c_.num_layers))
+      fail("forward: the sequence was not made by this Qwen3.5 model");
+    if (seq.n_past + T > seq.max_seq)
+      fail("the sequence would reach {} tokens but its context holds {}", seq.n_past + T, seq.max_seq);
+    for (int32_t id : ids)
+      if (id < 0 || id >= c_.vocab_size) fail("token id {} is outside the vocabulary [0, {})", id, c_.vocab_size);
+  }
+
+  // The whole forward as device ops only (no host copies, no synchronisation; scratch from
+  // `arena`, not reset here), so that a decode step can be captured and replayed. ids and
+  // positions are device tensors [T]; returns the logits [1 or T, vocab] in `arena`.
+  Tensor run(ScratchArena& arena, Sequence& seq, const Tensor& ids_t, const Tensor& positions, LogitsMode mode) {
+    const int64_t T = ids_t.numel(), H = c_.hidden_size;
+    Backend& b = backend_;
+    Tensor h = arena.alloc(DType::f32, {T, H});  // the residual stream
+    b.embed(h, embed_tokens_, ids_t, 1.0f);      // no embedding scale
+    Tensor x = arena.alloc(DType::f32, {T, H});
+    Tensor mixed = arena.alloc(DType::f32, {T, H});
+    const size_t layer_mark = arena.mark();
+    for (int64_t l = 0; l < c_.num_layers; ++l) {
+      const Qwen35Layer& layer = layers_[l];
+      arena.rewind(layer_mark);  // this layer's temporaries reuse the previous layer's bytes
+      b.rms_norm(x, h, &layer.input_norm, NormGain::one_plus_weight, c_.rms_norm_eps);
+      if (c_.layer_types[l] == AttentionType::linear)
+        gated_delta_net(arena, layer, seq.recurrent[l], x, mixed);
+      else
+        gated_attention(arena, layer, seq.kv[l], x, positions, mixed);
+      b.add(h, h, mixed);
+      arena.rewind(layer_mark);  // the mixer's temporaries are dead
+      b.rms_norm(x, h, &layer.post_attention_norm, NormGain::one_plus_weight, c_.rms_norm_eps);
+      feed_forward(arena, layer, x, mixed);
+      b.add(h, h, mixed);
+    }
+    const int64_t n_out = mode == LogitsMode::all ? T : 1;
+    Tensor normed = arena.alloc(DType::f32, {n_out, H});
+    b.rms_norm(normed, h.slice(T - n_out, T), &final_norm_, NormGain::one_plus_weight, c_.rms_norm_eps);
+    Tensor logits = arena.alloc(DType::f32, {n_out, c_.vocab_size});
+    b.matmul(logits, normed, lm_head_);
+    return logits;
+  }
+
+  DecodeTraffic decode_traffic(int64_t context, DType kv_dtype) const override {
+    DecodeTraffic traffic;
+    auto bytes = [](const Tensor& t) { return t.data ? static_cast<double>(t.nbytes()) : 0.0; };
+    traffic.weight_bytes += bytes(final_norm_) + static_cast<double>(embed_tokens_.row_bytes()) + bytes(lm_head_);
+    const double expert_share = c_.moe ? static_cast<double>(c_.num_experts_per_tok) / c_.num_experts : 0.0;
+    for (size_t l = 0; l < layers_.size(); ++l) {
+      const Qwen35Layer& w = layers_[l];
+      for (const Tensor* t :
+           {&w.input_norm, &w.post_attention_norm, &w.in_proj_qkv, &w.in_proj_z, &w.in_proj_b, &w.in_proj_a,
+            &w.conv_taps, &w.a_log, &w.dt_bias, &w.mixer_norm, &w.out_proj, &w.q_proj, &w.k_proj, &w.v_proj,
+            &w.o_proj, &w.q_norm, &w.k_norm, &w.gate_proj, &w.up_proj, &w.down_proj, &w.router,
+            &w.shared_gate_proj, &w.shared_up_proj, &w.shared_down_proj, &w.shared_expert_gate})
+        traffic.weight_bytes += bytes(*t);
+      traffic.weight_bytes += expert_share * (bytes(w.experts_gate_up) + bytes(w.experts_down));
+      if (c_.layer_types[l] == AttentionType::linear)
+        traffic.state_bytes += 2.0 * static_cast<double>(recurrent_state_bytes(c_));  // read, then written back
+      else
+        traffic.kv_bytes += 2.0 * static_cast<double>(context) * c_.num_kv_heads *
+                            static_cast<double>(row_bytes(kv_dtype, c_.head_dim));
+    }
+    return traffic;
+  }
+
+  static int64_t recurrent_state_bytes(const Qwen35Config& c) {
+    return 4 * ((c.linear_conv_kernel_dim - 1) * static_cast<int64_t>(c.conv_channels()) +
+                static_cast<int64_t>(c.linear_num_value_heads) * c.linear_key_head_dim * c.linear_value_head_dim);
+  }
+
+ private:
+  // ---- Gated DeltaNet mixer: x [T, H] (normed) -> out [T, H]; updates the layer's state ----
+  void gated_delta_net(ScratchArena& arena, const Qwen35Layer& layer, RecurrentView& state, const Tensor& x,
+                       Tensor out) {
+    Backend& b = backend_;
+    const int64_t T = x.dim(0), C = c_.conv_channels();
+    const int64_t nK = c_.linear_num_key_heads, nV = c_.linear_num_value_heads, dk = c_.linear_key_head_dim,
+                  dv = c_.linear_value_head_dim;
+    Tensor qkv = arena.alloc(DType::f32, {T, C});  // pre-convolution [Q all heads | K all heads | V all heads]
+    Tensor z = arena.alloc(DType::f32, {T, nV * dv});
+    Tensor beta = arena.alloc(DType::f32, {T, nV});  // b, then sigmoid(b)
+    Tensor g = arena.alloc(DType::f32, {T, nV});     // a, then the log-decay g
+    b.matmul(qkv, x, layer.in_proj_qkv);
+    b.matmul(z, x, layer.in_proj_z);
+    b.matmul(beta, x, layer.in_proj_b);
+    b.matmul(g, x, layer.in_proj_a);
+    Tensor conv = arena.alloc(DType::f32, {T, C});
+    b.causal_conv1d(conv, qkv, layer.conv_taps, state.conv, Activation::silu);  // z, a, b skip the conv
+    b.delta_rule_gates(g, beta, g, beta, layer.a_log, layer.dt_bias);
+
+    Tensor core = arena.alloc(DType::f32, {T, nV, dv});
+    DeltaRuleParams params;
+    params.q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+    params.chunk = kDeltaRuleChunk;
+    const Tensor q = head_view(conv, 0, nK, dk), k = head_view(conv, nK * dk, nK, dk),
+                 v = head_view(conv, 2 * nK * dk, nV, dv);
+    if (T == 1)
+      b.gated_delta_rule(core, q, k, v, g, beta, state.delta, params);
+    else
+      b.gated_delta_rule_chunked(core, q, k, v, g, beta, state.delta, params);
+
+    // y = RMSNorm_w(o) * silu(z) per value head (plain gain here, unlike the model's 1+w norms)
+    Tensor heads = core.reshape({T * nV, dv});
+    b.rms_norm(heads, heads, &layer.mixer_norm, NormGain::weight, c_.rms_norm_eps);
+    b.gated_activation(heads, z.reshape({T * nV, dv}), heads, Activation::silu);
+    b.matmul(out, core.reshape({T, nV * dv}), layer.out_proj);
+  }
+
+  // ---- gated full attention: x [T, H] (normed) -> out [T, H]; appends K/V to the cache ----
+  void gated_attention(ScratchArena& arena, const Qwen35Layer& layer, const KvView& cache, const Tensor& x,
+                       const Tensor& positions, Tensor out) {
+    Backend& b = backend_;
+    const int64_t T = x.dim(0), nH = c_.num_heads, nKV = c_.num_kv_heads, D = c_.head_dim;
+    // q_proj rows per head: D query rows, then D gate rows.
+    Tensor query_gate = arena.alloc(DType::f32, {T, nH, 2 * D});
+    b.matmul(query_gate.reshape({T, nH * 2 * D}), x, layer.q_proj);
+    Tensor q = arena.alloc(DType::f32, {T, nH, D});
+    b.rms_norm(q, query_gate.narrow(2, 0, D), &layer.q_norm, NormGain::one_plus_weight, c_.rms_norm_eps);
+    Tensor k = arena.alloc(DType::f32, {T, nKV, D});
+    Tensor v = arena.alloc(DType::f32, {T, nKV, D});
+    b.matmul(k.reshape({T, nKV * D}), x, layer.k_proj);
+    b.matmul(v.reshape({T, nKV * D}), x, layer.v_proj);
+    b.rms_norm(k, k, &layer.k_norm, NormGain::one_plus_weight, c_.rms_norm_eps);
+    b.rope(q, positions, inv_freq_);  // the first rope_dim dims of each head
+    b.rope(k, positions, inv_freq_);
+    AttentionParams params;
+    params.n_heads = static_cast<int>(nH);
+    params.n_kv_heads = static_cast<int>(nKV);
+    params.head_dim = static_cast<int>(D);
+    params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    Tensor attn = arena.alloc(DType::f32, {T, nH, D});
+    b.attention(attn, q, k, v, cache, positions, params);
+    b.kv_write(cache, k, v, positions);
+    b.sigmoid_gate(attn, query_gate.narrow(2, D, D));
+    b.matmul(out, attn.reshape({T, nH * D}), layer.o_proj);
+  }
+
+  // ---- feed-forward: x [T, H] (normed) -> out [T, H] ----
+  void feed_forward(ScratchArena& arena, const Qwen35Layer& layer, const Tensor& x, Tensor out) {
+    Backend& b = backend_;
+    const int64_t T = x.dim(0), H = c_.hidden_size;
+    auto swiglu = [&](Tensor y, const Tensor& gate_w, const Tensor& up_w, const Tensor& down_w, int64_t I) {
+      Tensor gate = arena.alloc(DType::f32, {T, I});
+      Tensor up = arena.alloc(DType::f32, {T, I});
+      b.matmul(gate, x, gate_w);
+      b.matmul(up, x, up_w);
+      b.gated_activation(gate, gate, up, Activation::silu);
+      b.matmul(y, gate, down_w);
+    };
+    if (!c_.moe) {
+      swiglu(out, layer.gate_proj, layer.up_proj, layer.down_proj, c_.intermediate_size);
+      return;
+    }
+    // Routed experts: softmax over all experts, top-k, renormalised (no per-expert scale).
+    const int64_t E = c_.num_experts, K = c_.num_experts_per_tok;
+    Tensor router_logits = arena.alloc(DType::f32, {T, E});
+    b.matmul(router_logits, x, layer.router);
+    Tensor expert_weights = arena.alloc(DType::f32, {T, K});
+    Tensor expert_ids = arena.alloc(DType::i32, {T, K});
+    b.moe_route(expert_weights, expert_ids, router_logits, nullptr);
+    b.moe_experts(out, x, layer.experts_gate_up, layer.experts_down, expert_ids, expert_weights, Activation::silu);
+    // Shared expert, always on, scaled by sigmoid(w_gate . x).
+    Tensor shared = arena.alloc(DType::f32, {T, H});
+    swiglu(shared, layer.shared_gate_proj, layer.shared_up_proj, layer.shared_down_proj,
+           c_.shared_expert_intermediate_size);
+    Tensor shared_gate = arena.alloc(DType::f32, {T, 1});
+    b.matmul(shared_gate, x, layer.shared_expert_gate);
+    b.sigmoid_gate(shared, shared_gate);
+    b.add(out, out, shared);
+  }
+
+  // Experts as fused stacks, from either checkpoint layout: mlp.experts.gate_up_proj [E, 2 I, H]
+  // and mlp.experts.down_proj [E, H, I], or per expert mlp.experts.{e}.{gate,up,down}_proj.weight
+  // ([I, H], [I, H], [H, I]), which are packed here into the fused form (whole rows are copied,
+  // so this works for every weight format: rows are packed independently).
+  void load_experts(const ModelSource& source, WeightLoader& w, int64_t l, Qwen35Layer& layer) {
+    const int64_t H = c_.hidden_size, E = c_.num_experts, I = c_.moe_intermediate_size,
+                  Is = c_.shared_expert_intermediate_size;
+    const std::string p = layer_prefix(l) + "mlp.";
+    layer.router = w.get(p + "gate.weight", {E, H});
+    layer.shared_gate_proj = w.get(p + "shared_expert.gate_proj.weight", {Is, H});
+    layer.shared_up_proj = w.get(p + "shared_expert.up_proj.weight", {Is, H});
+    layer.shared_down_proj = w.get(p + "shared_expert.down_proj.weight", {H, Is});
+    layer.shared_expert_gate = w.get(p + "shared_expert_gate.weight", {1, H});
+    layer.experts_gate_up = w.get_optional(p + "experts.gate_up_proj", {E, 2 * I, H});
+    layer.experts_down = w.get_optional(p + "experts.down_proj", {E, H, I});
+    if (layer.experts_gate_up.data && layer.experts_down.data) return;
+    if (layer.experts_gate_up.data || layer.experts_down.data)
+      fail("{}: layer {} has only one of the fused expert tensors gate_up_proj and down_proj", source.path(), l);
+    layer.experts_gate_up = stack_experts(source, w, p, {"gate_proj", "up_proj"}, I, H);
+    layer.experts_down = stack_experts(source, w, p, {"down_proj"}, H, I);
+  }
+
+  // [E, parts * rows, cols] from mlp.experts.{e}.{part}.weight [rows, cols], parts in order.
+  Tensor stack_experts(const ModelSource& source, const WeightLoader& w, const std::string& p,
+                       std::initializer_list<const char*> parts, int64_t rows, int64_t cols) {
+    const int64_t E = c_.num_experts, n_parts = static_cast<int64_t>(parts.size());
+    std::optional<DType> dtype;
+    std::vector<Tensor> pieces;
+    for (int64_t e = 0; e < E; ++e)
+      for (const char* part : parts) {
+        const std::string name = w.prefix() + p + "experts." + std::to_string(e) + "." + part + ".weight";
+        auto t = source.find(name);
+        if (!t) fail("{}: missing tensor '{}' (and no fused {}experts tensors)", source.path(), name, w.prefix() + p);
+        if (t->ndim != 2 || t->shape[0] != rows || t->shape[1] != cols || !t->is_contiguous())
+          fail("{}: tensor '{}' is {} but the config implies [{}, {}]", source.path(), name, t->describe(), rows, cols);
+        if (dtype && *dtype != t->dtype)
+          fail("{}: tensor '{}' is {} but the other experts are {}", source.path(), name, dtype_name(t->dtype),
+               dtype_name(*dtype));
+        dtype = t->dtype;
+        pieces.push_back(*t);
+      }
+    const int64_t piece_bytes = pieces.front().nbytes();
+    HostBuffer stacked(static_cast<size_t>(piece_bytes * static_cast<int64_t>(pieces.size())));
+    for (size_t i = 0; i < pieces.size(); ++i)
+      std::memcpy(static_cast<char*>(stacked.data()) + i * piece_bytes, pieces[i].data, static_cast<size_t>(piece_bytes));
+    Tensor host = make_tensor(stacked.data(), *dtype, {E, n_parts * rows, cols});
+    Tensor uploaded = backend_.upload_weight(host);
+    if (uploaded.data == host.data) stacked_experts_.push_back(std::move(stacked));  // the backend reads it in place
+    return uploaded;
+  }
+
+  // Inverse RoPE frequencies over the rotated span R = rope_dim, in f32 as transformers computes
+  // them: f_i = 1 / theta^(2i / R), i < R / 2. Pairs (i, i + R/2) rotate; dims >= R pass through.
+  Tensor make_inv_freq() {
+    const int64_t R = c_.rope_dim, half = R / 2;
+    std::vector<float> freq(half);
+    for (int64_t i = 0; i < half; ++i)
+      freq[i] = 1.0f / std::pow(static_cast<float>(c_.rope_theta), static_cast<float>(2 * i) / static_cast<float>(R));
+    inv_freq_storage_ = backend_.allocate(half * sizeof(float));
+    Tensor t = make_tensor(inv_freq_storage_->data(), DType::f32, {half}, backend_.device());
+    backend_.copy_to_device(t, freq.data());
+    return t;
+  }
+
+  ModelConfig source_config_;
+  const Qwen35Config& c_;
+  Backend& backend_;
+  ScratchArena scratch_;
+  Tensor embed_tokens_, final_norm_, lm_head_, inv_freq_;
+  std::vector<Qwen35Layer> layers_;
+  std::unique_ptr<DeviceBuffer> inv_freq_storage_;
+  std::vector<HostBuffer> stacked_experts_;
+};
+
+}  // namespace
+
+std::vector<WeightSpec> qwen35_weight_specs(const Qwen35Config& c) {
+  std::vector<WeightSpec> specs;
+  auto add = [&](std::string name, std::vector<int64_t> shape, WeightKind kind) {
+    specs.push_back({std::move(name), std::move(shape), kind});
+  };
+  const int64_t H = c.hidden_size, V = c.vocab_size, nH = c.num_heads, nKV = c.num_kv_heads, D = c.head_dim;
+  const int64_t nV = c.linear_num_value_heads, dv = c.linear_value_head_dim, C = c.conv_channels();
+  add("embed_tokens.weight", {V, H}, WeightKind::embedding);
+  add("norm.weight", {H}, WeightKind::vector);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = layer_prefix(l);
+    add(p + "input_layernorm.weight", {H}, WeightKind::vector);
+    add(p + "post_attention_layernorm.weight", {H}, WeightKind::vector);
+    if (c.layer_types[l] == AttentionType::linear) {
+      const std::string a = p + "linear_attn.";
+      add(a + "in_proj_qkv.weight", {C, H}, WeightKind::matrix);
+      add(a + "in_proj_z.weight", {nV * dv, H}, WeightKind::matrix);
+      add(a + "in_proj_b.weight", {nV, H}, WeightKind::matrix);
+      add(a + "in_proj_a.weight", {nV, H}, WeightKind::matrix);
+      add(a + "conv1d.weight", {C, 1, c.linear_conv_kernel_dim}, WeightKind::matrix);
+      add(a + "A_log", {nV}, WeightKind::vector);
+      add(a + "dt_bias", {nV}, WeightKind::vector);
+      add(a + "norm.weight", {dv}, WeightKind::vector);
+      add(a + "out_proj.weight", {H, nV * dv}, WeightKind::matrix);
+    } else {
+      const std::string a = p + "self_attn.";
+      add(a + "q_proj.weight", {nH * 2 * D, H}, WeightKind::matrix);
+      add(a + "k_proj.weight", {nKV * D, H}, WeightKind::matrix);
+      add(a + "v_proj.weight", {nKV * D, H}, WeightKind::matrix);
+      add(a + "o_proj.weight", {H, nH * D}, WeightKind::matrix);
+      add(a + "q_norm.weight", {D}, WeightKind::vector);
+      add(a + "k_norm.weight", {D}, WeightKind::vector);
+    }
+    if (c.moe) {
+      const int64_t E = c.num_experts, I = c.moe_intermediate_size, Is = c.shared_expert_intermediate_size;
+      add(p + "mlp.gate.weight", {E, H}, WeightKind::matrix);
+      add(p + "mlp.experts.gate_up_proj", {E, 2 * I, H}, WeightKind::experts);
+      add(p + "mlp.experts.down_proj", {E, H, I}, WeightKind::experts);
+      add(p + "mlp.shared_expert.gate_proj.weight", {Is, H}, WeightKind::matrix);
+      add(p + "mlp.shared_expert.up_proj.weight", {Is, H}, WeightKind::matrix);
+      add(p + "mlp.shared_expert.down_proj.weight", {H, Is}, WeightKind::matrix);
+      add(p + "mlp.shared_expert_gate.weight", {1, H}, WeightKind::matrix);
+    } else {
+      const int64_t I = c.intermediate_size;
+      add(p + "mlp.gate_proj.weight", {I, H}, WeightKind::matrix);
+      add(p + "mlp.up_proj.weight", {I, H}, WeightKind::matrix);
+      add(p + "mlp.down_proj.weight", {H, I}, WeightKind::matrix);
+    }
+  }
+  if (!c.tie_word_embeddings) add("lm_head.weight", {V, H}, WeightKind::embedding);
+  return specs;
+}
+
+MemoryPlan qwen35_memory_plan(const ModelSource& source, const LoadOptions& o) {
+  const Qwen35Config& c = std::get<Qwen35Config>(source.config().arch);
+  MemoryPlan plan;
+  const std::string prefix = source.find("model.language_model.embed_tokens.weight") ? "model.language_model."
+                             : source.find("model.embed_tokens.weight")              ? "model."
+                                                                                    : "";
+  for (const WeightSpec& spec : qwen35_weight_specs(c)) {
+    if (auto t = source.find(spec.name == "lm_head.weight" ? spec.name : prefix + spec.name)) {
+      plan.weights += static_cast<double>(t->nbytes());
+    } else if (spec.kind == WeightKind::experts) {
+      // per-expert checkpoint: the same bytes, stacked at load
+      const std::string base = prefix + spec.name.substr(0, spec.name.rfind('.') + 1);
+      const std::vector<std::string> parts = spec.name.ends_with("gate_up_proj")
+                                                 ? std::vector<std::string>{"gate_proj", "up_proj"}
+                                                 : std::vector<std::string>{"down_proj"};
+      for (int64_t e = 0; e < c.num_experts; ++e)
+        for (const std::string& part : parts)
+          if (auto t = source.find(base + std::to_string(e) + "." + part + ".weight"))
+            plan.weights += static_cast<double>(t->nbytes());
+    }
+  }
+  const double T = static_cast<double>(o.max_tokens), H = c.hidden_size, nH = c.num_heads, nKV = c.num_kv_heads,
+               D = c.head_dim, C = c.conv_channels(), nV = c.linear_num_value_heads,
+               dv = c.linear_value_head_dim;
+  double per_layer_max = 0, workspace = 0;
+  for (int l = 0; l < c.num_layers; ++l) {
+    double mixer;
+    if (c.layer_types[l] == AttentionType::linear) {
+      plan.recurrent += static_cast<double>(Qwen35Model::recurrent_state_bytes(c));
+      mixer = T * (2 * C + 2 * nV * dv + 2 * nV) * 4;
+    } else {
+      plan.kv += 2.0 * static_cast<double>(o.max_seq) * nKV * static_cast<double>(row_bytes(o.kv_dtype, c.head_dim));
+      mixer = T * (4 * nH * D + 2 * nKV * D) * 4;
+      workspace = std::max(workspace, T * nH * 64 * (D + 2) * 4);  // attention partials (up to 64 splits)
+    }
+    double ffn = c.moe ? T * (c.num_experts + 2.0 * c.num_experts_per_tok + 2.0 * c.shared_expert_intermediate_size + H + 1) * 4
+                       : T * 2.0 * c.intermediate_size * 4;
+    per_layer_max = std::max(per_layer_max, std::max(mixer, ffn));
+    if (c.moe) workspace = std::max(workspace, T * c.num_experts_per_tok * (3.0 * c.moe_intermediate_size + H) * 4);
+  }
+  const double n_out = o.logits == LogitsMode::all ? T : 1;
+  plan.scratch = 3 * T * H * 4 + per_layer_max + n_out * (H + c.vocab_size) * 4 + workspace;
+  plan.scratch *= 1.05;  // allocation alignment and small buffers
+  return plan;
+}
+
+std::unique_ptr<Model> make_qwen35_model(const ModelSource& source, Backend& backend) {
+  return std::make_unique<Qwen35Model>(source, backend);
+}
+
+}  // namespace fl
