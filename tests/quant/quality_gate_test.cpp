@@ -442,6 +442,22 @@ class KvMutatingBackend final : public Backend {
                    Activation a) override {
     base_->moe_experts(o, x, gu, d, ids, w, a);
   }
+  void causal_conv1d(Tensor o, const Tensor& x, const Tensor& w, Tensor st, Activation a) override {
+    base_->causal_conv1d(o, x, w, st, a);
+  }
+  void delta_rule_gates(Tensor g, Tensor beta, const Tensor& a, const Tensor& b, const Tensor& a_log,
+                        const Tensor& dt_bias) override {
+    base_->delta_rule_gates(g, beta, a, b, a_log, dt_bias);
+  }
+  void gated_delta_rule(Tensor o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                        const Tensor& beta, Tensor st, const DeltaRuleParams& p) override {
+    base_->gated_delta_rule(o, q, k, v, g, beta, st, p);
+  }
+  void gated_delta_rule_chunked(Tensor o, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                const Tensor& beta, Tensor st, const DeltaRuleParams& p) override {
+    base_->gated_delta_rule_chunked(o, q, k, v, g, beta, st, p);
+  }
+  void sigmoid_gate(Tensor x, const Tensor& g) override { base_->sigmoid_gate(x, g); }
   void argmax(Tensor o, const Tensor& l) override { base_->argmax(o, l); }
 
  private:
