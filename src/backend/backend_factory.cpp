@@ -3,29 +3,43 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
-#ifdef FIRELINE_HAVE_CUDA
+#ifdef FIRELINE_HAVE_GPU
 #include "backend/cuda/cuda_backend.h"
 #endif
 
 namespace fl {
 
+namespace {
+
+// "cuda" / "cuda:N" name the GPU backend in every GPU build; a HIP build also answers to "hip".
+#ifdef FIRELINE_GPU_HIP
+constexpr std::string_view kGpuNames[] = {"cuda", "hip"};
+constexpr const char* kGpuList = ", hip, hip:N (also cuda, cuda:N)";
+#else
+constexpr std::string_view kGpuNames[] = {"cuda"};
+constexpr const char* kGpuList = ", cuda, cuda:N";
+#endif
+
+}  // namespace
+
 std::unique_ptr<Backend> make_backend(std::string_view name) {
   if (name == "cpu") return make_cpu_backend();
-  if (name == "cuda" || name.starts_with("cuda:")) {
-#ifdef FIRELINE_HAVE_CUDA
+  for (std::string_view gpu : kGpuNames) {
+    if (name != gpu && !(name.starts_with(gpu) && name.size() > gpu.size() && name[gpu.size()] == ':')) continue;
+#ifdef FIRELINE_HAVE_GPU
     int index = 0;
-    if (name.size() > 5) {
-      auto [ptr, ec] = std::from_chars(name.data() + 5, name.data() + name.size(), index);
-      if (ec != std::errc() || ptr != name.data() + name.size()) fail("backend '{}': expected cuda:N", name);
+    if (name.size() > gpu.size()) {
+      auto [ptr, ec] = std::from_chars(name.data() + gpu.size() + 1, name.data() + name.size(), index);
+      if (ec != std::errc() || ptr != name.data() + name.size()) fail("backend '{}': expected {}:N", name, gpu);
     }
     return make_cuda_backend(index);
 #else
-    fail("this fireline was built without CUDA (no nvcc at build time); use --backend cpu");
+    fail("this fireline was built without a GPU backend (no nvcc at build time); use --backend cpu");
 #endif
   }
   fail("unknown backend '{}' (available: cpu{})", name,
-#ifdef FIRELINE_HAVE_CUDA
-       ", cuda, cuda:N"
+#ifdef FIRELINE_HAVE_GPU
+       kGpuList
 #else
        ""
 #endif

@@ -14,7 +14,7 @@
 #include "io/quantize_model.h"
 #include "io/safetensors.h"
 #include "quant/quant_policy.h"
-#ifdef FIRELINE_HAVE_CUDA
+#ifdef FIRELINE_HAVE_GPU
 #include "backend/cuda/cuda_backend.h"
 #else
 namespace fl {
@@ -217,7 +217,7 @@ TEST_P(Gemma4Golden, BatchedDecodeEqualsSeparateSequences) {
 }
 
 const std::string kBackends[] = {"cpu",
-#ifdef FIRELINE_HAVE_CUDA
+#ifdef FIRELINE_HAVE_GPU
                                   "cuda"
 #endif
 };

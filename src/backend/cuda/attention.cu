@@ -16,7 +16,7 @@ namespace fl::cuda {
 namespace {
 
 constexpr int kAttnWarps = 4;
-constexpr int kMaxPerLane = 16;  // head_dim <= 512
+constexpr int kMaxPerLane = 512 / kWarp;  // head_dim <= 512
 
 // Where key/value j of KV head g lives: the step's fresh rows (f32) or a cache row (any format).
 // Resolved once per key, so the per-element loads do no 64-bit index arithmetic.
@@ -159,21 +159,31 @@ __global__ void kv_write_kernel(uint8_t* k_cache, uint8_t* v_cache, DType type, 
       for (int64_t d = lane; d < D; d += kWarp) reinterpret_cast<float*>(dst)[d] = src[d];
     } else if (type == DType::bf16) {
       for (int64_t d = lane; d < D; d += kWarp)
-        reinterpret_cast<__nv_bfloat16*>(dst)[d] = __float2bfloat16_rn(src[d]);
+        reinterpret_cast<uint16_t*>(dst)[d] = gpu::float_to_bf16_bits(src[d]);
     } else {  // q8_0, as quantize_row_q8_0_ref: d = amax / 127, q = round(x / d), f16 scale
-      for (int64_t b = 0; b < (D + 31) / 32; ++b) {
-        const int64_t i = b * 32 + lane;
-        const float x = i < D ? src[i] : 0.0f;  // padded lanes hold code 0
-        const float amax = warp_max(fabsf(x));
+      // 32 lanes per 32-value block: a wave64 warp does two blocks per step. The max stays within
+      // each block's 32 lanes (xor offsets below 32), and every lane runs every step, so the
+      // shuffles see converged lanes.
+      constexpr int kBlocksPerStep = kWarp / 32;
+      const int lane_block = kBlocksPerStep == 1 ? 0 : lane / 32, in_block = kBlocksPerStep == 1 ? lane : lane % 32;
+      const int64_t n_blocks = (D + 31) / 32;
+      for (int64_t step = 0; step < n_blocks; step += kBlocksPerStep) {
+        const int64_t b = step + lane_block;
+        const int64_t i = b * 32 + in_block;
+        const float x = b < n_blocks && i < D ? src[i] : 0.0f;  // padded lanes hold code 0
+        float amax = fabsf(x);
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, gpu::shfl_xor(amax, offset));
         const float d = amax / 127.0f;
         const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        if (b >= n_blocks) continue;
         uint8_t* block = dst + b * 34;
         const float qf = fminf(fmaxf(roundf(x * id), -128.0f), 127.0f);
-        block[2 + lane] = static_cast<uint8_t>(static_cast<int8_t>(qf));
+        block[2 + in_block] = static_cast<uint8_t>(static_cast<int8_t>(qf));
         // One 16-bit store of the scale (rows are 34-byte blocks from a cudaMalloc base, so it is
         // aligned). Two byte stores of the half's bits lost the low byte on sm_90a with nvcc 13.0
         // (the ops harness caught it: every scale's low byte read back 0).
-        if (lane == 0) *reinterpret_cast<uint16_t*>(block) = __half_as_ushort(__float2half_rn(d));
+        if (in_block == 0) *reinterpret_cast<uint16_t*>(block) = gpu::float_to_f16_bits(d);
       }
     }
   }

@@ -1,8 +1,6 @@
 // The CUDA backend: Backend ops on device memory. This file is the one dispatch point from the
 // typed op entries to the kernel launchers (kernels.cuh); it checks shapes on the host, passes raw
 // pointers and element strides, and turns every CUDA error into an fl::Error naming the op.
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <mutex>
 #include <vector>
@@ -11,6 +9,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/gpu_runtime.h"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/norm.cuh"
@@ -21,7 +20,8 @@ namespace fl {
 namespace {
 
 void check(cudaError_t err, const char* op) {
-  if (err != cudaSuccess) fail("CUDA {} failed: {} ({})", op, cudaGetErrorString(err), cudaGetErrorName(err));
+  if (err != cudaSuccess)
+    fail("{} {} failed: {} ({})", gpu::kRuntimeName, op, cudaGetErrorString(err), cudaGetErrorName(err));
 }
 
 // NOTE: every memory operation goes through the backend's stream. The stream is non-blocking,
@@ -115,9 +115,10 @@ class CudaBackend final : public Backend {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
-      fail("no CUDA device found (use --backend cpu)");
+      fail("no {} device found (use --backend cpu)", gpu::kRuntimeName);
     }
-    if (device_index < 0 || device_index >= count) fail("CUDA device {} does not exist ({} found)", device_index, count);
+    if (device_index < 0 || device_index >= count)
+      fail("{} device {} does not exist ({} found)", gpu::kRuntimeName, device_index, count);
     check(cudaSetDevice(device_index), "set device");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream create");
     cudaDeviceProp prop{};
@@ -127,7 +128,7 @@ class CudaBackend final : public Backend {
     check(cudaMalloc(&error_flag_, sizeof(int32_t)), "malloc");
     check(cudaMemsetAsync(error_flag_, 0, sizeof(int32_t), stream_), "memset");
     check(cudaStreamSynchronize(stream_), "memset");
-    log_debug("CUDA device {}: {} ({} SMs, sm_{}{})", device_index, name_, sm_count_, prop.major, prop.minor);
+    log_debug("{} device {}: {} ({} SMs, sm_{}{})", gpu::kRuntimeName, device_index, name_, sm_count_, prop.major, prop.minor);
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
@@ -135,7 +136,7 @@ class CudaBackend final : public Backend {
     cudaStreamDestroy(stream_);
   }
 
-  std::string_view name() const override { return "cuda"; }
+  std::string_view name() const override { return gpu::kBackendName; }
   Device device() const override { return Device::cuda; }
   cudaStream_t stream() const { return stream_; }
 

@@ -3,34 +3,32 @@
 // block reductions. Kernels see weights as raw bytes plus a format code (DType), rows packed as
 // DESIGN §4 says: ceil(K / G) blocks per row, tail padded, so any lane may read the padded bytes
 // of the last block but must mask values with k >= K.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
-
 #include <cstdint>
 #include <type_traits>
 
+#include "backend/cuda/gpu_runtime.h"
 #include "core/dtype.h"
 
 namespace fl::cuda {
 
-constexpr int kWarp = 32;
+// Lanes per warp (CUDA) or wavefront (HIP): 32, or 64 for a wave64 HIP build (gpu_runtime.h).
+constexpr int kWarp = gpu::kWarpSize;
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += gpu::shfl_xor(v, offset);
   return v;
 }
 
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, gpu::shfl_xor(v, offset));
   return v;
 }
 
-// Sum over the whole block (blockDim.x a multiple of 32, at most 1024); every thread gets it.
+// Sum over the whole block (blockDim.x a multiple of kWarp, at most 1024); every thread gets it.
 __device__ __forceinline__ float block_sum(float v) {
-  __shared__ float partial[32];
+  __shared__ float partial[1024 / kWarp];
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
   v = warp_sum(v);
   __syncthreads();  // partial[] may still be read by a previous call
@@ -40,8 +38,8 @@ __device__ __forceinline__ float block_sum(float v) {
   return warp_sum(v);
 }
 
-__device__ __forceinline__ float bf16_bits_to_float(uint16_t bits) { return __uint_as_float(static_cast<uint32_t>(bits) << 16); }
-__device__ __forceinline__ float f16_bits_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+using gpu::bf16_bits_to_float;
+using gpu::f16_bits_to_float;
 
 __device__ __forceinline__ float load_f32_unaligned(const uint8_t* p) {
   uint32_t v = static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 | static_cast<uint32_t>(p[2]) << 16 |
@@ -52,10 +50,10 @@ __device__ __forceinline__ uint16_t load_u16_unaligned(const uint8_t* p) {
   return static_cast<uint16_t>(p[0] | (p[1] << 8));
 }
 
-// code * scale + min rounded twice, as the reference decoder does: nvcc would otherwise fuse it
-// into one FMA and the GPU's weights would differ from the CPU oracle's in the last bit.
+// code * scale + min rounded twice, as the reference decoder does: the compiler would otherwise
+// fuse it into one FMA and the GPU's weights would differ from the CPU oracle's in the last bit.
 __device__ __forceinline__ float affine(float code, float scale, float min) {
-  return __fadd_rn(__fmul_rn(code, scale), min);
+  return gpu::mul_add_unfused(code, scale, min);
 }
 
 // Element k of a packed row of format F. Reads only the bytes of k's block.

@@ -3,10 +3,9 @@
 // Launchers take raw device pointers, sizes, element strides and a stream, and return the
 // launch's cudaError_t; cuda_backend.cpp checks it and names the op. No fmt or other heavy host
 // headers: nvcc compiles this file.
-#include <cuda_runtime.h>
-
 #include <cstdint>
 
+#include "backend/cuda/gpu_runtime.h"
 #include "core/dtype.h"
 
 #include "backend/cuda/kernel_types.cuh"
