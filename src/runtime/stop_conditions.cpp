@@ -68,16 +68,22 @@ std::string StopStringMatcher::feed(std::string_view text) {
   if (stops_.empty()) return std::string(text);
   held_.append(text);
 
-  size_t best = std::string::npos;
+  // The stop string that is complete first (smallest end; on a tie the longer one, which starts
+  // first) wins. Generation cannot wait for later text, and this rule gives the same answer
+  // however the text is cut into pieces.
+  size_t best_start = std::string::npos, best_end = std::string::npos;
   for (size_t i = 0; i < stops_.size(); ++i) {
     size_t p = held_.find(stops_[i]);
-    if (p != std::string::npos && p < best) {
-      best = p;
+    if (p == std::string::npos) continue;
+    const size_t end = p + stops_[i].size();
+    if (end < best_end || (end == best_end && p < best_start)) {
+      best_start = p;
+      best_end = end;
       matched_ = static_cast<int>(i);
     }
   }
-  if (best != std::string::npos) {
-    std::string out = held_.substr(0, best);
+  if (best_start != std::string::npos) {
+    std::string out = held_.substr(0, best_start);
     held_.clear();
     return out;
   }

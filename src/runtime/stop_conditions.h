@@ -60,10 +60,11 @@ class StopStringMatcher {
   // Empty stop strings are refused (they would match before any text).
   explicit StopStringMatcher(std::vector<std::string> stops);
 
-  // Appends `text` and returns what can be released now. When a stop string is found (leftmost
-  // occurrence over all stop strings), returns the text before it, matched() becomes true and
-  // the rest, and any later input, is dropped. Otherwise the longest suffix that is a proper
-  // prefix of a stop string is held back.
+  // Appends `text` and returns what can be released now. When a stop string is complete,
+  // returns the text before it, matched() becomes true and the rest, and any later input, is
+  // dropped. Of several, the one that is complete first wins (the earliest end in the text; on a
+  // tie the one starting first), so the result does not depend on how the text is cut. Otherwise
+  // the longest suffix that is a proper prefix of a stop string is held back.
   std::string feed(std::string_view text);
   // End of the stream: releases the held suffix (it can no longer become a stop string).
   std::string flush();

@@ -85,10 +85,23 @@ TEST(StopStringMatcher, FalseStartIsReleased) {
   EXPECT_EQ(m.flush(), "ST");  // the end of the stream: cannot become STOP any more
 }
 
-TEST(StopStringMatcher, LeftmostOfSeveralWins) {
+TEST(StopStringMatcher, FirstCompleteOfSeveralWins) {
   StopStringMatcher m({"world", "lo w"});
   EXPECT_EQ(feed_all(m, {"hel", "lo", " wor", "ld"}), "hel");
   EXPECT_EQ(m.matched_string(), "lo w");
+}
+
+TEST(StopStringMatcher, TheStopCompleteFirstWinsHoweverTheTextIsCut) {
+  // "abcdef" starts first but "cd" is complete first: generation stops there, in one piece or many.
+  for (const std::vector<std::string>& pieces : std::vector<std::vector<std::string>>{
+           {"abcdefg"}, {"ab", "cd", "efg"}, {"abc", "defg"}, {"a", "b", "c", "d", "e", "f", "g"}}) {
+    StopStringMatcher m({"abcdef", "cd"});
+    EXPECT_EQ(feed_all(m, pieces), "ab");
+    EXPECT_EQ(m.matched_string(), "cd");
+  }
+  StopStringMatcher tie({"cd", "bcd"});  // the same end: the one starting first
+  EXPECT_EQ(feed_all(tie, {"abcde"}), "a");
+  EXPECT_EQ(tie.matched_string(), "bcd");
 }
 
 TEST(StopStringMatcher, HoldsTheLongestPossiblePrefix) {
