@@ -31,19 +31,18 @@ Generator::Generator(Model& model, std::shared_ptr<const ModelText> text, Engine
 
 GenerationResult Generator::generate(const GenerateRequest& request, const GenerationCallback& on_event,
                                      const std::atomic<bool>* cancel) {
-  const auto t0 = Clock::now();
+  const auto start = Clock::now();
   Prompt prompt = prompts_.build(request.prompt);
-  return run(prompt, request, on_event, cancel, seconds(Clock::now() - t0));
+  return run(prompt, request, on_event, cancel, start);
 }
 
 GenerationResult Generator::generate(const Prompt& prompt, const GenerateRequest& request,
                                      const GenerationCallback& on_event, const std::atomic<bool>* cancel) {
-  return run(prompt, request, on_event, cancel, 0.0);
+  return run(prompt, request, on_event, cancel, Clock::now());
 }
 
 GenerationResult Generator::run(const Prompt& prompt, const GenerateRequest& request,
-                                const GenerationCallback& on_event, const std::atomic<bool>* cancel, double setup_s) {
-  const auto t0 = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(setup_s));
+                                const GenerationCallback& on_event, const std::atomic<bool>* cancel, Clock::time_point t0) {
   const ModelText& m = *text_;
   const bool raw = request.prompt.raw.has_value();
   if (request.max_tokens < 0) fail("max_tokens must be 0 (no limit) or more, not {}", request.max_tokens);

@@ -16,6 +16,7 @@
 // Cancellation: `cancel` is read between prefill chunks and between decode steps; a cancelled
 // request ends with finish_reason cancelled, its text so far and its timings.
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -73,6 +74,7 @@ struct GenerationResult {
   GenerationTimings timings;
 };
 
+// Views into the generator's state: valid during the callback only (copy what must outlive it).
 struct GenerationEvent {
   enum class Kind { reasoning, content, tool_call, done };
   Kind kind;
@@ -102,8 +104,9 @@ class Generator {
   TokenEngine& engine() { return engine_; }
 
  private:
+  // `start`: when the request arrived (ttft counts from it).
   GenerationResult run(const Prompt& prompt, const GenerateRequest& request, const GenerationCallback& on_event,
-                       const std::atomic<bool>* cancel, double setup_s);
+                       const std::atomic<bool>* cancel, std::chrono::steady_clock::time_point start);
 
   std::shared_ptr<const ModelText> text_;
   PromptBuilder prompts_;
