@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "io/fire_file.h"
 #include "io/model_source.h"
-#include "store/model_store.h"
+#include "cli/model_arg.h"
 
 namespace fl::cli {
 namespace {

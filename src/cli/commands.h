@@ -17,5 +17,7 @@ void add_template_command(CLI::App& app);
 void add_pull_command(CLI::App& app);
 void add_list_command(CLI::App& app);
 void add_rm_command(CLI::App& app);
+void add_run_command(CLI::App& app);
+void add_chat_command(CLI::App& app);
 
 }  // namespace fl::cli

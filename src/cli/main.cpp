@@ -37,6 +37,8 @@ int main(int argc, char** argv) {
   fl::cli::add_pull_command(app);
   fl::cli::add_list_command(app);
   fl::cli::add_rm_command(app);
+  fl::cli::add_run_command(app);
+  fl::cli::add_chat_command(app);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,91 @@
+#pragma once
+// What `run` and `chat` share: the generation flags, loading a model for generation, printing
+// a streamed answer, the stats line, and Ctrl-C handling.
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "model/model.h"
+#include "runtime/generator.h"
+
+namespace fl::cli {
+
+struct GenerationFlags {
+  std::optional<float> temperature, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty;
+  std::optional<int> top_k;
+  std::optional<uint64_t> seed;
+  int64_t max_tokens = 0;
+  std::string think;                   // empty: the template's default
+  std::optional<int64_t> think_tokens;  // explicit thinking cap
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  std::string system;
+  std::string backend;  // empty: cuda when available, else cpu
+  std::string kv;       // empty: q8 on cuda, f32 on cpu
+  int64_t ctx = 0;      // 0: min(model's max_position_embeddings, 4096)
+};
+
+void add_generation_flags(CLI::App* cmd, GenerationFlags& flags);
+
+struct LoadedModel {
+  std::string path;
+  std::unique_ptr<ModelSource> source;
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  std::shared_ptr<const ModelText> text;
+  std::unique_ptr<Generator> generator;
+  std::string kv_name;
+  int64_t context = 0;
+  double load_s = 0;
+};
+
+// Opens, checks and loads the model at `path` for generation with the flags' backend, KV type
+// and context. Throws fl::Error with what to change (no tokenizer, does not fit, ...).
+LoadedModel load_for_generation(const std::string& path, const GenerationFlags& flags);
+
+// The request the flags describe (sampling defaults from the model's generation_config.json;
+// a random seed when --seed is not given, reported in the result).
+GenerateRequest request_from_flags(const GenerationFlags& flags, const ModelText& text);
+
+// Streams events to the terminal: content to stdout as it arrives; reasoning dimmed on stdout
+// when it is a terminal, else to stderr (so that a pipe gets only the answer); tool calls as a
+// line of JSON. Ends the answer with a newline.
+class StreamPrinter {
+ public:
+  StreamPrinter();
+  void operator()(const GenerationEvent& event);
+
+ private:
+  bool stdout_tty_;
+  bool in_reasoning_ = false;
+  bool wrote_ = false;
+  char last_ = '\n';
+};
+
+// One line on stderr: prompt and generated tokens with their speeds, ttft, finish reason.
+std::string stats_line(const GenerationResult& result);
+
+// The result as one JSON object (text, reasoning, tool_calls, finish_reason, usage, timings, seed).
+std::string result_json(const GenerationResult& result, const std::string& model, uint64_t seed);
+
+// Ctrl-C while alive: the first SIGINT sets the flag (the generator stops between steps), a
+// second one exits at once with status 130. The previous handler is restored on destruction.
+class SigintCancel {
+ public:
+  SigintCancel();
+  ~SigintCancel();
+  SigintCancel(const SigintCancel&) = delete;
+  SigintCancel& operator=(const SigintCancel&) = delete;
+  const std::atomic<bool>* flag() const;
+  void reset();  // a new generation: the next SIGINT cancels again
+};
+
+// The interactive loop of `chat` (and of `run` without a prompt on a terminal).
+void run_chat_loop(LoadedModel& loaded, const GenerationFlags& flags);
+
+}  // namespace fl::cli

@@ -1,0 +1,31 @@
+#include "cli/model_arg.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "cli/embedded_model.h"
+#include "core/error.h"
+#include "io/model_source.h"
+#include "store/model_store.h"
+
+namespace fl::cli {
+
+std::string resolve_model_arg(const std::string& arg) {
+  // A file or folder of that name wins over a built-in model of the same name.
+  std::error_code ec;
+  if (!arg.empty() && std::filesystem::exists(arg, ec)) return arg;
+  const std::vector<std::string> builtin = embedded_model_names();
+  const std::string as_embedded =
+      arg.starts_with(kEmbeddedPrefix) ? arg : std::string(kEmbeddedPrefix) + arg;
+  if (std::find(builtin.begin(), builtin.end(), as_embedded) != builtin.end()) return as_embedded;
+  return fl::resolve_model_arg(arg);  // the store, or the error that names `list` and `pull`
+}
+
+std::string default_model_path() {
+  if (!has_builtin_default_model())
+    fail("this fireline was built without the default model: give a MODEL (a .fire file, a Hugging Face "
+         "directory, or a name from `fireline list`)");
+  return std::string(kEmbeddedPrefix) + std::string(kDefaultModelName);
+}
+
+}  // namespace fl::cli
