@@ -14,5 +14,7 @@ void add_quantize_command(CLI::App& app);
 void add_show_command(CLI::App& app);
 void add_verify_command(CLI::App& app);
 void add_template_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
+void add_stop_command(CLI::App& app);
 
 }  // namespace fl::cli

@@ -32,6 +32,8 @@ int main(int argc, char** argv) {
   fl::cli::add_show_command(app);
   fl::cli::add_verify_command(app);
   fl::cli::add_template_command(app);
+  fl::cli::add_serve_command(app);
+  fl::cli::add_stop_command(app);
 
   try {
     app.parse(argc, argv);
