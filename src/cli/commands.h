@@ -16,5 +16,6 @@ void add_verify_command(CLI::App& app);
 void add_template_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_stop_command(CLI::App& app);
+void add_battery_command(CLI::App& app);
 
 }  // namespace fl::cli

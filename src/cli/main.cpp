@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   fl::cli::add_template_command(app);
   fl::cli::add_serve_command(app);
   fl::cli::add_stop_command(app);
+  fl::cli::add_battery_command(app);
 
   try {
     app.parse(argc, argv);
