@@ -221,7 +221,7 @@ std::optional<std::string> parse_content(const json* content, const std::string&
   return text;
 }
 
-ChatMessage parse_message(const json& m, size_t index) {
+ChatMessage parse_message(const json& m, size_t index, const RequestLimits& limits) {
   const std::string path = fmt::format("messages[{}]", index);
   if (!m.is_object()) invalid_param(path, "{} must be an object, got {}", path, a_type(m));
   Fields f(m, path);
@@ -254,7 +254,10 @@ ChatMessage parse_message(const json& m, size_t index) {
         if (!name || name->empty()) invalid_param(cpath + ".function.name", "{}.function.name is missing", cpath);
         call.name = *name;
         if (const json* args = ff.get("arguments")) {
-          if (args->is_string()) call.arguments_json = args->get<std::string>();
+          if (args->is_string()) {
+            call.arguments_json = args->get<std::string>();
+            check_json_shape(call.arguments_json, limits, cpath + ".function.arguments");
+          }
           else if (args->is_object()) call.arguments_json = args->dump();
           else invalid_param(cpath + ".function.arguments", "{}.function.arguments must be a JSON string or an object, got {}", cpath, a_type(*args));
         } else {
@@ -329,13 +332,17 @@ ToolChoice parse_tool_choice(const Fields& f, const std::vector<ToolDefinition>&
   return choice;
 }
 
-// Scans for nesting depth without recursion (the JSON parser is iterative, but much else that
-// walks values is not, so depth is bounded before anything walks them).
-void check_depth(std::string_view body, int max_depth) {
-  int depth = 0;
+}  // namespace
+
+void check_json_shape(std::string_view text, const RequestLimits& limits, const std::string& what) {
+  // One pass without recursion: the JSON parser is iterative, but much that later walks values
+  // (serialising, the chat template) is not, and ordered objects insert in linear time, so depth
+  // and object width are bounded before anything walks them. Strings are skipped.
+  const std::string param = what == "request body" ? "" : what;
+  std::vector<int> keys;  // members so far of each open object (-1 for arrays)
   bool in_string = false, escaped = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
     if (in_string) {
       if (escaped) escaped = false;
       else if (c == '\\') escaped = true;
@@ -343,16 +350,24 @@ void check_depth(std::string_view body, int max_depth) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > max_depth)
+      keys.push_back(c == '{' ? 0 : -1);
+      if (static_cast<int>(keys.size()) > limits.max_json_depth)
         throw ApiError(400, "invalid_request_error",
-                       fmt::format("request body nests arrays/objects deeper than {} levels (at byte {})", max_depth, i));
+                       fmt::format("{} nests arrays/objects deeper than {} levels (at byte {})", what,
+                                   limits.max_json_depth, i),
+                       param);
     } else if (c == ']' || c == '}') {
-      --depth;
+      if (!keys.empty()) keys.pop_back();
+    } else if (c == ':' && !keys.empty() && keys.back() >= 0) {
+      if (++keys.back() > limits.max_object_members)
+        throw ApiError(400, "invalid_request_error",
+                       fmt::format("{} has an object with more than {} members (at byte {})", what,
+                                   limits.max_object_members, i),
+                       param);
     }
   }
 }
 
-}  // namespace
 
 json parse_json_body(std::string_view body, const RequestLimits& limits) {
   if (body.empty()) throw ApiError(400, "invalid_request_error", "request body is empty; expected a JSON object");
@@ -367,7 +382,7 @@ json parse_json_body(std::string_view body, const RequestLimits& limits) {
     }
     throw ApiError(400, "invalid_request_error", fmt::format("request body is not valid UTF-8 (byte {})", pos));
   }
-  check_depth(body, limits.max_json_depth);
+  check_json_shape(body, limits, "request body");
   json j;
   try {
     j = json::parse(body);
@@ -389,7 +404,7 @@ ChatRequest parse_chat_request(const json& body, const RequestLimits& limits) {
   if (!messages) invalid_param("messages", "messages is missing");
   if (!messages->is_array()) invalid_param("messages", "messages must be an array, got {}", a_type(*messages));
   if (messages->empty()) invalid_param("messages", "messages is empty; send at least one message");
-  for (size_t i = 0; i < messages->size(); ++i) r.prompt.messages.push_back(parse_message((*messages)[i], i));
+  for (size_t i = 0; i < messages->size(); ++i) r.prompt.messages.push_back(parse_message((*messages)[i], i, limits));
 
   r.generation = parse_generation(f, limits, /*chat=*/true);
   r.prompt.tools = parse_tools(f);

@@ -22,9 +22,14 @@ namespace fl::server {
 // Limits on what one request may ask for (ServeConfig sets them).
 struct RequestLimits {
   int max_json_depth = 64;       // nesting of arrays/objects in a body
+  int max_object_members = 10000;  // members of one JSON object
   int max_stop_strings = 16;
   size_t max_stop_bytes = 256;   // per stop string
 };
+
+// Checks JSON text (a body, or JSON inside a string such as tool-call arguments) against the
+// depth and object-size limits, without parsing it; throws ApiError (400) naming `what`.
+void check_json_shape(std::string_view text, const RequestLimits& limits, const std::string& what);
 
 // Parses a request body: valid UTF-8, JSON, an object, nested at most `limits.max_json_depth`.
 nlohmann::json parse_json_body(std::string_view body, const RequestLimits& limits);

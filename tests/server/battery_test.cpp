@@ -57,7 +57,9 @@ TEST(ServeBattery, DefaultCasesAgainstTheEchoEngine) {
   EXPECT_EQ(thinking_rows, 7);
   // The recall case really sent its first answer back as history: the echo of turn 2 is scored.
   for (const auto& r : rows) {
-    if (r.name == "recall") EXPECT_EQ(r.answer, "You said: What is my favourite colour? Answer in one word.");
+    if (r.name == "recall") {
+      EXPECT_EQ(r.answer, "You said: What is my favourite colour? Answer in one word.");
+    }
   }
 }
 

@@ -128,6 +128,29 @@ TEST(ServeHostile, DeepNestingIsRefusedBeforeAnythingWalksIt) {
   expect_alive(s);
 }
 
+TEST(ServeHostile, WideObjectsAndDeepToolArgumentsAreRefused) {
+  TestServer s;
+  std::string wide = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"metadata\":{";
+  for (int i = 0; i < 10001; ++i) wide += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
+  wide += "}}";
+  auto r = s.post("/v1/chat/completions", wide);
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(error_of(r)["message"].get<std::string>().find("more than 10000 members"), std::string::npos) << r.body;
+
+  // JSON inside a string is checked too: tool-call arguments reach the chat template as objects.
+  std::string deep_args;
+  for (int i = 0; i < 100; ++i) deep_args += "{\"a\":";
+  deep_args += "1" + std::string(100, '}');
+  json body = {{"messages",
+                {{{"role", "user"}, {"content", "x"}},
+                 {{"role", "assistant"},
+                  {"tool_calls", {{{"id", "c"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", deep_args}}}}}}}}}};
+  auto d = s.post("/v1/chat/completions", body);
+  EXPECT_EQ(d.status, 400);
+  EXPECT_EQ(param_of(error_of(d)), "messages[1].tool_calls[0].function.arguments") << d.body;
+  expect_alive(s);
+}
+
 TEST(ServeHostile, HugeBodiesGet413) {
   server::ServeConfig config;
   config.max_body_bytes = 64 * 1024;
