@@ -401,6 +401,28 @@ TEST(ServeHostile, DisconnectedNonStreamingClientCancelsItsTask) {
   expect_alive(s);
 }
 
+TEST(ServeHostile, ClientThatLeavesTheQueueIsDroppedBeforeItStarts) {
+  server::FakeEngineConfig fake;
+  fake.parallel = 1;
+  TestServer s({}, fake);
+  // One slow request holds the only slot.
+  std::thread slow([&] { EXPECT_EQ(s.post("/v1/chat/completions", chat_body("a b c d e [[delay=100]]")).status, 200); });
+  ASSERT_TRUE(TestServer::eventually([&] { return s.engine().started.load() == 1; }));
+  // A streaming request waits behind it, and its client gives up.
+  int fd = connect_local(s.port());
+  ASSERT_GE(fd, 0);
+  const std::string body = chat_body("never started", true).dump();
+  send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                   std::to_string(body.size()) + "\r\n\r\n" + body);
+  ASSERT_TRUE(TestServer::eventually([&] { return s.server().stats().waiting == 1; }));
+  ::close(fd);
+  EXPECT_TRUE(TestServer::eventually([&] { return s.server().stats().cancelled == 1; }));
+  EXPECT_EQ(s.server().stats().waiting, 0);
+  slow.join();
+  EXPECT_EQ(s.engine().started.load(), 1) << "the abandoned request was started anyway";
+  EXPECT_EQ(s.engine().cancelled.load(), 0);
+}
+
 TEST(ServeHostile, EngineFailuresAreErrorsNotCrashes) {
   TestServer s;
   auto r = s.post("/v1/chat/completions", chat_body("please [[fail]]"));

@@ -173,6 +173,40 @@ TEST(ServeCli, SigtermDrainsTheStreamInFlightThenExits) {
   EXPECT_EQ(server.wait(milliseconds(10000)), 0) << "the server did not exit cleanly";
 }
 
+TEST(ServeCli, DrainTimeoutCancelsWhatIsStillRunning) {
+  Child server({"serve", "--fake-engine", "--port", "0", "--fake-token-ms", "20", "--drain-timeout", "0.5"});
+  const int port = port_in(server.read_line(milliseconds(10000)));
+  ASSERT_GT(port, 0);
+  std::atomic<bool> streaming{false};
+  std::string body;
+  std::thread client([&] {
+    auto c = client_for(port);
+    httplib::Request r;
+    r.method = "POST";
+    r.path = "/v1/chat/completions";
+    r.body = chat_body("[[long]]", true).dump();  // ~4000 tokens: far longer than the drain timeout
+    r.set_header("Content-Type", "application/json");
+    r.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      body.append(data, n);
+      streaming = true;
+      return true;
+    };
+    c.send(r);
+  });
+  ASSERT_TRUE(TestServer::eventually([&] { return streaming.load(); }, milliseconds(10000)));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(server.pid(), SIGTERM), 0);
+  EXPECT_EQ(server.wait(milliseconds(10000)), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  client.join();
+  // The stream ends with an error event saying why, not a silent cut.
+  auto payloads = sse_payloads(body);
+  ASSERT_FALSE(payloads.empty());
+  json last = json::parse(payloads.back(), nullptr, false);
+  ASSERT_FALSE(last.is_discarded()) << payloads.back();
+  EXPECT_EQ(last["error"]["code"], "shutting_down") << payloads.back();
+}
+
 TEST(ServeCli, DetachPidFileAndStop) {
   TempDir home;
   const std::string env = "FIRELINE_HOME=" + shell_quote(home.path().string()) + " ";
