@@ -67,7 +67,12 @@ class ConnectionStream final : public httplib::Stream {
     }
     return false;
   }
-  void start_request() { deadline_ = Clock::now() + limits_.request_timeout; }
+  void start_request() {
+    deadline_ = Clock::now() + limits_.request_timeout;
+    consumed_ = 0;
+    over_limit_ = false;
+  }
+  bool over_limit() const { return over_limit_; }
 
   bool is_readable() const override {
     if (begin_ < buffer_.size()) return true;
@@ -89,6 +94,13 @@ class ConnectionStream final : public httplib::Stream {
   }
 
   ssize_t read(char* ptr, size_t size) override {
+    if (limits_.max_request_bytes > 0) {
+      if (consumed_ >= limits_.max_request_bytes) {
+        over_limit_ = true;
+        return -1;
+      }
+      size = std::min(size, limits_.max_request_bytes - consumed_);
+    }
     if (begin_ == buffer_.size()) {
       if (!is_readable()) return -1;
       buffer_.resize(kBufferSize);
@@ -106,6 +118,7 @@ class ConnectionStream final : public httplib::Stream {
     const size_t n = std::min(size, buffer_.size() - begin_);
     std::memcpy(ptr, buffer_.data() + begin_, n);
     begin_ += n;
+    consumed_ += n;
     if (begin_ == buffer_.size()) {
       buffer_.clear();
       begin_ = 0;
@@ -149,6 +162,8 @@ class ConnectionStream final : public httplib::Stream {
   std::vector<char> buffer_;
   size_t begin_ = 0;
   Clock::time_point deadline_ = Clock::now();
+  size_t consumed_ = 0;  // bytes of the current request handed to the library
+  bool over_limit_ = false;
 };
 
 thread_local const ConnectionStream* t_connection = nullptr;
@@ -282,6 +297,8 @@ void HttpServer::stop_listening() {
 bool HttpServer::client_connected() { return t_connection == nullptr || t_connection->peer_connected(); }
 
 void HttpServer::close_after_response() { t_close_after_response = true; }
+
+bool HttpServer::request_over_limit() { return t_connection != nullptr && t_connection->over_limit(); }
 
 bool HttpServer::process_and_close_socket(socket_t sock) {
   metrics_.connection_opened();

@@ -31,6 +31,9 @@ struct HttpLimits {
   std::chrono::milliseconds request_timeout{30000};  // first byte of a request -> its last byte
   std::chrono::milliseconds keep_alive_timeout{5000};  // idle connection waiting for a request
   int keep_alive_max_requests = 100;
+  // Bytes one request may take, head and body (0: no limit). Enforced while reading, so it holds
+  // for chunked bodies too (the library checks only Content-Length against its payload limit).
+  size_t max_request_bytes = 0;
   int max_threads = 256;   // connections served at once; more wait for a free thread
   int listen_backlog = 1024;
 };
@@ -53,6 +56,8 @@ class HttpServer : public httplib::Server {
   // Called from a handler that answers without reading the body (e.g. 413 on its Content-Length):
   // the connection closes after this response, gently enough that the client still reads it.
   static void close_after_response();
+  // Called from the error handler: whether the request being answered ran past max_request_bytes.
+  static bool request_over_limit();
 
  private:
   bool process_and_close_socket(socket_t sock) override;

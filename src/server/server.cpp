@@ -40,10 +40,17 @@ bool same_secret(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// A request may take its body limit plus room for the request line and headers (the library
+// caps each header line at 8 KiB).
+ServeConfig with_request_limit(ServeConfig config) {
+  config.http.max_request_bytes = config.max_body_bytes + (256u << 10);
+  return config;
+}
+
 }  // namespace
 
 Server::Server(ServeConfig config, std::unique_ptr<Engine> engine, std::unique_ptr<PromptFrontend> frontend)
-    : config_(std::move(config)),
+    : config_(with_request_limit(std::move(config))),
       loop_(std::move(engine), LoopLimits{config_.max_waiting}),
       frontend_(std::move(frontend)),
       http_(config_.http, metrics_) {
@@ -140,6 +147,10 @@ void Server::install_routes() {
   // with an empty body: give them the same JSON shape as ours.
   http_.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    if (HttpServer::request_over_limit()) {
+      res.status = 413;  // a chunked body past the limit: the library reports it as 400
+      HttpServer::close_after_response();
+    }
     std::string message;
     std::string code;
     switch (res.status) {

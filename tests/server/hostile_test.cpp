@@ -170,6 +170,18 @@ TEST(ServeHostile, HugeBodiesGet413) {
   const std::string reply = read_until_closed(fd, milliseconds(5000));
   ::close(fd);
   EXPECT_NE(reply.find(" 413 "), std::string::npos) << reply;
+
+  // A chunked body has no Content-Length to refuse: it is cut off once it passes the limit.
+  fd = connect_local(s.port());
+  ASSERT_GE(fd, 0);
+  send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+  const std::string chunk(8192, 'x');
+  for (int i = 0; i < 64; ++i)
+    if (!send_all(fd, "2000\r\n" + chunk + "\r\n")) break;  // the server may close before the end
+  const std::string chunked_reply = read_until_closed(fd, milliseconds(5000));
+  ::close(fd);
+  EXPECT_NE(chunked_reply.find(" 413 "), std::string::npos) << chunked_reply.substr(0, 200);
+  EXPECT_NE(chunked_reply.find("request_too_large"), std::string::npos);
   expect_alive(s);
 }
 
