@@ -1,12 +1,12 @@
 // fireline battery URL : the serve battery against a running OpenAI-compatible server. Prints one
 // row per case and thinking mode, then the counter totals; exits 1 when a counted counter is
 // non-zero or a request failed (src/server/battery.h describes the cases and counters).
+#include <fmt/format.h>
+
 #include <cstdio>
 #include <memory>
 #include <set>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -54,16 +54,21 @@ void run_battery_command(const BatteryCliOptions& opt) {
   options.api_key = opt.api_key;
   options.max_tokens = opt.max_tokens;
   if (opt.max_tokens < 1) fail("--max-tokens {} must be at least 1", opt.max_tokens);
-  if (opt.needle_words < 0 || opt.needle_words > 1000000) fail("--needle-words {} is outside 0..1000000", opt.needle_words);
+  if (opt.needle_words < 0 || opt.needle_words > 1000000)
+    fail("--needle-words {} is outside 0..1000000", opt.needle_words);
   if (!(opt.timeout_s > 0 && opt.timeout_s <= 86400)) fail("--timeout {} is outside (0, 86400] seconds", opt.timeout_s);
   options.timeout = std::chrono::seconds(static_cast<int64_t>(opt.timeout_s + 0.999));
-  if (opt.thinking == "on") options.thinking = {true};
-  else if (opt.thinking == "off") options.thinking = {false};
-  else if (opt.thinking == "both") options.thinking = {false, true};
-  else fail("--thinking {:?} is not one of on, off, both", opt.thinking);
+  if (opt.thinking == "on")
+    options.thinking = {true};
+  else if (opt.thinking == "off")
+    options.thinking = {false};
+  else if (opt.thinking == "both")
+    options.thinking = {false, true};
+  else
+    fail("--thinking {:?} is not one of on, off, both", opt.thinking);
   const std::set<std::string> counted = parse_count(opt.count);
-  const auto cases = opt.prompts.empty() ? server::default_battery_cases(opt.needle_words)
-                                         : server::load_battery_cases(opt.prompts);
+  const auto cases =
+      opt.prompts.empty() ? server::default_battery_cases(opt.needle_words) : server::load_battery_cases(opt.prompts);
 
   std::printf("%-14s %-8s %-10s %7s %9s %9s  %-7s %-5s %-9s %s\n", "case", "thinking", "finish", "tokens", "ttft_ms",
               "total_ms", "runaway", "empty", "attractor", "retrieval_miss");
@@ -73,7 +78,8 @@ void run_battery_command(const BatteryCliOptions& opt) {
     if (!r.error.empty()) {
       std::printf("%-14s %-8s ERROR: %s\n", r.name.c_str(), r.thinking ? "on" : "off", r.error.c_str());
     } else {
-      const std::string recall = r.expected ? fmt::format("{} ({}/{})", mark(r.retrieval_miss), r.found, r.expected) : "-";
+      const std::string recall =
+          r.expected ? fmt::format("{} ({}/{})", mark(r.retrieval_miss), r.found, r.expected) : "-";
       std::printf("%-14s %-8s %-10s %7lld %9.0f %9.0f  %-7s %-5s %-9s %s\n", r.name.c_str(), r.thinking ? "on" : "off",
                   r.finish_reason.c_str(), static_cast<long long>(r.completion_tokens), r.ttft_ms, r.ms,
                   mark(r.runaway), mark(r.empty), mark(r.attractor), recall.c_str());

@@ -1,6 +1,7 @@
 // fireline serve [MODEL] : the OpenAI-compatible HTTP server (docs/http-api.md). Binds 127.0.0.1
 // by default; -d detaches into the background with a pid file and a log under the fireline home;
 // SIGTERM (or `fireline stop`) drains requests in flight and exits.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -9,8 +10,6 @@
 #include <optional>
 #include <sstream>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "cli/commands.h"
 #include "core/environment.h"
@@ -60,9 +59,7 @@ std::string read_api_key_file(const std::string& path) {
   return key;
 }
 
-std::string url_host(const std::string& host) {
-  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
-}
+std::string url_host(const std::string& host) { return host.find(':') != std::string::npos ? "[" + host + "]" : host; }
 
 void run_serve(const ServeOptions& opt) {
   if (!opt.fake_engine) {
@@ -101,7 +98,8 @@ void run_serve(const ServeOptions& opt) {
 
   server::SignalWatcher signals;  // blocks the signals before the server's threads start
   try {
-    server::Server srv(config, std::make_unique<server::FakeEngine>(fake), std::make_unique<server::FakePromptFrontend>());
+    server::Server srv(config, std::make_unique<server::FakeEngine>(fake),
+                       std::make_unique<server::FakePromptFrontend>());
     const int port = srv.bind();
     const std::string url = fmt::format("http://{}:{}", url_host(opt.host), port);
     const auto& info = srv.engine_info();
@@ -138,22 +136,26 @@ void add_serve_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
   cmd->add_option("model", opt->model, "The model to serve (a .fire file or a checkpoint directory)");
   cmd->add_option("--host", opt->host, "Address to listen on (default 127.0.0.1: this machine only)");
-  cmd->add_option("--port", opt->port, "Port to listen on; 0 picks a free one (default 11435)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--port", opt->port, "Port to listen on; 0 picks a free one (default 11435)")
+      ->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", opt->api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
   cmd->add_option("--api-key-file", opt->api_key_file, "Read the API key from this file (keeps it out of ps)");
   cmd->add_option("--max-seq", opt->max_seq, "Context per sequence in tokens, prompt + output (default 4096)");
   cmd->add_option("--parallel", opt->parallel, "Sequences generated together (default 4)");
   cmd->add_flag("-d,--detach", opt->detach, "Run in the background: pid file and log under the fireline home");
-  cmd->add_option("--queue", opt->queue, "Requests that may wait for a free sequence; more get 503 (default 4 x --parallel)");
+  cmd->add_option("--queue", opt->queue,
+                  "Requests that may wait for a free sequence; more get 503 (default 4 x --parallel)");
   cmd->add_option("--max-body", opt->max_body, "Largest request body in bytes; larger gets 413 (default 4 MiB)");
   cmd->add_option("--http-threads", opt->http_threads, "Connections served at once (default 256)");
-  cmd->add_option("--request-timeout", opt->request_timeout_s, "Seconds a client has to send a whole request (default 30)");
+  cmd->add_option("--request-timeout", opt->request_timeout_s,
+                  "Seconds a client has to send a whole request (default 30)");
   cmd->add_option("--read-timeout", opt->read_timeout_s, "Seconds one read may wait for the client (default 10)");
   cmd->add_option("--drain-timeout", opt->drain_timeout_s,
                   "On SIGTERM, seconds to let requests finish before cancelling them (default 30)");
   cmd->add_flag("--fake-engine", opt->fake_engine, "Serve the scripted test engine instead of a model")->group("");
   cmd->add_option("--fake-token-ms", opt->fake_token_ms, "Test engine: milliseconds per step")->group("");
-  cmd->add_option("--fake-prefill-ms", opt->fake_prefill_ms, "Test engine: extra milliseconds in a task's first step")->group("");
+  cmd->add_option("--fake-prefill-ms", opt->fake_prefill_ms, "Test engine: extra milliseconds in a task's first step")
+      ->group("");
   cmd->callback([opt] { run_serve(*opt); });
 }
 

@@ -18,8 +18,7 @@ struct StopOptions {
 void run_stop(const StopOptions& opt) {
   if (!(opt.timeout_s > 0 && opt.timeout_s <= 86400)) fail("--timeout {} is outside (0, 86400] seconds", opt.timeout_s);
   const auto paths = server::DaemonPaths::under(Environment::from_process().home);
-  const auto result =
-      server::stop_daemon(paths, std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000)));
+  const auto result = server::stop_daemon(paths, std::chrono::milliseconds(static_cast<int64_t>(opt.timeout_s * 1000)));
   if (!result.was_running) {
     std::printf("no fireline server is running (%s)\n", paths.pid_file.c_str());
     return;

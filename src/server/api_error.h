@@ -3,18 +3,21 @@
 //   {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
 // Request parsing and validation throw it; the route handlers turn it into the response. The
 // message says what was wrong and, where it helps, how to fix it.
+#include <fmt/format.h>
+
 #include <exception>
 #include <string>
 #include <utility>
-
-#include <fmt/format.h>
 
 namespace fl::server {
 
 class ApiError : public std::exception {
  public:
   ApiError(int status, std::string type, std::string message, std::string param = {}, std::string code = {})
-      : status_(status), type_(std::move(type)), message_(std::move(message)), param_(std::move(param)),
+      : status_(status),
+        type_(std::move(type)),
+        message_(std::move(message)),
+        param_(std::move(param)),
         code_(std::move(code)) {}
 
   int status() const { return status_; }

@@ -1,14 +1,14 @@
 #include "server/battery.h"
 
+#include <httplib.h>
+
 #include <algorithm>
 #include <cctype>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <unordered_map>
-
-#include <httplib.h>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 
@@ -50,14 +50,14 @@ std::string lower(std::string s) {
 // same on every run and has no repeated phrases for a model to lock onto.
 std::string filler(int n_words) {
   static const char* kWords[] = {
-      "river",   "stone",   "garden",  "window", "morning", "quiet",   "market",  "letter",  "harbor",  "lantern",
-      "copper",  "meadow",  "thunder", "violet", "engine",  "pocket",  "silver",  "forest",  "candle",  "basket",
-      "winter",  "bridge",  "orchard", "pebble", "canvas",  "velvet",  "island",  "shadow",  "compass", "feather",
-      "ribbon",  "valley",  "marble",  "saddle", "timber",  "crystal", "harvest", "anchor",  "blanket", "cellar",
-      "walked",  "noticed", "carried", "opened", "painted", "counted", "folded",  "watched", "borrowed", "mended",
-      "slowly",  "briefly", "gently",  "often",  "rarely",  "nearby",  "across",  "beneath", "beyond",  "along",
-      "old",     "bright",  "narrow",  "heavy",  "distant", "patient", "curious", "hollow",  "golden",  "simple",
-      "a",       "the",     "every",   "some",   "another", "their",   "her",     "his",     "our",     "each"};
+      "river",  "stone",   "garden",  "window", "morning", "quiet",   "market",  "letter",  "harbor",   "lantern",
+      "copper", "meadow",  "thunder", "violet", "engine",  "pocket",  "silver",  "forest",  "candle",   "basket",
+      "winter", "bridge",  "orchard", "pebble", "canvas",  "velvet",  "island",  "shadow",  "compass",  "feather",
+      "ribbon", "valley",  "marble",  "saddle", "timber",  "crystal", "harvest", "anchor",  "blanket",  "cellar",
+      "walked", "noticed", "carried", "opened", "painted", "counted", "folded",  "watched", "borrowed", "mended",
+      "slowly", "briefly", "gently",  "often",  "rarely",  "nearby",  "across",  "beneath", "beyond",   "along",
+      "old",    "bright",  "narrow",  "heavy",  "distant", "patient", "curious", "hollow",  "golden",   "simple",
+      "a",      "the",     "every",   "some",   "another", "their",   "her",     "his",     "our",      "each"};
   constexpr size_t kCount = sizeof(kWords) / sizeof(kWords[0]);
   uint64_t state = 0x2545F4914F6CDD1Dull;
   auto next = [&] {
@@ -123,7 +123,8 @@ TurnResult stream_turn(httplib::Client& client, const httplib::Headers& headers,
       r.completion_tokens = chunk["usage"].value("completion_tokens", int64_t{0});
     if (!chunk.contains("choices") || !chunk["choices"].is_array() || chunk["choices"].empty()) return;
     const json& choice = chunk["choices"][0];
-    if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) r.finish_reason = choice["finish_reason"];
+    if (choice.contains("finish_reason") && choice["finish_reason"].is_string())
+      r.finish_reason = choice["finish_reason"];
     if (!choice.contains("delta") || !choice["delta"].is_object()) return;
     const json& delta = choice["delta"];
     auto text = [&](const char* key) -> std::string {
@@ -140,7 +141,8 @@ TurnResult stream_turn(httplib::Client& client, const httplib::Headers& headers,
         if (call.contains("function") && call["function"].is_object()) {
           const json& fn = call["function"];
           if (fn.contains("name") && fn["name"].is_string()) tools[index] += fn["name"].get<std::string>();
-          if (fn.contains("arguments") && fn["arguments"].is_string()) tools[index] += fn["arguments"].get<std::string>();
+          if (fn.contains("arguments") && fn["arguments"].is_string())
+            tools[index] += fn["arguments"].get<std::string>();
         }
       }
     }
@@ -179,7 +181,8 @@ TurnResult stream_turn(httplib::Client& client, const httplib::Headers& headers,
   }
   if (status != 200) {
     json e = json::parse(error_body, nullptr, false);
-    std::string message = !e.is_discarded() && e.contains("error") ? e["error"].value("message", error_body) : error_body;
+    std::string message =
+        !e.is_discarded() && e.contains("error") ? e["error"].value("message", error_body) : error_body;
     r.error = "HTTP " + std::to_string(status) + ": " + message;
     return r;
   }
@@ -264,13 +267,15 @@ std::vector<BatteryCase> load_battery_cases(const std::string& path) {
     if (bc.turns.empty()) fail("{}: case {} has neither \"prompt\" nor \"turns\"", path, bc.name);
     if (c.contains("expect")) {
       const json& e = c["expect"];
-      if (e.is_string()) bc.expect.push_back(e);
+      if (e.is_string())
+        bc.expect.push_back(e);
       else if (e.is_array())
         for (const auto& s : e) {
           if (!s.is_string()) fail("{}: case {} has an expect entry that is not a string", path, bc.name);
           bc.expect.push_back(s);
         }
-      else fail("{}: case {}: expect must be a string or an array of strings", path, bc.name);
+      else
+        fail("{}: case {}: expect must be a string or an array of strings", path, bc.name);
     }
     cases.push_back(std::move(bc));
   }
@@ -332,7 +337,7 @@ std::vector<BatteryRow> run_battery(const BatteryOptions& options, const std::ve
       row.answer = turn.content;
       if (row.error.empty() && !c.expect.empty()) {
         // The answer, else tool-call text, else the reasoning (a model may only say it there).
-        const std::string haystack = lower(!turn.content.empty() ? turn.content
+        const std::string haystack = lower(!turn.content.empty()     ? turn.content
                                            : !turn.tool_text.empty() ? turn.tool_text
                                                                      : turn.reasoning);
         row.expected = static_cast<int>(c.expect.size());

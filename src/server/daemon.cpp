@@ -62,9 +62,7 @@ int open_pid_file(const std::filesystem::path& path, bool& locked) {
 
 }  // namespace
 
-DaemonPaths DaemonPaths::under(const std::filesystem::path& home) {
-  return {home / "serve.pid", home / "serve.log"};
-}
+DaemonPaths DaemonPaths::under(const std::filesystem::path& home) { return {home / "serve.pid", home / "serve.log"}; }
 
 Daemon::Daemon(Daemon&& other) noexcept
     : status_fd_(other.status_fd_), lock_fd_(other.lock_fd_), pid_file_(std::move(other.pid_file_)) {
@@ -179,9 +177,10 @@ StopResult stop_daemon(const DaemonPaths& paths, std::chrono::milliseconds timeo
   while (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
     if (std::chrono::steady_clock::now() >= deadline) {
       ::close(fd);
-      fail("the server (pid {}) is still draining after {} ms; run `fireline stop` again to wait longer, "
-           "or kill -9 {}",
-           result.pid, timeout.count(), result.pid);
+      fail(
+          "the server (pid {}) is still draining after {} ms; run `fireline stop` again to wait longer, "
+          "or kill -9 {}",
+          result.pid, timeout.count(), result.pid);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

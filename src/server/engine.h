@@ -61,10 +61,10 @@ struct GenerationTask {
   std::vector<int32_t> prompt_tokens;  // its token ids (empty when the frontend does not tokenize)
   int64_t prompt_token_count = 0;      // what the prompt counts for in usage and context checks
   SamplingParams sampling;
-  int64_t max_tokens = 1;              // > 0; prompt + max_tokens <= the engine's context
-  std::vector<std::string> stop;       // generation ends before the first of these; not emitted
+  int64_t max_tokens = 1;         // > 0; prompt + max_tokens <= the engine's context
+  std::vector<std::string> stop;  // generation ends before the first of these; not emitted
   ThinkingOptions thinking;
-  std::vector<ToolDefinition> tools;   // empty: no tool-call parsing
+  std::vector<ToolDefinition> tools;  // empty: no tool-call parsing
   ToolChoice tool_choice;
   ResponseFormat response_format = ResponseFormat::text;
 };
@@ -92,7 +92,7 @@ struct Timings {
 };
 
 struct ToolCallOutput {
-  std::string id;              // e.g. "call_abc123"; unique within the response
+  std::string id;  // e.g. "call_abc123"; unique within the response
   std::string name;
   std::string arguments_json;  // a JSON object, compact, as OpenAI's `arguments` string
 };
@@ -100,13 +100,13 @@ struct ToolCallOutput {
 struct EngineEvent {
   enum class Kind { reasoning, content, tool_call, finish };
   Kind kind = Kind::content;
-  std::string text;            // reasoning, content: the next piece (valid UTF-8)
-  ToolCallOutput tool_call;    // tool_call
+  std::string text;          // reasoning, content: the next piece (valid UTF-8)
+  ToolCallOutput tool_call;  // tool_call
   // finish:
   FinishReason finish_reason = FinishReason::stop;
   Usage usage;
   Timings timings;
-  std::string error;           // finish_reason == error: one line saying what failed
+  std::string error;  // finish_reason == error: one line saying what failed
 
   static EngineEvent reasoning(std::string text);
   static EngineEvent content(std::string text);

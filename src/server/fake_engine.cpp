@@ -1,9 +1,8 @@
 #include "server/fake_engine.h"
 
 #include <algorithm>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/error.h"
 #include "server/api_error.h"
@@ -151,10 +150,17 @@ int64_t FakeEngine::step(const EmitFn& emit) {
       Piece& piece = t.script[t.next++];
       ++generated;
       switch (piece.kind) {
-        case EngineEvent::Kind::reasoning: emit(t.id, EngineEvent::reasoning(std::move(piece.text))); break;
-        case EngineEvent::Kind::content: emit(t.id, EngineEvent::content(std::move(piece.text))); break;
-        case EngineEvent::Kind::tool_call: emit(t.id, EngineEvent::tool(std::move(piece.call))); break;
-        case EngineEvent::Kind::finish: break;
+        case EngineEvent::Kind::reasoning:
+          emit(t.id, EngineEvent::reasoning(std::move(piece.text)));
+          break;
+        case EngineEvent::Kind::content:
+          emit(t.id, EngineEvent::content(std::move(piece.text)));
+          break;
+        case EngineEvent::Kind::tool_call:
+          emit(t.id, EngineEvent::tool(std::move(piece.call)));
+          break;
+        case EngineEvent::Kind::finish:
+          break;
       }
     }
     if (t.next < t.script.size()) {

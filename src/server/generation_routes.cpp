@@ -40,12 +40,14 @@ void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
     try {
       prompt = frontend_->render_chat(request.prompt);
     } catch (const Error& e) {
-      throw ApiError(400, "invalid_request_error", std::string("the chat template could not render these messages: ") + e.what(),
-                     "messages", "template_error");
+      throw ApiError(400, "invalid_request_error",
+                     std::string("the chat template could not render these messages: ") + e.what(), "messages",
+                     "template_error");
     }
     GenerationTask task;
     task.kind = TaskKind::chat;
-    task.max_tokens = resolve_max_tokens(request.generation.max_tokens, prompt.token_count, loop_.info().context_length);
+    task.max_tokens =
+        resolve_max_tokens(request.generation.max_tokens, prompt.token_count, loop_.info().context_length);
     task.thinking = resolve_thinking(request, task.max_tokens);
     task.prompt_text = std::move(prompt.text);
     task.prompt_tokens = std::move(prompt.tokens);
@@ -70,11 +72,13 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
       prompt = request.prompt_tokens ? frontend_->prepare_tokens(*request.prompt_tokens)
                                      : frontend_->prepare_text(request.prompt_text);
     } catch (const Error& e) {
-      throw ApiError(400, "invalid_request_error", std::string("the prompt could not be tokenized: ") + e.what(), "prompt");
+      throw ApiError(400, "invalid_request_error", std::string("the prompt could not be tokenized: ") + e.what(),
+                     "prompt");
     }
     GenerationTask task;
     task.kind = TaskKind::completion;
-    task.max_tokens = resolve_max_tokens(request.generation.max_tokens, prompt.token_count, loop_.info().context_length);
+    task.max_tokens =
+        resolve_max_tokens(request.generation.max_tokens, prompt.token_count, loop_.info().context_length);
     task.prompt_text = std::move(prompt.text);
     task.prompt_tokens = std::move(prompt.tokens);
     task.prompt_token_count = prompt.token_count;

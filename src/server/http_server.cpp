@@ -247,6 +247,10 @@ class ElasticPool final : public httplib::TaskQueue {
 HttpServer::HttpServer(HttpLimits limits, ServerMetrics& metrics) : limits_(limits), metrics_(metrics) {
   const int max_threads = limits_.max_threads;
   new_task_queue = [max_threads] { return new ElasticPool(max_threads); };
+  // Our connection loop enforces these; the library only writes them into Keep-Alive headers.
+  set_keep_alive_max_count(static_cast<size_t>(std::max(1, limits_.keep_alive_max_requests)));
+  set_keep_alive_timeout(
+      std::max<time_t>(1, std::chrono::duration_cast<std::chrono::seconds>(limits_.keep_alive_timeout).count()));
   // The library's default sets SO_REUSEPORT, which lets a second server bind the same port and
   // silently take half of the connections. SO_REUSEADDR alone still allows a quick restart.
   set_socket_options([](socket_t sock) {

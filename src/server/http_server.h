@@ -13,28 +13,28 @@
 //     closes idle keep-alive connections, and serve() returns once every connection is done;
 //   - a worker pool that grows with demand up to a cap (each streaming client holds a thread);
 //   - a listen backlog larger than the library's fixed 5.
+#include <httplib.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <mutex>
 #include <string>
 
-#include <httplib.h>
-
 #include "server/metrics.h"
 
 namespace fl::server {
 
 struct HttpLimits {
-  std::chrono::milliseconds read_timeout{10000};     // one read waiting for bytes
-  std::chrono::milliseconds write_timeout{10000};    // one write waiting for the client
-  std::chrono::milliseconds request_timeout{30000};  // first byte of a request -> its last byte
+  std::chrono::milliseconds read_timeout{10000};       // one read waiting for bytes
+  std::chrono::milliseconds write_timeout{10000};      // one write waiting for the client
+  std::chrono::milliseconds request_timeout{30000};    // first byte of a request -> its last byte
   std::chrono::milliseconds keep_alive_timeout{5000};  // idle connection waiting for a request
   int keep_alive_max_requests = 100;
   // Bytes one request may take, head and body (0: no limit). Enforced while reading, so it holds
   // for chunked bodies too (the library checks only Content-Length against its payload limit).
   size_t max_request_bytes = 0;
-  int max_threads = 256;   // connections served at once; more wait for a free thread
+  int max_threads = 256;  // connections served at once; more wait for a free thread
   int listen_backlog = 1024;
 };
 

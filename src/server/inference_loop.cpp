@@ -17,11 +17,16 @@ double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_c
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {
-    case FinishReason::stop: return "stop";
-    case FinishReason::length: return "length";
-    case FinishReason::tool_calls: return "tool_calls";
-    case FinishReason::cancelled: return "cancelled";
-    case FinishReason::error: return "error";
+    case FinishReason::stop:
+      return "stop";
+    case FinishReason::length:
+      return "length";
+    case FinishReason::tool_calls:
+      return "tool_calls";
+    case FinishReason::cancelled:
+      return "cancelled";
+    case FinishReason::error:
+      return "error";
   }
   return "stop";
 }
@@ -175,9 +180,15 @@ void InferenceLoop::deliver(TaskId id, EngineEvent event) {
   }
   event.timings.queue_ms = ms_between(it->second.submitted_at, it->second.started_at);
   switch (event.finish_reason) {
-    case FinishReason::cancelled: cancelled_.fetch_add(1); break;
-    case FinishReason::error: failed_.fetch_add(1); break;
-    default: finished_.fetch_add(1); break;
+    case FinishReason::cancelled:
+      cancelled_.fetch_add(1);
+      break;
+    case FinishReason::error:
+      failed_.fetch_add(1);
+      break;
+    default:
+      finished_.fetch_add(1);
+      break;
   }
   prompt_tokens_.fetch_add(static_cast<uint64_t>(std::max<int64_t>(0, event.usage.prompt_tokens)));
   it->second.stream->push(std::move(event));

@@ -9,8 +9,7 @@ namespace fl::server {
 RateWindow::RateWindow(int seconds) : seconds_(seconds), buckets_(seconds, 0), head_s_(now_seconds()) {}
 
 int64_t RateWindow::now_seconds() {
-  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 void RateWindow::advance(int64_t now_s) const {

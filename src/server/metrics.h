@@ -38,7 +38,10 @@ class ServerMetrics {
   void count_request(const std::string& route, int status);
   // A request that failed with an OpenAI error type ("invalid_request_error", ...).
   void count_error(const std::string& type);
-  void connection_opened() { connections_open_.fetch_add(1); connections_total_.fetch_add(1); }
+  void connection_opened() {
+    connections_open_.fetch_add(1);
+    connections_total_.fetch_add(1);
+  }
   void connection_closed() { connections_open_.fetch_sub(1); }
   int64_t connections_open() const { return connections_open_.load(); }
 

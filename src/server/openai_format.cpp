@@ -12,7 +12,8 @@ std::string dump(const ordered_json& j) { return j.dump(-1, ' ', false, ordered_
 ordered_json null_or(const std::string& s) { return s.empty() ? ordered_json(nullptr) : ordered_json(s); }
 
 ordered_json tool_call_json(const ToolCallOutput& call) {
-  return {{"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments_json}}}};
+  return {
+      {"id", call.id}, {"type", "function"}, {"function", {{"name", call.name}, {"arguments", call.arguments_json}}}};
 }
 
 double per_second(int64_t n, double ms) { return ms > 0 ? n * 1000.0 / ms : 0.0; }
@@ -21,9 +22,15 @@ double per_second(int64_t n, double ms) { return ms > 0 ? n * 1000.0 / ms : 0.0;
 
 void CollectedOutput::add(const EngineEvent& event) {
   switch (event.kind) {
-    case EngineEvent::Kind::reasoning: reasoning += event.text; break;
-    case EngineEvent::Kind::content: content += event.text; break;
-    case EngineEvent::Kind::tool_call: tool_calls.push_back(event.tool_call); break;
+    case EngineEvent::Kind::reasoning:
+      reasoning += event.text;
+      break;
+    case EngineEvent::Kind::content:
+      content += event.text;
+      break;
+    case EngineEvent::Kind::tool_call:
+      tool_calls.push_back(event.tool_call);
+      break;
     case EngineEvent::Kind::finish:
       finished = true;
       finish_reason = event.finish_reason;
@@ -65,7 +72,8 @@ ordered_json timings_json(const Timings& t, const Usage& usage) {
 
 std::string chat_completion_body(const ResponseMeta& meta, const CollectedOutput& out) {
   ordered_json message = {{"role", "assistant"}};
-  message["content"] = out.content.empty() && !out.tool_calls.empty() ? ordered_json(nullptr) : ordered_json(out.content);
+  message["content"] =
+      out.content.empty() && !out.tool_calls.empty() ? ordered_json(nullptr) : ordered_json(out.content);
   if (!out.reasoning.empty()) message["reasoning_content"] = out.reasoning;
   if (!out.tool_calls.empty()) {
     ordered_json calls = ordered_json::array();
@@ -76,11 +84,10 @@ std::string chat_completion_body(const ResponseMeta& meta, const CollectedOutput
                     {"object", "chat.completion"},
                     {"created", meta.created},
                     {"model", meta.model},
-                    {"choices",
-                     ordered_json::array({{{"index", 0},
-                                           {"message", std::move(message)},
-                                           {"logprobs", nullptr},
-                                           {"finish_reason", finish_reason_name(out.finish_reason)}}})},
+                    {"choices", ordered_json::array({{{"index", 0},
+                                                      {"message", std::move(message)},
+                                                      {"logprobs", nullptr},
+                                                      {"finish_reason", finish_reason_name(out.finish_reason)}}})},
                     {"usage", usage_json(out.usage)},
                     {"timings", timings_json(out.timings, out.usage)}};
   return dump(j);
@@ -91,11 +98,10 @@ std::string text_completion_body(const ResponseMeta& meta, const CollectedOutput
                     {"object", "text_completion"},
                     {"created", meta.created},
                     {"model", meta.model},
-                    {"choices",
-                     ordered_json::array({{{"index", 0},
-                                           {"text", out.content},
-                                           {"logprobs", nullptr},
-                                           {"finish_reason", finish_reason_name(out.finish_reason)}}})},
+                    {"choices", ordered_json::array({{{"index", 0},
+                                                      {"text", out.content},
+                                                      {"logprobs", nullptr},
+                                                      {"finish_reason", finish_reason_name(out.finish_reason)}}})},
                     {"usage", usage_json(out.usage)},
                     {"timings", timings_json(out.timings, out.usage)}};
   return dump(j);
@@ -143,16 +149,20 @@ std::string StreamFormatter::event(const EngineEvent& e) {
       delta = {{"tool_calls", ordered_json::array({std::move(call)})}};
       break;
     }
-    case EngineEvent::Kind::finish: return {};
+    case EngineEvent::Kind::finish:
+      return {};
   }
-  return sse_data(chunk({{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
+  return sse_data(
+      chunk({{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
 }
 
 std::string StreamFormatter::finish(const EngineEvent& e) {
   std::string out;
   ordered_json choice = {{"index", 0}};
-  if (chat_) choice["delta"] = ordered_json::object();
-  else choice["text"] = "";
+  if (chat_)
+    choice["delta"] = ordered_json::object();
+  else
+    choice["text"] = "";
   choice["logprobs"] = nullptr;
   choice["finish_reason"] = finish_reason_name(e.finish_reason);
   ordered_json last = chunk(std::move(choice));

@@ -5,10 +5,9 @@
 // Beyond OpenAI's schema, fireline adds (as llama.cpp and vLLM do) `reasoning_content` for the
 // thinking channel, and a `timings` object next to `usage`.
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/api_error.h"
 #include "server/engine.h"
@@ -51,8 +50,8 @@ class StreamFormatter {
   StreamFormatter(ResponseMeta meta, bool chat, bool include_usage)
       : meta_(std::move(meta)), chat_(chat), include_usage_(include_usage) {}
 
-  std::string begin();                       // chat: the role chunk; completion: nothing
-  std::string event(const EngineEvent& e);   // a delta (empty for finish events)
+  std::string begin();                      // chat: the role chunk; completion: nothing
+  std::string event(const EngineEvent& e);  // a delta (empty for finish events)
   // The finish chunk, the usage chunk when asked for, and [DONE].
   std::string finish(const EngineEvent& e);
 

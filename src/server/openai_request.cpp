@@ -16,13 +16,20 @@ using nlohmann::json;
 // "a string", "an object", ... for messages.
 std::string a_type(const json& j) {
   switch (j.type()) {
-    case json::value_t::object: return "an object";
-    case json::value_t::array: return "an array";
-    case json::value_t::string: return "a string";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::null: return "null";
-    case json::value_t::number_float: return "a number with a fraction";
-    default: return "a number";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::array:
+      return "an array";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::number_float:
+      return "a number with a fraction";
+    default:
+      return "a number";
   }
 }
 
@@ -31,7 +38,9 @@ class Fields {
  public:
   Fields(const json& object, std::string path) : j_(object), path_(std::move(path)) {}
 
-  std::string name(std::string_view key) const { return path_.empty() ? std::string(key) : path_ + "." + std::string(key); }
+  std::string name(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
   // Present and not null.
   const json* get(std::string_view key) const {
     auto it = j_.find(key);
@@ -134,11 +143,13 @@ GenerationRequest parse_generation(const Fields& f, const RequestLimits& limits,
     s.top_p = static_cast<float>(*v);
   }
   if (auto v = f.integer("top_k")) {
-    if (*v < 0 || *v > std::numeric_limits<int>::max()) invalid_param("top_k", "top_k = {} must be 0 (off) or positive", *v);
+    if (*v < 0 || *v > std::numeric_limits<int>::max())
+      invalid_param("top_k", "top_k = {} must be 0 (off) or positive", *v);
     s.top_k = static_cast<int>(*v);
   }
   if (auto v = f.number("min_p")) check_range("min_p", *v, 0, 1), s.min_p = static_cast<float>(*v);
-  if (auto v = f.number("presence_penalty")) check_range("presence_penalty", *v, -2, 2), s.presence_penalty = static_cast<float>(*v);
+  if (auto v = f.number("presence_penalty"))
+    check_range("presence_penalty", *v, -2, 2), s.presence_penalty = static_cast<float>(*v);
   if (auto v = f.number("frequency_penalty"))
     check_range("frequency_penalty", *v, -2, 2), s.frequency_penalty = static_cast<float>(*v);
   if (auto v = f.number("repetition_penalty")) {
@@ -193,7 +204,8 @@ GenerationRequest parse_generation(const Fields& f, const RequestLimits& limits,
     const bool wanted = lp->is_boolean() ? lp->get<bool>() : !(lp->is_number() && lp->get<double>() == 0);
     if (wanted) invalid_param("logprobs", "logprobs are not supported");
   }
-  if (auto top = f.integer("top_logprobs"); top && *top != 0) invalid_param("top_logprobs", "top_logprobs are not supported");
+  if (auto top = f.integer("top_logprobs"); top && *top != 0)
+    invalid_param("top_logprobs", "top_logprobs are not supported");
   if (const json* model = f.get("model"); model && !model->is_string())
     invalid_param("model", "model must be a string, got {}", a_type(*model));
   return g;
@@ -213,7 +225,8 @@ std::optional<std::string> parse_content(const json* content, const std::string&
     Fields pf(part, part_name);
     const std::string type = pf.string("type").value_or("");
     if (type != "text")
-      invalid_param(part_name + ".type", "{}.type \"{}\" is not supported: this model reads text parts only", part_name, type);
+      invalid_param(part_name + ".type", "{}.type \"{}\" is not supported: this model reads text parts only", part_name,
+                    type);
     auto t = pf.string("text");
     if (!t) invalid_param(part_name + ".text", "{}.text is missing", part_name);
     text += *t;
@@ -257,9 +270,11 @@ ChatMessage parse_message(const json& m, size_t index, const RequestLimits& limi
           if (args->is_string()) {
             call.arguments_json = args->get<std::string>();
             check_json_shape(call.arguments_json, limits, cpath + ".function.arguments");
-          }
-          else if (args->is_object()) call.arguments_json = args->dump();
-          else invalid_param(cpath + ".function.arguments", "{}.function.arguments must be a JSON string or an object, got {}", cpath, a_type(*args));
+          } else if (args->is_object())
+            call.arguments_json = args->dump();
+          else
+            invalid_param(cpath + ".function.arguments",
+                          "{}.function.arguments must be a JSON string or an object, got {}", cpath, a_type(*args));
         } else {
           call.arguments_json = "{}";
         }
@@ -309,10 +324,14 @@ ToolChoice parse_tool_choice(const Fields& f, const std::vector<ToolDefinition>&
   if (!v) return choice;
   if (v->is_string()) {
     const std::string s = v->get<std::string>();
-    if (s == "auto") choice.mode = ToolChoice::Mode::automatic;
-    else if (s == "none") choice.mode = ToolChoice::Mode::none;
-    else if (s == "required") choice.mode = ToolChoice::Mode::required;
-    else invalid_param("tool_choice", "tool_choice \"{}\" is not one of \"auto\", \"none\", \"required\"", s);
+    if (s == "auto")
+      choice.mode = ToolChoice::Mode::automatic;
+    else if (s == "none")
+      choice.mode = ToolChoice::Mode::none;
+    else if (s == "required")
+      choice.mode = ToolChoice::Mode::required;
+    else
+      invalid_param("tool_choice", "tool_choice \"{}\" is not one of \"auto\", \"none\", \"required\"", s);
   } else if (v->is_object()) {
     Fields cf(*v, "tool_choice");
     if (cf.string("type") != "function") invalid_param("tool_choice.type", "tool_choice.type must be \"function\"");
@@ -344,30 +363,32 @@ void check_json_shape(std::string_view text, const RequestLimits& limits, const 
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
     if (in_string) {
-      if (escaped) escaped = false;
-      else if (c == '\\') escaped = true;
-      else if (c == '"') in_string = false;
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
       keys.push_back(c == '{' ? 0 : -1);
       if (static_cast<int>(keys.size()) > limits.max_json_depth)
-        throw ApiError(400, "invalid_request_error",
-                       fmt::format("{} nests arrays/objects deeper than {} levels (at byte {})", what,
-                                   limits.max_json_depth, i),
-                       param);
+        throw ApiError(
+            400, "invalid_request_error",
+            fmt::format("{} nests arrays/objects deeper than {} levels (at byte {})", what, limits.max_json_depth, i),
+            param);
     } else if (c == ']' || c == '}') {
       if (!keys.empty()) keys.pop_back();
     } else if (c == ':' && !keys.empty() && keys.back() >= 0) {
       if (++keys.back() > limits.max_object_members)
-        throw ApiError(400, "invalid_request_error",
-                       fmt::format("{} has an object with more than {} members (at byte {})", what,
-                                   limits.max_object_members, i),
-                       param);
+        throw ApiError(
+            400, "invalid_request_error",
+            fmt::format("{} has an object with more than {} members (at byte {})", what, limits.max_object_members, i),
+            param);
     }
   }
 }
-
 
 json parse_json_body(std::string_view body, const RequestLimits& limits) {
   if (body.empty()) throw ApiError(400, "invalid_request_error", "request body is empty; expected a JSON object");
@@ -393,7 +414,8 @@ json parse_json_body(std::string_view body, const RequestLimits& limits) {
       what = what.substr(close + 2);
     throw ApiError(400, "invalid_request_error", "request body is not valid JSON: " + what);
   }
-  if (!j.is_object()) throw ApiError(400, "invalid_request_error", "request body must be a JSON object, got " + a_type(j));
+  if (!j.is_object())
+    throw ApiError(400, "invalid_request_error", "request body must be a JSON object, got " + a_type(j));
   return j;
 }
 
@@ -413,11 +435,15 @@ ChatRequest parse_chat_request(const json& body, const RequestLimits& limits) {
 
   if (const json* rf = f.object("response_format")) {
     const std::string type = Fields(*rf, "response_format").string("type").value_or("");
-    if (type == "json_object") r.response_format = ResponseFormat::json_object;
-    else if (type == "text") r.response_format = ResponseFormat::text;
+    if (type == "json_object")
+      r.response_format = ResponseFormat::json_object;
+    else if (type == "text")
+      r.response_format = ResponseFormat::text;
     else if (type == "json_schema")
       invalid_param("response_format.type", "response_format json_schema is not supported; use json_object");
-    else invalid_param("response_format.type", "response_format.type \"{}\" is not one of \"text\", \"json_object\"", type);
+    else
+      invalid_param("response_format.type", "response_format.type \"{}\" is not one of \"text\", \"json_object\"",
+                    type);
   }
 
   std::optional<bool> enable_thinking;
@@ -425,7 +451,8 @@ ChatRequest parse_chat_request(const json& body, const RequestLimits& limits) {
     for (const auto& [key, value] : kwargs->items()) {
       if (key == "enable_thinking") {
         if (!value.is_boolean())
-          invalid_param("chat_template_kwargs.enable_thinking", "chat_template_kwargs.enable_thinking must be true or false, got {}", a_type(value));
+          invalid_param("chat_template_kwargs.enable_thinking",
+                        "chat_template_kwargs.enable_thinking must be true or false, got {}", a_type(value));
         enable_thinking = value.get<bool>();
       } else {
         r.prompt.template_kwargs[key] = value;
@@ -439,8 +466,8 @@ ChatRequest parse_chat_request(const json& body, const RequestLimits& limits) {
       invalid_param("reasoning_effort", "reasoning_effort \"{}\" is not one of none, minimal, low, medium, high", e);
     const bool wants = e != "none";
     if (enable_thinking && *enable_thinking != wants)
-      invalid_param("reasoning_effort", "reasoning_effort \"{}\" contradicts chat_template_kwargs.enable_thinking = {}", e,
-                    *enable_thinking);
+      invalid_param("reasoning_effort", "reasoning_effort \"{}\" contradicts chat_template_kwargs.enable_thinking = {}",
+                    e, *enable_thinking);
     enable_thinking = wants;
   }
   if (auto budget = f.integer("thinking_budget")) {
@@ -477,8 +504,10 @@ CompletionRequest parse_completion_request(const json& body, const RequestLimits
     if (first.is_string() || first.is_array()) {
       if (prompt->size() != 1)
         invalid_param("prompt", "prompt holds {} prompts; send one prompt per request", prompt->size());
-      if (first.is_string()) r.prompt_text = first.get<std::string>();
-      else r.prompt_tokens = token_ids(first, "prompt[0]");
+      if (first.is_string())
+        r.prompt_text = first.get<std::string>();
+      else
+        r.prompt_tokens = token_ids(first, "prompt[0]");
     } else {
       r.prompt_tokens = token_ids(*prompt, "prompt");
     }
@@ -489,7 +518,8 @@ CompletionRequest parse_completion_request(const json& body, const RequestLimits
   if (!r.prompt_tokens && r.prompt_text.empty()) invalid_param("prompt", "prompt is empty");
   if (f.boolean("echo").value_or(false)) invalid_param("echo", "echo is not supported");
   if (auto suffix = f.string("suffix"); suffix && !suffix->empty()) invalid_param("suffix", "suffix is not supported");
-  if (auto best = f.integer("best_of"); best && *best != 1) invalid_param("best_of", "best_of = {}: only 1 is supported", *best);
+  if (auto best = f.integer("best_of"); best && *best != 1)
+    invalid_param("best_of", "best_of = {}: only 1 is supported", *best);
   r.generation = parse_generation(f, limits, /*chat=*/false);
   return r;
 }

@@ -7,12 +7,11 @@
 // values fireline cannot honour (n > 1, logprobs, json_schema, image parts, ...) are refused
 // rather than silently ignored.
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/engine.h"
 #include "server/prompt_frontend.h"
@@ -21,10 +20,10 @@ namespace fl::server {
 
 // Limits on what one request may ask for (ServeConfig sets them).
 struct RequestLimits {
-  int max_json_depth = 64;       // nesting of arrays/objects in a body
+  int max_json_depth = 64;         // nesting of arrays/objects in a body
   int max_object_members = 10000;  // members of one JSON object
   int max_stop_strings = 16;
-  size_t max_stop_bytes = 256;   // per stop string
+  size_t max_stop_bytes = 256;  // per stop string
 };
 
 // Checks JSON text (a body, or JSON inside a string such as tool-call arguments) against the
@@ -40,7 +39,7 @@ struct GenerationRequest {
   std::optional<int64_t> max_tokens;  // unset: the rest of the context
   std::vector<std::string> stop;
   bool stream = false;
-  bool include_usage = false;         // stream_options.include_usage
+  bool include_usage = false;  // stream_options.include_usage
 };
 
 struct ChatRequest {
@@ -48,12 +47,12 @@ struct ChatRequest {
   GenerationRequest generation;
   ToolChoice tool_choice;
   ResponseFormat response_format = ResponseFormat::text;
-  std::optional<int64_t> thinking_budget;   // explicit budget (fireline extension `thinking_budget`)
+  std::optional<int64_t> thinking_budget;  // explicit budget (fireline extension `thinking_budget`)
   std::optional<std::string> reasoning_effort;
 };
 
 struct CompletionRequest {
-  std::string prompt_text;                  // a text prompt, or
+  std::string prompt_text;                            // a text prompt, or
   std::optional<std::vector<int32_t>> prompt_tokens;  // token ids
   GenerationRequest generation;
 };

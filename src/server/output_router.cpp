@@ -23,8 +23,10 @@ OutputRouter::OutputRouter(const GenerationTask& task, OutputSyntax syntax) : ra
     nlohmann::ordered_json tools = nlohmann::ordered_json::array();
     for (const auto& t : task.tools) {
       auto params = nlohmann::ordered_json::parse(t.parameters_json, nullptr, false);
-      tools.push_back({{"type", "function"},
-                       {"function", {{"name", t.name}, {"parameters", params.is_discarded() ? nlohmann::ordered_json::object() : params}}}});
+      tools.push_back(
+          {{"type", "function"},
+           {"function",
+            {{"name", t.name}, {"parameters", params.is_discarded() ? nlohmann::ordered_json::object() : params}}}});
     }
     tools_.emplace(*syntax.tool_calls, std::move(tools));
   }
@@ -64,12 +66,16 @@ std::string OutputRouter::close_reasoning(std::vector<EngineEvent>& out) {
 
 int64_t OutputRouter::reasoning_tokens() const { return raw_ ? 0 : reasoning_->reasoning_tokens(); }
 
-std::vector<std::string> OutputRouter::tool_call_errors() const { return tools_ ? tools_->errors() : std::vector<std::string>{}; }
+std::vector<std::string> OutputRouter::tool_call_errors() const {
+  return tools_ ? tools_->errors() : std::vector<std::string>{};
+}
 
 void OutputRouter::route(const std::vector<chat::ChannelEvent>& channel, std::vector<EngineEvent>& out) {
   for (const auto& e : channel) {
-    if (e.kind == chat::ChannelEvent::Kind::reasoning) append(out, EngineEvent::Kind::reasoning, e.text);
-    else answer(e.text, out);
+    if (e.kind == chat::ChannelEvent::Kind::reasoning)
+      append(out, EngineEvent::Kind::reasoning, e.text);
+    else
+      answer(e.text, out);
   }
 }
 

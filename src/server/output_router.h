@@ -10,12 +10,11 @@
 //               if (router.reasoning_cap_reached()) inject(router.close_reasoning(events));
 //   at the end: router.finish(events);  reason = router.called_tools() ? tool_calls : stop
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/engine.h"
 #include "text/chat/reasoning_parser.h"

@@ -3,13 +3,12 @@
 // becomes prompt text through the model's chat template, then token ids. A PromptFrontend is
 // shared by all HTTP workers, so its methods must be safe to call from several threads at once.
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "server/engine.h"
 
@@ -22,7 +21,7 @@ struct ChatToolCall {  // an assistant message's earlier tool call (conversation
 };
 
 struct ChatMessage {
-  std::string role;  // system, developer, user, assistant, tool
+  std::string role;                    // system, developer, user, assistant, tool
   std::optional<std::string> content;  // text parts joined; nullopt: null (assistant with tool calls)
   std::optional<std::string> reasoning_content;
   std::vector<ChatToolCall> tool_calls;

@@ -1,9 +1,8 @@
 #include "server/server.h"
 
 #include <ctime>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -25,11 +24,16 @@ std::string route_name(const std::string& path) {
 
 std::string error_type_for(int status) {
   switch (status) {
-    case 401: return "authentication_error";
-    case 404: return "not_found_error";
-    case 500: return "server_error";
-    case 503: return "server_busy";
-    default: return status >= 500 ? "server_error" : "invalid_request_error";
+    case 401:
+      return "authentication_error";
+    case 404:
+      return "not_found_error";
+    case 500:
+      return "server_error";
+    case 503:
+      return "server_busy";
+    default:
+      return status >= 500 ? "server_error" : "invalid_request_error";
   }
 }
 
@@ -63,7 +67,16 @@ Server::Server(ServeConfig config, std::unique_ptr<Engine> engine, std::unique_p
 
 Server::~Server() {
   shutdown();
-  if (drain_watchdog_.joinable()) drain_watchdog_.join();
+  join_watchdog();
+}
+
+void Server::join_watchdog() {
+  std::thread watchdog;
+  {
+    std::lock_guard lock(shutdown_mutex_);  // shutdown() may be starting it on another thread
+    watchdog = std::move(drain_watchdog_);
+  }
+  if (watchdog.joinable()) watchdog.join();
 }
 
 int Server::bind() {
@@ -76,7 +89,7 @@ void Server::run() {
   http_.serve();
   // Every connection is closed; nothing can read events any more.
   loop_.cancel_all();
-  if (drain_watchdog_.joinable()) drain_watchdog_.join();
+  join_watchdog();
 }
 
 void Server::shutdown(bool cancel_now) {
@@ -114,8 +127,8 @@ void Server::install_routes() {
   http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (req.has_header("Content-Length")) {
       const std::string value = req.get_header_value("Content-Length");
-      const bool digits = !value.empty() && value.size() <= 19 &&
-                          value.find_first_not_of("0123456789") == std::string::npos;
+      const bool digits =
+          !value.empty() && value.size() <= 19 && value.find_first_not_of("0123456789") == std::string::npos;
       if (!digits) {
         HttpServer::close_after_response();
         send_error(res, ApiError(400, "invalid_request_error", "Content-Length is not a byte count: " + value));
@@ -136,36 +149,46 @@ void Server::install_routes() {
     const std::string header = req.get_header_value("Authorization");
     const std::string expected = "Bearer " + config_.api_key;
     if (same_secret(header, expected)) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, ApiError(401, "authentication_error",
-                             header.empty() ? "missing API key: send it as 'Authorization: Bearer KEY'"
-                                            : "invalid API key",
-                             {}, "invalid_api_key"));
+    send_error(res,
+               ApiError(401, "authentication_error",
+                        header.empty() ? "missing API key: send it as 'Authorization: Bearer KEY'" : "invalid API key",
+                        {}, "invalid_api_key"));
     return httplib::Server::HandlerResponse::Handled;
   });
 
   // Errors raised by the library itself (unknown route, body too large, bad request line) come
   // with an empty body: give them the same JSON shape as ours.
-  http_.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    if (HttpServer::request_over_limit()) {
-      res.status = 413;  // a chunked body past the limit: the library reports it as 400
-      HttpServer::close_after_response();
-    }
-    std::string message;
-    std::string code;
-    switch (res.status) {
-      case 404: message = fmt::format("no route for {} {}", req.method, req.path); break;
-      case 413:
-        message = fmt::format("request body is larger than the limit of {} bytes", config_.max_body_bytes);
-        code = "request_too_large";
-        break;
-      case 414: message = "request URI is too long"; break;
-      case 400: message = "malformed HTTP request"; break;
-      default: message = fmt::format("HTTP status {}", res.status); break;
-    }
-    res.set_content(error_body(ApiError(res.status, error_type_for(res.status), message, {}, code)), "application/json");
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+  http_.set_error_handler(
+      httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        if (HttpServer::request_over_limit()) {
+          res.status = 413;  // a chunked body past the limit: the library reports it as 400
+          HttpServer::close_after_response();
+        }
+        std::string message;
+        std::string code;
+        switch (res.status) {
+          case 404:
+            message = fmt::format("no route for {} {}", req.method, req.path);
+            break;
+          case 413:
+            message = fmt::format("request body is larger than the limit of {} bytes", config_.max_body_bytes);
+            code = "request_too_large";
+            break;
+          case 414:
+            message = "request URI is too long";
+            break;
+          case 400:
+            message = "malformed HTTP request";
+            break;
+          default:
+            message = fmt::format("HTTP status {}", res.status);
+            break;
+        }
+        res.set_content(error_body(ApiError(res.status, error_type_for(res.status), message, {}, code)),
+                        "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
 
   http_.set_exception_handler([this](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
     std::string what = "unknown exception";
@@ -208,8 +231,9 @@ void Server::install_routes() {
   });
   http_.Get(R"(/v1/models/(.+))", [this, model_json](const httplib::Request& req, httplib::Response& res) {
     if (req.matches[1] != loop_.info().model_id) {
-      send_error(res, ApiError(404, "not_found_error", fmt::format("model '{}' is not served here", req.matches[1].str()),
-                               "model", "model_not_found"));
+      send_error(res,
+                 ApiError(404, "not_found_error", fmt::format("model '{}' is not served here", req.matches[1].str()),
+                          "model", "model_not_found"));
       return;
     }
     res.set_content(model_json().dump(), "application/json");

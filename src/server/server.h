@@ -30,11 +30,11 @@ namespace fl::server {
 
 struct ServeConfig {
   std::string host = "127.0.0.1";
-  int port = 11435;                 // 0: any free port
-  std::string api_key;              // empty: no authentication
-  int max_waiting = 0;              // admission queue; 0: 4 x the engine's parallel sequences
-  size_t max_body_bytes = 4u << 20; // larger bodies get 413
-  int retry_after_s = 1;            // Retry-After on 503 (queue full)
+  int port = 11435;                                // 0: any free port
+  std::string api_key;                             // empty: no authentication
+  int max_waiting = 0;                             // admission queue; 0: 4 x the engine's parallel sequences
+  size_t max_body_bytes = 4u << 20;                // larger bodies get 413
+  int retry_after_s = 1;                           // Retry-After on 503 (queue full)
   std::chrono::milliseconds drain_timeout{30000};  // SIGTERM: wait this long for requests, then cancel
   HttpLimits http;
   RequestLimits requests;
@@ -69,6 +69,7 @@ class Server {
   void respond(GenerationTask task, const GenerationRequest& generation, bool chat, httplib::Response& res);
   void send_error(httplib::Response& res, const ApiError& error);
   std::string next_id(const char* prefix);
+  void join_watchdog();
 
   ServeConfig config_;
   ServerMetrics metrics_;

@@ -311,7 +311,8 @@ TEST(ServeApi, SamplingParametersAreAcceptedAndChecked) {
     bad[key] = value;
     auto r = s.post("/v1/chat/completions", bad);
     EXPECT_EQ(r.status, 400) << key;
-    const std::string param = r.json()["error"]["param"].is_string() ? r.json()["error"]["param"].get<std::string>() : "";
+    const std::string param =
+        r.json()["error"]["param"].is_string() ? r.json()["error"]["param"].get<std::string>() : "";
     EXPECT_EQ(param.rfind(key, 0), 0u) << key << ": " << r.body;
   }
 }

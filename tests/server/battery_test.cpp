@@ -1,8 +1,9 @@
 // The serve battery against the fake-engine server: its counters on answers whose faults are
 // known (the fake engine echoes, so it "knows" only what the prompt contains), and the command.
+#include "server/battery.h"
+
 #include <gtest/gtest.h>
 
-#include "server/battery.h"
 #include "server_test_util.h"
 #include "util/run_command.h"
 #include "util/test_util.h"
@@ -21,9 +22,10 @@ TEST(ServeBattery, AttractorDetector) {
   }()));
   EXPECT_FALSE(server::is_attractor("BANANA"));
   EXPECT_FALSE(server::is_attractor(""));
-  EXPECT_FALSE(server::is_attractor("The lighthouse keeper climbed down to the rocks at dawn, where a small wooden "
-                                    "box sat wedged between two stones. Inside lay a letter addressed to him, dated "
-                                    "forty years earlier, in his own handwriting."));
+  EXPECT_FALSE(
+      server::is_attractor("The lighthouse keeper climbed down to the rocks at dawn, where a small wooden "
+                           "box sat wedged between two stones. Inside lay a letter addressed to him, dated "
+                           "forty years earlier, in his own handwriting."));
   // A looping tail after a normal start is still a loop.
   std::string tail = "First I will explain the plan in a few clear steps before answering. ";
   for (int i = 0; i < 60; ++i) tail += "wait, ";
@@ -82,7 +84,8 @@ TEST(ServeBattery, CommandCountsFaultsAndExitsNonZero) {
   EXPECT_NE(r.out.find("fruit"), std::string::npos);
 
   // Counting only retrieval misses, on the cases that have none, passes.
-  write_file(dir.file("good.json"), R"([{"name": "fruit", "prompt": "kiwi", "expect": ["kiwi"]}, {"name": "loop", "prompt": "[[long]]"}])");
+  write_file(dir.file("good.json"),
+             R"([{"name": "fruit", "prompt": "kiwi", "expect": ["kiwi"]}, {"name": "loop", "prompt": "[[long]]"}])");
   auto ok = run_command(shell_quote(fireline_binary()) + " battery http://127.0.0.1:" + std::to_string(s.port()) +
                         " --max-tokens 32 --count retrieval_miss --prompts " + shell_quote(dir.file("good.json")));
   EXPECT_EQ(ok.exit_code, 0) << ok.out << ok.err;

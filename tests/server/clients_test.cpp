@@ -1,8 +1,8 @@
 // Real clients against the fake-engine server: the `openai` npm client (v6, the one users' tools
 // embed) for chat, streaming, tools and reasoning, and curl for the raw SSE bytes.
-#include <filesystem>
-
 #include <gtest/gtest.h>
+
+#include <filesystem>
 
 #include "server_test_util.h"
 #include "util/run_command.h"
@@ -25,7 +25,8 @@ TEST(ServeClients, OpenAiNpmClient) {
   config.api_key = "test-key";
   TestServer s(config);
   const std::string url = "http://127.0.0.1:" + std::to_string(s.port()) + "/v1";
-  auto result = run_command("cd " + shell_quote(js_dir) + " && node openai_client.mjs " + shell_quote(url) + " test-key");
+  auto result =
+      run_command("cd " + shell_quote(js_dir) + " && node openai_client.mjs " + shell_quote(url) + " test-key");
   ASSERT_EQ(result.exit_code, 0) << result.err;
   json out = json::parse(result.out, nullptr, false);
   ASSERT_FALSE(out.is_discarded()) << result.out << result.err;

@@ -1,12 +1,11 @@
 // Hostile and broken input: each case gets a JSON error with the right status (or a closed
 // connection where HTTP itself is broken), and the server keeps answering afterwards.
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "server_test_util.h"
 
@@ -37,7 +36,8 @@ std::string param_of(const json& e) { return e["param"].is_string() ? e["param"]
 
 TEST(ServeHostile, MalformedJson) {
   TestServer s;
-  for (std::string body : {"{", "{\"messages\": [}", "not json at all", "{\"a\":1}{", "[1, 2]", "\"text\"", "null", ""}) {
+  for (std::string body :
+       {"{", "{\"messages\": [}", "not json at all", "{\"a\":1}{", "[1, 2]", "\"text\"", "null", ""}) {
     auto r = s.post("/v1/chat/completions", body);
     EXPECT_EQ(r.status, 400) << body;
     json e = error_of(r);
@@ -74,7 +74,8 @@ TEST(ServeHostile, WrongTypesNameTheField) {
       {{{"messages", msgs}, {"tools", {{{"type", "function"}}}}}, "tools[0].function"},
       {{{"messages", msgs}, {"tool_choice", "required"}}, "tool_choice"},
       {{{"messages", msgs}, {"stream_options", {{"include_usage", true}}}}, "stream_options"},
-      {{{"messages", msgs}, {"chat_template_kwargs", {{"enable_thinking", "yes"}}}}, "chat_template_kwargs.enable_thinking"},
+      {{{"messages", msgs}, {"chat_template_kwargs", {{"enable_thinking", "yes"}}}},
+       "chat_template_kwargs.enable_thinking"},
       {{{"messages", msgs}, {"reasoning_effort", "extreme"}}, "reasoning_effort"},
       {{{"messages", msgs}, {"seed", "x"}}, "seed"},
       {{{"messages", msgs}, {"model", 7}}, "model"},
@@ -144,7 +145,8 @@ TEST(ServeHostile, WideObjectsAndDeepToolArgumentsAreRefused) {
   json body = {{"messages",
                 {{{"role", "user"}, {"content", "x"}},
                  {{"role", "assistant"},
-                  {"tool_calls", {{{"id", "c"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", deep_args}}}}}}}}}};
+                  {"tool_calls",
+                   {{{"id", "c"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", deep_args}}}}}}}}}};
   auto d = s.post("/v1/chat/completions", body);
   EXPECT_EQ(d.status, 400);
   EXPECT_EQ(param_of(error_of(d)), "messages[1].tool_calls[0].function.arguments") << d.body;
@@ -165,8 +167,9 @@ TEST(ServeHostile, HugeBodiesGet413) {
   // A Content-Length far past the limit is refused without reading the body.
   int fd = connect_local(s.port());
   ASSERT_GE(fd, 0);
-  send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-               "Content-Length: 99999999999\r\n\r\n{");
+  send_all(fd,
+           "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           "Content-Length: 99999999999\r\n\r\n{");
   const std::string reply = read_until_closed(fd, milliseconds(5000));
   ::close(fd);
   EXPECT_NE(reply.find(" 413 "), std::string::npos) << reply;
@@ -356,7 +359,8 @@ TEST(ServeHostile, QueueFullGets503WithRetryAfter) {
   std::vector<std::thread> slow;
   std::vector<int> statuses(2, 0);
   for (int i = 0; i < 2; ++i) {
-    slow.emplace_back([&, i] { statuses[i] = s.post("/v1/chat/completions", chat_body("a b c d [[delay=150]]")).status; });
+    slow.emplace_back(
+        [&, i] { statuses[i] = s.post("/v1/chat/completions", chat_body("a b c d [[delay=150]]")).status; });
     ASSERT_TRUE(TestServer::eventually([&] { return s.server().stats().submitted == static_cast<uint64_t>(i + 1); }));
   }
   auto r = s.post("/v1/chat/completions", chat_body("one too many"));
@@ -418,7 +422,8 @@ TEST(ServeHostile, ClientThatLeavesTheQueueIsDroppedBeforeItStarts) {
   fake.parallel = 1;
   TestServer s({}, fake);
   // One slow request holds the only slot.
-  std::thread slow([&] { EXPECT_EQ(s.post("/v1/chat/completions", chat_body("a b c d e [[delay=100]]")).status, 200); });
+  std::thread slow(
+      [&] { EXPECT_EQ(s.post("/v1/chat/completions", chat_body("a b c d e [[delay=100]]")).status, 200); });
   ASSERT_TRUE(TestServer::eventually([&] { return s.engine().started.load() == 1; }));
   // A streaming request waits behind it, and its client gives up.
   int fd = connect_local(s.port());

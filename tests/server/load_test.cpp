@@ -2,6 +2,8 @@
 // Every request must complete with exactly its own answer (each answer echoes a per-request tag,
 // so a cross-wired response shows) or be cleanly refused with 503; latency percentiles are
 // printed (and recorded as test properties), never asserted.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -9,8 +11,6 @@
 #include <set>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 #include "server_test_util.h"
 

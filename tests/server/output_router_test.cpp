@@ -1,8 +1,8 @@
 // OutputRouter: generated text -> reasoning, answer and tool-call events, for Qwen-style
 // (<think>, <tool_call>) and Gemma-style (<|channel>thought) output.
-#include <gtest/gtest.h>
-
 #include "server/output_router.h"
+
+#include <gtest/gtest.h>
 
 namespace fl::server {
 namespace {
@@ -85,7 +85,8 @@ TEST(ServeOutputRouter, ThinkingBudgetClosesReasoning) {
 }
 
 TEST(ServeOutputRouter, GemmaChannel) {
-  OutputRouter router(chat_task("<start_of_turn>model\n"), {chat::ReasoningSyntax::gemma4(), chat::ToolCallFormat::gemma4});
+  OutputRouter router(chat_task("<start_of_turn>model\n"),
+                      {chat::ReasoningSyntax::gemma4(), chat::ToolCallFormat::gemma4});
   auto events = run(router, {"<|channel>thought\n", "hmm", "<channel|>", "Hi"});
   EXPECT_EQ(text_of(events, Kind::reasoning), "hmm");
   EXPECT_EQ(text_of(events, Kind::content), "Hi");

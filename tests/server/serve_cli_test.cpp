@@ -1,6 +1,7 @@
 // `fireline serve` and `fireline stop` as a user runs them: the foreground server draining on
 // SIGTERM, the daemon with its pid file and log, and the errors for what is not wired yet.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -10,8 +11,6 @@
 #include <filesystem>
 #include <regex>
 #include <thread>
-
-#include <gtest/gtest.h>
 
 #include "server_test_util.h"
 #include "util/run_command.h"
@@ -158,7 +157,8 @@ TEST(ServeCli, SigtermDrainsTheStreamInFlightThenExits) {
   EXPECT_EQ(status, 200);
   auto payloads = sse_payloads(body);
   ASSERT_FALSE(payloads.empty());
-  EXPECT_EQ(payloads.back(), "[DONE]") << "the stream was cut off: " << body.substr(body.size() > 300 ? body.size() - 300 : 0);
+  EXPECT_EQ(payloads.back(), "[DONE]") << "the stream was cut off: "
+                                       << body.substr(body.size() > 300 ? body.size() - 300 : 0);
   int tokens = 0;
   std::string finish;
   for (const auto& p : payloads) {

@@ -1,14 +1,14 @@
 #pragma once
 // A fireline server with the fake engine, in-process on 127.0.0.1 and a free port, plus the raw
 // socket and SSE helpers the server tests share.
+#include <httplib.h>
+
 #include <chrono>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <httplib.h>
-#include <nlohmann/json.hpp>
 
 #include "server/fake_engine.h"
 #include "server/server.h"
@@ -60,7 +60,7 @@ class TestServer {
 std::vector<std::string> sse_payloads(const std::string& body);
 
 // Raw sockets, for what a well-behaved client library will not do.
-int connect_local(int port);                      // blocking TCP connection to 127.0.0.1:port (-1 on failure)
+int connect_local(int port);  // blocking TCP connection to 127.0.0.1:port (-1 on failure)
 bool send_all(int fd, const std::string& bytes);
 // Reads until the peer closes or `timeout` passes.
 std::string read_until_closed(int fd, std::chrono::milliseconds timeout);

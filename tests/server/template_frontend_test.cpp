@@ -1,12 +1,13 @@
 // The real prompt side (chat template + tokenizer, on the HTTP workers) with Qwen3's template and
 // tokenizer from the npm fixtures, served in front of the fake engine: rendering, tokenization,
 // tool-call history, and templates that fail, loop or explode.
-#include <filesystem>
-#include <thread>
+#include "server/template_frontend.h"
 
 #include <gtest/gtest.h>
 
-#include "server/template_frontend.h"
+#include <filesystem>
+#include <thread>
+
 #include "server_test_util.h"
 
 namespace fl::test {
@@ -26,8 +27,8 @@ const Tokenizer& qwen3() {
 class TemplateServer {
  public:
   explicit TemplateServer(chat::ChatTemplateSource source, jinja::Limits limits = {}) {
-    auto frontend = std::make_unique<server::TemplatePromptFrontend>(chat::ChatTemplate(std::move(source)),
-                                                                     qwen3(), limits);
+    auto frontend =
+        std::make_unique<server::TemplatePromptFrontend>(chat::ChatTemplate(std::move(source)), qwen3(), limits);
     server::ServeConfig config;
     config.host = "127.0.0.1";
     config.port = 0;
@@ -86,7 +87,8 @@ TEST_F(ServeTemplate, RendersAndTokenizesLikeApplyChatTemplate) {
   server::ChatMessage call{"assistant", std::nullopt, {}, {{"call_1", "get_weather", "{\"city\":\"Paris\"}"}}, {}, {}};
   tools.messages.push_back(call);
   tools.messages.push_back({"tool", std::string("sunny"), {}, {}, "call_1", {}});
-  tools.tools.push_back({"get_weather", "Weather in a city", R"({"type":"object","properties":{"city":{"type":"string"}}})"});
+  tools.tools.push_back(
+      {"get_weather", "Weather in a city", R"({"type":"object","properties":{"city":{"type":"string"}}})"});
   const auto t = frontend.render_chat(tools);
   EXPECT_NE(t.text.find(R"({"name": "get_weather", "arguments": {"city": "Paris"}})"), std::string::npos) << t.text;
   EXPECT_NE(t.text.find("<tool_response>\nsunny\n</tool_response>"), std::string::npos) << t.text;
@@ -119,8 +121,8 @@ TEST_F(ServeTemplate, TemplateFailuresLoopsAndExplosionsAre400s) {
   const Case cases[] = {
       {"raises", "{{ raise_exception('this template allows no system messages') }}", "allows no system messages"},
       {"loops", "{% for i in range(100000000) %}x{% endfor %}", ""},
-      {"explodes", "{% set s = namespace(t='xx') %}{% for i in range(64) %}{% set s.t = s.t ~ s.t %}{% endfor %}{{ s.t }}",
-       ""},
+      {"explodes",
+       "{% set s = namespace(t='xx') %}{% for i in range(64) %}{% set s.t = s.t ~ s.t %}{% endfor %}{{ s.t }}", ""},
       {"recurses", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", ""},
   };
   for (const auto& c : cases) {
