@@ -207,8 +207,18 @@ TEST(ServeCli, DrainTimeoutCancelsWhatIsStillRunning) {
   EXPECT_EQ(last["error"]["code"], "shutting_down") << payloads.back();
 }
 
+// Stops whatever daemon a test started in `home`, even when the test failed half way.
+struct StopDaemonAtExit {
+  const TempDir& home;
+  ~StopDaemonAtExit() {
+    run_command("FIRELINE_HOME=" + shell_quote(home.path().string()) + " " + shell_quote(fireline_binary()) +
+                " stop --timeout 10");
+  }
+};
+
 TEST(ServeCli, DetachPidFileAndStop) {
   TempDir home;
+  StopDaemonAtExit cleanup{home};
   const std::string env = "FIRELINE_HOME=" + shell_quote(home.path().string()) + " ";
   const std::string bin = shell_quote(fireline_binary());
   auto started = run_command(env + bin + " serve --fake-engine --port 0 -d");
@@ -245,6 +255,7 @@ TEST(ServeCli, DetachPidFileAndStop) {
 TEST(ServeCli, DetachReportsBindFailures) {
   TestServer occupying;  // holds a port
   TempDir home;
+  StopDaemonAtExit cleanup{home};  // in case it started after all
   auto r = run_command("FIRELINE_HOME=" + shell_quote(home.path().string()) + " " + shell_quote(fireline_binary()) +
                        " serve --fake-engine -d --port " + std::to_string(occupying.port()));
   EXPECT_EQ(r.exit_code, 1);
