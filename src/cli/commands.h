@@ -19,5 +19,8 @@ void add_list_command(CLI::App& app);
 void add_rm_command(CLI::App& app);
 void add_run_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
+void add_stop_command(CLI::App& app);
+void add_battery_command(CLI::App& app);
 
 }  // namespace fl::cli

@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
   fl::cli::add_rm_command(app);
   fl::cli::add_run_command(app);
   fl::cli::add_chat_command(app);
+  fl::cli::add_serve_command(app);
+  fl::cli::add_stop_command(app);
+  fl::cli::add_battery_command(app);
 
   try {
     app.parse(argc, argv);

@@ -1,0 +1,162 @@
+// fireline serve [MODEL] : the OpenAI-compatible HTTP server (docs/http-api.md). Binds 127.0.0.1
+// by default; -d detaches into the background with a pid file and a log under the fireline home;
+// SIGTERM (or `fireline stop`) drains requests in flight and exits.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/environment.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "server/daemon.h"
+#include "server/fake_engine.h"
+#include "server/server.h"
+
+namespace fl::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 11435;
+  std::string api_key;
+  std::string api_key_file;
+  int64_t max_seq = 4096;
+  int parallel = 4;
+  bool detach = false;
+  int queue = 0;
+  int64_t max_body = 4 << 20;
+  int http_threads = 256;
+  double request_timeout_s = 30;
+  double read_timeout_s = 10;
+  double drain_timeout_s = 30;
+  // Test engine (hidden): a scripted stand-in for a model.
+  bool fake_engine = false;
+  int fake_token_ms = 0;
+  int fake_prefill_ms = 0;
+};
+
+std::chrono::milliseconds seconds_option(double s, const char* name) {
+  if (!(s > 0 && s <= 86400)) fail("{} {} is outside (0, 86400] seconds", name, s);
+  return std::chrono::milliseconds(static_cast<int64_t>(s * 1000));
+}
+
+std::string read_api_key_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot read the API key file {}", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string key = ss.str();
+  while (!key.empty() && (key.back() == '\n' || key.back() == '\r' || key.back() == ' ')) key.pop_back();
+  if (key.empty()) fail("the API key file {} is empty", path);
+  return key;
+}
+
+std::string url_host(const std::string& host) { return host.find(':') != std::string::npos ? "[" + host + "]" : host; }
+
+void run_serve(const ServeOptions& opt) {
+  if (!opt.fake_engine) {
+    if (opt.model.empty()) fail("serve needs a MODEL to serve");
+    fail("serving a real model is not wired yet ({})", opt.model);
+  }
+  if (opt.parallel < 1 || opt.parallel > 1024) fail("--parallel {} is outside 1..1024", opt.parallel);
+  if (opt.max_seq < 16) fail("--max-seq {} is too small (at least 16)", opt.max_seq);
+  if (opt.queue < 0) fail("--queue {} must not be negative", opt.queue);
+  if (opt.max_body < 1024) fail("--max-body {} is too small (at least 1024 bytes)", opt.max_body);
+  if (opt.http_threads < 2 || opt.http_threads > 16384) fail("--http-threads {} is outside 2..16384", opt.http_threads);
+  if (!opt.api_key.empty() && !opt.api_key_file.empty()) fail("give --api-key or --api-key-file, not both");
+
+  server::ServeConfig config;
+  config.host = opt.host;
+  config.port = opt.port;
+  config.api_key = opt.api_key_file.empty() ? opt.api_key : read_api_key_file(opt.api_key_file);
+  config.max_waiting = opt.queue;
+  config.max_body_bytes = static_cast<size_t>(opt.max_body);
+  config.http.max_threads = opt.http_threads;
+  config.http.request_timeout = seconds_option(opt.request_timeout_s, "--request-timeout");
+  config.http.read_timeout = seconds_option(opt.read_timeout_s, "--read-timeout");
+  config.drain_timeout = seconds_option(opt.drain_timeout_s, "--drain-timeout");
+
+  server::FakeEngineConfig fake;
+  fake.context_length = opt.max_seq;
+  fake.parallel = opt.parallel;
+  fake.token_delay = std::chrono::milliseconds(std::max(0, opt.fake_token_ms));
+  fake.prefill_delay = std::chrono::milliseconds(std::max(0, opt.fake_prefill_ms));
+
+  // Detach before any thread exists; the daemon reports back once it listens (or fails to).
+  const Environment env = Environment::from_process();
+  const auto paths = server::DaemonPaths::under(env.home);
+  std::optional<server::Daemon> daemon;
+  if (opt.detach) daemon.emplace(server::detach(paths));
+
+  server::SignalWatcher signals;  // blocks the signals before the server's threads start
+  try {
+    server::Server srv(config, std::make_unique<server::FakeEngine>(fake),
+                       std::make_unique<server::FakePromptFrontend>());
+    const int port = srv.bind();
+    const std::string url = fmt::format("http://{}:{}", url_host(opt.host), port);
+    const auto& info = srv.engine_info();
+    std::printf("fireline serve: %s on %s (context %lld, parallel %d)\n", info.model_id.c_str(), url.c_str(),
+                static_cast<long long>(info.context_length), info.parallel);
+    std::fflush(stdout);
+    if (opt.host != "127.0.0.1" && opt.host != "localhost" && opt.host != "::1" && config.api_key.empty())
+      log_warn("serving on {} without --api-key: anyone who can reach it can use it", opt.host);
+    if (daemon)
+      daemon->report_ready(fmt::format("fireline serve: listening on {} (pid {}, log {}); `fireline stop` ends it", url,
+                                       ::getpid(), paths.log_file.string()));
+    signals.start(
+        [&srv](int sig) {
+          log_info("serve: signal {} received: draining requests in flight (a second signal cancels them)", sig);
+          srv.shutdown();
+        },
+        [&srv](int) {
+          log_info("serve: second signal: cancelling requests in flight");
+          srv.shutdown(/*cancel_now=*/true);
+        });
+    srv.run();
+    signals.stop();
+    log_info("serve: stopped");
+  } catch (const Error& e) {
+    if (daemon) daemon->report_failure(e.what());
+    throw;
+  }
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto opt = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model over an OpenAI-compatible HTTP API");
+  cmd->add_option("model", opt->model, "The model to serve (a .fire file or a checkpoint directory)");
+  cmd->add_option("--host", opt->host, "Address to listen on (default 127.0.0.1: this machine only)");
+  cmd->add_option("--port", opt->port, "Port to listen on; 0 picks a free one (default 11435)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", opt->api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--api-key-file", opt->api_key_file, "Read the API key from this file (keeps it out of ps)");
+  cmd->add_option("--max-seq", opt->max_seq, "Context per sequence in tokens, prompt + output (default 4096)");
+  cmd->add_option("--parallel", opt->parallel, "Sequences generated together (default 4)");
+  cmd->add_flag("-d,--detach", opt->detach, "Run in the background: pid file and log under the fireline home");
+  cmd->add_option("--queue", opt->queue,
+                  "Requests that may wait for a free sequence; more get 503 (default 4 x --parallel)");
+  cmd->add_option("--max-body", opt->max_body, "Largest request body in bytes; larger gets 413 (default 4 MiB)");
+  cmd->add_option("--http-threads", opt->http_threads, "Connections served at once (default 256)");
+  cmd->add_option("--request-timeout", opt->request_timeout_s,
+                  "Seconds a client has to send a whole request (default 30)");
+  cmd->add_option("--read-timeout", opt->read_timeout_s, "Seconds one read may wait for the client (default 10)");
+  cmd->add_option("--drain-timeout", opt->drain_timeout_s,
+                  "On SIGTERM, seconds to let requests finish before cancelling them (default 30)");
+  cmd->add_flag("--fake-engine", opt->fake_engine, "Serve the scripted test engine instead of a model")->group("");
+  cmd->add_option("--fake-token-ms", opt->fake_token_ms, "Test engine: milliseconds per step")->group("");
+  cmd->add_option("--fake-prefill-ms", opt->fake_prefill_ms, "Test engine: extra milliseconds in a task's first step")
+      ->group("");
+  cmd->callback([opt] { run_serve(*opt); });
+}
+
+}  // namespace fl::cli

@@ -1,0 +1,183 @@
+// POST /v1/chat/completions and /v1/completions: request -> GenerationTask -> response.
+#include <ctime>
+#include <memory>
+#include <vector>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "server/openai_format.h"
+#include "server/server.h"
+
+namespace fl::server {
+namespace {
+
+constexpr auto kPollInterval = std::chrono::milliseconds(100);  // how often a waiting handler checks its client
+
+ApiError shutting_down_error() {
+  return ApiError(503, "server_busy", "the server is shutting down", {}, "shutting_down");
+}
+
+ApiError failure_error(const CollectedOutput& out) {
+  if (out.finish_reason == FinishReason::cancelled) return shutting_down_error();
+  return ApiError(500, "server_error", "generation failed: " + out.error, {}, "engine_error");
+}
+
+// The state a streaming response carries between calls of its content provider.
+struct StreamState {
+  std::shared_ptr<TaskStream> task;
+  StreamFormatter formatter;
+  bool begun = false;
+  bool done = false;
+};
+
+}  // namespace
+
+void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
+  try {
+    const auto body = parse_json_body(req.body, config_.requests);
+    ChatRequest request = parse_chat_request(body, config_.requests);
+    PreparedPrompt prompt;
+    try {
+      prompt = frontend_->render_chat(request.prompt);
+    } catch (const Error& e) {
+      throw ApiError(400, "invalid_request_error",
+                     std::string("the chat template could not render these messages: ") + e.what(), "messages",
+                     "template_error");
+    }
+    GenerationTask task;
+    task.kind = TaskKind::chat;
+    task.max_tokens =
+        resolve_max_tokens(request.generation.max_tokens, prompt.token_count, loop_.info().context_length);
+    task.thinking = resolve_thinking(request, task.max_tokens);
+    task.prompt_text = std::move(prompt.text);
+    task.prompt_tokens = std::move(prompt.tokens);
+    task.prompt_token_count = prompt.token_count;
+    task.sampling = request.generation.sampling;
+    task.stop = request.generation.stop;
+    task.tools = request.prompt.tools;
+    task.tool_choice = request.tool_choice;
+    task.response_format = request.response_format;
+    respond(std::move(task), request.generation, /*chat=*/true, res);
+  } catch (const ApiError& e) {
+    send_error(res, e);
+  }
+}
+
+void Server::handle_completion(const httplib::Request& req, httplib::Response& res) {
+  try {
+    const auto body = parse_json_body(req.body, config_.requests);
+    CompletionRequest request = parse_completion_request(body, config_.requests);
+    PreparedPrompt prompt;
+    try {
+      prompt = request.prompt_tokens ? frontend_->prepare_tokens(*request.prompt_tokens)
+                                     : frontend_->prepare_text(request.prompt_text);
+    } catch (const Error& e) {
+      throw ApiError(400, "invalid_request_error", std::string("the prompt could not be tokenized: ") + e.what(),
+                     "prompt");
+    }
+    GenerationTask task;
+    task.kind = TaskKind::completion;
+    task.max_tokens =
+        resolve_max_tokens(request.generation.max_tokens, prompt.token_count, loop_.info().context_length);
+    task.prompt_text = std::move(prompt.text);
+    task.prompt_tokens = std::move(prompt.tokens);
+    task.prompt_token_count = prompt.token_count;
+    task.sampling = request.generation.sampling;
+    task.stop = request.generation.stop;
+    task.thinking.enabled = false;
+    respond(std::move(task), request.generation, /*chat=*/false, res);
+  } catch (const ApiError& e) {
+    send_error(res, e);
+  }
+}
+
+void Server::respond(GenerationTask task, const GenerationRequest& generation, bool chat, httplib::Response& res) {
+  const ResponseMeta meta{next_id(chat ? "chatcmpl" : "cmpl"), static_cast<int64_t>(std::time(nullptr)),
+                          loop_.info().model_id};
+  task.request_id = meta.id;
+  auto submitted = loop_.submit(std::move(task));
+  if (submitted.admission == InferenceLoop::Admission::shutting_down) throw shutting_down_error();
+  if (submitted.admission == InferenceLoop::Admission::queue_full)
+    throw ApiError(503, "server_busy",
+                   fmt::format("the server is busy: {} requests are already waiting; retry in {} s",
+                               loop_.max_waiting(), config_.retry_after_s),
+                   {}, "queue_full");
+  std::shared_ptr<TaskStream> task_stream = submitted.stream;
+
+  if (!generation.stream) {
+    CollectedOutput out;
+    std::vector<EngineEvent> events;
+    auto next_check = std::chrono::steady_clock::now() + kPollInterval;
+    while (!out.finished) {
+      events.clear();
+      if (task_stream->wait(events, kPollInterval))
+        for (const auto& e : events) out.add(e);
+      if (!out.finished && std::chrono::steady_clock::now() >= next_check) {
+        next_check = std::chrono::steady_clock::now() + kPollInterval;
+        if (!HttpServer::client_connected()) task_stream->cancel();  // nobody will read it; the finish follows
+      }
+    }
+    if (out.finish_reason == FinishReason::cancelled && !HttpServer::client_connected()) {
+      res.status = 499;  // nginx's "client closed request": only /metrics and logs will see it
+      return;
+    }
+    if (out.finish_reason == FinishReason::error || out.finish_reason == FinishReason::cancelled) {
+      if (out.finish_reason == FinishReason::error) log_warn("serve: {} failed: {}", meta.id, out.error);
+      throw failure_error(out);
+    }
+    res.set_content(chat ? chat_completion_body(meta, out) : text_completion_body(meta, out), "application/json");
+    return;
+  }
+
+  auto state = std::make_shared<StreamState>(
+      StreamState{task_stream, StreamFormatter(meta, chat, generation.include_usage), false, false});
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [state](size_t, httplib::DataSink& sink) -> bool {
+        // Runs on this request's worker thread until done; nothing may escape into the library.
+        try {
+          std::string out;
+          if (!state->begun) {
+            state->begun = true;
+            out = state->formatter.begin();
+          }
+          std::vector<EngineEvent> events;
+          if (!state->task->wait(events, kPollInterval) && out.empty()) {
+            if (sink.is_writable()) return true;
+            state->task->cancel();  // the client is gone
+            return false;
+          }
+          for (const auto& e : events) {
+            if (e.kind != EngineEvent::Kind::finish) {
+              out += state->formatter.event(e);
+            } else if (e.finish_reason == FinishReason::error || e.finish_reason == FinishReason::cancelled) {
+              CollectedOutput failed;
+              failed.add(e);
+              if (e.finish_reason == FinishReason::error) log_warn("serve: stream failed: {}", e.error);
+              out += "data: " + error_body(failure_error(failed)) + "\n\n";
+              state->done = true;
+            } else {
+              out += state->formatter.finish(e);
+              state->done = true;
+            }
+          }
+          if (!out.empty() && !sink.write(out.data(), out.size())) {
+            state->task->cancel();
+            return false;
+          }
+          if (state->done) sink.done();
+          return true;
+        } catch (const std::exception& e) {
+          log_error("serve: streaming failed: {}", e.what());
+          state->task->cancel();
+          return false;
+        }
+      },
+      [state](bool) {
+        if (!state->done) state->task->cancel();
+      });
+}
+
+}  // namespace fl::server

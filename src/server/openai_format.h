@@ -1,0 +1,67 @@
+#pragma once
+// EngineEvents -> OpenAI responses: whole chat.completion / text_completion objects, and the SSE
+// chunks of a stream (`data: {...}\n\n`, ending with `data: [DONE]\n\n`).
+//
+// Beyond OpenAI's schema, fireline adds (as llama.cpp and vLLM do) `reasoning_content` for the
+// thinking channel, and a `timings` object next to `usage`.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "server/api_error.h"
+#include "server/engine.h"
+
+namespace fl::server {
+
+struct ResponseMeta {
+  std::string id;       // "chatcmpl-..." or "cmpl-..."
+  int64_t created = 0;  // unix seconds
+  std::string model;
+};
+
+// A task's events gathered for a non-streaming response.
+struct CollectedOutput {
+  std::string content, reasoning;
+  std::vector<ToolCallOutput> tool_calls;
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::stop;
+  Usage usage;
+  Timings timings;
+  std::string error;
+
+  void add(const EngineEvent& event);
+};
+
+std::string error_body(const ApiError& error);  // {"error": {...}}
+nlohmann::ordered_json usage_json(const Usage& usage);
+nlohmann::ordered_json timings_json(const Timings& timings, const Usage& usage);
+
+std::string chat_completion_body(const ResponseMeta& meta, const CollectedOutput& out);
+std::string text_completion_body(const ResponseMeta& meta, const CollectedOutput& out);
+
+// One SSE event carrying `payload`.
+std::string sse_data(const nlohmann::ordered_json& payload);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+
+// The chunks of one streamed response, in order.
+class StreamFormatter {
+ public:
+  StreamFormatter(ResponseMeta meta, bool chat, bool include_usage)
+      : meta_(std::move(meta)), chat_(chat), include_usage_(include_usage) {}
+
+  std::string begin();                      // chat: the role chunk; completion: nothing
+  std::string event(const EngineEvent& e);  // a delta (empty for finish events)
+  // The finish chunk, the usage chunk when asked for, and [DONE].
+  std::string finish(const EngineEvent& e);
+
+ private:
+  nlohmann::ordered_json chunk(nlohmann::ordered_json choice) const;
+
+  ResponseMeta meta_;
+  bool chat_;
+  bool include_usage_;
+  int tool_calls_ = 0;
+};
+
+}  // namespace fl::server

@@ -1,0 +1,71 @@
+#pragma once
+// OpenAI request bodies -> typed requests. Every rule a client can break is checked here and
+// answered with a 400 ApiError that names the field (`param`) and says what was expected, so
+// nothing past this point sees raw or unchecked JSON.
+//
+// Unknown fields are ignored (clients send `user`, `store`, `metadata`, ...); known fields with
+// values fireline cannot honour (n > 1, logprobs, json_schema, image parts, ...) are refused
+// rather than silently ignored.
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "server/engine.h"
+#include "server/prompt_frontend.h"
+
+namespace fl::server {
+
+// Limits on what one request may ask for (ServeConfig sets them).
+struct RequestLimits {
+  int max_json_depth = 64;         // nesting of arrays/objects in a body
+  int max_object_members = 10000;  // members of one JSON object
+  int max_stop_strings = 16;
+  size_t max_stop_bytes = 256;  // per stop string
+};
+
+// Checks JSON text (a body, or JSON inside a string such as tool-call arguments) against the
+// depth and object-size limits, without parsing it; throws ApiError (400) naming `what`.
+void check_json_shape(std::string_view text, const RequestLimits& limits, const std::string& what);
+
+// Parses a request body: valid UTF-8, JSON, an object, nested at most `limits.max_json_depth`.
+nlohmann::json parse_json_body(std::string_view body, const RequestLimits& limits);
+
+// Fields /v1/chat/completions and /v1/completions share.
+struct GenerationRequest {
+  SamplingParams sampling;
+  std::optional<int64_t> max_tokens;  // unset: the rest of the context
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+struct ChatRequest {
+  ChatPrompt prompt;
+  GenerationRequest generation;
+  ToolChoice tool_choice;
+  ResponseFormat response_format = ResponseFormat::text;
+  std::optional<int64_t> thinking_budget;  // explicit budget (fireline extension `thinking_budget`)
+  std::optional<std::string> reasoning_effort;
+};
+
+struct CompletionRequest {
+  std::string prompt_text;                            // a text prompt, or
+  std::optional<std::vector<int32_t>> prompt_tokens;  // token ids
+  GenerationRequest generation;
+};
+
+ChatRequest parse_chat_request(const nlohmann::json& body, const RequestLimits& limits);
+CompletionRequest parse_completion_request(const nlohmann::json& body, const RequestLimits& limits);
+
+// The token budget of a request once its prompt is known. Throws ApiError (400, code
+// context_length_exceeded where it applies) saying which limit is broken and by how much.
+int64_t resolve_max_tokens(std::optional<int64_t> requested, int64_t prompt_tokens, int64_t context_length);
+
+// Thinking options from enable_thinking, reasoning_effort and thinking_budget, checked against
+// max_tokens (a budget must leave room for the answer). Throws ApiError for contradictions.
+ThinkingOptions resolve_thinking(const ChatRequest& request, int64_t max_tokens);
+
+}  // namespace fl::server

@@ -1,0 +1,389 @@
+// The OpenAI-compatible routes against the fake engine: response schemas, streaming, reasoning,
+// tool calls, stop strings, limits, authentication and metrics.
+#include <gtest/gtest.h>
+
+#include "server_test_util.h"
+
+namespace fl::test {
+namespace {
+
+using nlohmann::json;
+
+TEST(ServeApi, HealthAndModels) {
+  TestServer s;
+  auto health = s.get("/health");
+  EXPECT_EQ(health.status, 200);
+  EXPECT_EQ(health.json()["status"], "ok");
+
+  auto models = s.get("/v1/models");
+  ASSERT_EQ(models.status, 200);
+  json m = models.json();
+  EXPECT_EQ(m["object"], "list");
+  ASSERT_EQ(m["data"].size(), 1u);
+  EXPECT_EQ(m["data"][0]["id"], "fireline-fake");
+  EXPECT_EQ(m["data"][0]["object"], "model");
+  EXPECT_EQ(m["data"][0]["context_length"], 4096);
+
+  EXPECT_EQ(s.get("/v1/models/fireline-fake").status, 200);
+  auto missing = s.get("/v1/models/other");
+  EXPECT_EQ(missing.status, 404);
+  EXPECT_EQ(missing.json()["error"]["code"], "model_not_found");
+
+  auto unknown = s.get("/v2/nothing");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(unknown.json()["error"]["type"], "not_found_error");
+}
+
+TEST(ServeApi, ChatCompletionFollowsTheOpenAiSchema) {
+  TestServer s;
+  auto r = s.post("/v1/chat/completions", chat_body("hello there"));
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = r.json();
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_TRUE(j["id"].get<std::string>().rfind("chatcmpl-", 0) == 0);
+  EXPECT_TRUE(j["created"].is_number_integer());
+  EXPECT_EQ(j["model"], "fireline-fake");
+  ASSERT_EQ(j["choices"].size(), 1u);
+  const json& choice = j["choices"][0];
+  EXPECT_EQ(choice["index"], 0);
+  EXPECT_EQ(choice["message"]["role"], "assistant");
+  EXPECT_EQ(choice["message"]["content"], "You said: hello there");
+  EXPECT_FALSE(choice["message"].contains("reasoning_content"));
+  EXPECT_EQ(choice["finish_reason"], "stop");
+  // usage: the fake frontend counts prompt bytes; the answer is 4 words
+  const std::string prompt = "<|user|>\nhello there\n<|assistant|>\n";
+  EXPECT_EQ(j["usage"]["prompt_tokens"], prompt.size());
+  EXPECT_EQ(j["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(j["usage"]["total_tokens"], prompt.size() + 4);
+  EXPECT_EQ(j["usage"]["completion_tokens_details"]["reasoning_tokens"], 0);
+  for (const char* key : {"queue_ms", "prompt_n", "prompt_ms", "prompt_per_second", "predicted_n", "predicted_ms",
+                          "predicted_per_second"})
+    EXPECT_TRUE(j["timings"].contains(key)) << key;
+  EXPECT_EQ(j["timings"]["predicted_n"], 4);
+}
+
+TEST(ServeApi, ContentPartsAndSystemMessagesAreAccepted) {
+  TestServer s;
+  json body = {{"messages",
+                {{{"role", "system"}, {"content", "be brief"}},
+                 {{"role", "user"},
+                  {"content", {{{"type", "text"}, {"text", "two "}}, {{"type", "text"}, {"text", "parts"}}}}}}}};
+  auto r = s.post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["choices"][0]["message"]["content"], "You said: two parts");
+}
+
+TEST(ServeApi, StreamSendsRoleDeltasFinishUsageAndDone) {
+  TestServer s;
+  json body = chat_body("one two three", true);
+  body["stream_options"] = {{"include_usage", true}};
+  auto r = s.post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.body.find("data: "), std::string::npos);
+  auto payloads = sse_payloads(r.body);
+  ASSERT_GE(payloads.size(), 4u);
+  EXPECT_EQ(payloads.back(), "[DONE]");
+  json first = json::parse(payloads[0]);
+  EXPECT_EQ(first["object"], "chat.completion.chunk");
+  EXPECT_EQ(first["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_TRUE(first["usage"].is_null());
+  std::string content;
+  std::string finish;
+  json usage;
+  std::string id = first["id"];
+  for (size_t i = 0; i + 1 < payloads.size(); ++i) {
+    json c = json::parse(payloads[i]);
+    EXPECT_EQ(c["id"], id);
+    if (c["choices"].empty()) {
+      usage = c["usage"];
+      EXPECT_TRUE(c.contains("timings"));
+      continue;
+    }
+    const json& choice = c["choices"][0];
+    if (choice["delta"].contains("content")) content += choice["delta"]["content"].get<std::string>();
+    if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+  }
+  EXPECT_EQ(content, "You said: one two three");
+  EXPECT_EQ(finish, "stop");
+  ASSERT_TRUE(usage.is_object());
+  EXPECT_EQ(usage["completion_tokens"], 5);
+}
+
+TEST(ServeApi, StreamWithoutUsageHasNoUsageChunk) {
+  TestServer s;
+  auto r = s.post("/v1/chat/completions", chat_body("hi", true));
+  ASSERT_EQ(r.status, 200);
+  for (const auto& p : sse_payloads(r.body)) {
+    if (p == "[DONE]") continue;
+    json c = json::parse(p);
+    EXPECT_FALSE(c.contains("usage")) << p;
+    EXPECT_EQ(c["choices"].size(), 1u);
+  }
+}
+
+TEST(ServeApi, ReasoningGoesToReasoningContent) {
+  TestServer s;
+  json body = chat_body("think about this");
+  body["chat_template_kwargs"] = {{"enable_thinking", true}};
+  auto r = s.post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = r.json();
+  EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "The user wrote 3 words. I will repeat them back.");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "You said: think about this");
+  EXPECT_EQ(j["usage"]["completion_tokens_details"]["reasoning_tokens"], 10);
+
+  body["stream"] = true;
+  auto st = s.post("/v1/chat/completions", body);
+  std::string reasoning;
+  for (const auto& p : sse_payloads(st.body)) {
+    if (p == "[DONE]") continue;
+    json c = json::parse(p);
+    if (c["choices"][0]["delta"].contains("reasoning_content"))
+      reasoning += c["choices"][0]["delta"]["reasoning_content"].get<std::string>();
+  }
+  EXPECT_EQ(reasoning, "The user wrote 3 words. I will repeat them back.");
+}
+
+TEST(ServeApi, ThinkingBudgetAndReasoningEffort) {
+  TestServer s;
+  json body = chat_body("think about this");
+  body["chat_template_kwargs"] = {{"enable_thinking", true}};
+  body["thinking_budget"] = 3;
+  auto r = s.post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["choices"][0]["message"]["reasoning_content"], "The user wrote");
+
+  json effort = chat_body("think");
+  effort["reasoning_effort"] = "low";
+  effort["max_tokens"] = 8;  // low effort caps reasoning at half of max_tokens
+  auto e = s.post("/v1/chat/completions", effort);
+  ASSERT_EQ(e.status, 200) << e.body;
+  EXPECT_EQ(e.json()["usage"]["completion_tokens_details"]["reasoning_tokens"], 4);
+
+  json off = chat_body("think");
+  off["reasoning_effort"] = "none";
+  auto o = s.post("/v1/chat/completions", off);
+  ASSERT_EQ(o.status, 200);
+  EXPECT_FALSE(o.json()["choices"][0]["message"].contains("reasoning_content"));
+}
+
+json weather_tools() {
+  json parameters = {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}};
+  json function = {{"name", "get_weather"}, {"description", "Weather in a city"}, {"parameters", parameters}};
+  json tool = {{"type", "function"}, {"function", function}};
+  return json::array({tool});
+}
+
+TEST(ServeApi, ToolCallsComeBackAsOpenAiToolCalls) {
+  TestServer s;
+  json body = chat_body("weather please [[tool]]");
+  body["tools"] = weather_tools();
+  auto r = s.post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = r.json();
+  const json& msg = j["choices"][0]["message"];
+  EXPECT_TRUE(msg["content"].is_null());
+  ASSERT_EQ(msg["tool_calls"].size(), 1u);
+  EXPECT_EQ(msg["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+  json args = json::parse(msg["tool_calls"][0]["function"]["arguments"].get<std::string>());
+  EXPECT_EQ(args["text"], "weather please [[tool]]");
+  EXPECT_FALSE(msg["tool_calls"][0]["id"].get<std::string>().empty());
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+
+  // streamed: one tool_calls delta with index 0
+  body["stream"] = true;
+  auto st = s.post("/v1/chat/completions", body);
+  int calls = 0;
+  std::string finish;
+  for (const auto& p : sse_payloads(st.body)) {
+    if (p == "[DONE]") continue;
+    json c = json::parse(p);
+    const json& choice = c["choices"][0];
+    if (choice["delta"].contains("tool_calls")) {
+      ++calls;
+      EXPECT_EQ(choice["delta"]["tool_calls"][0]["index"], 0);
+      EXPECT_EQ(choice["delta"]["tool_calls"][0]["function"]["name"], "get_weather");
+    }
+    if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
+  }
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(finish, "tool_calls");
+
+  // tool_choice: none never calls; a named function always does
+  body["stream"] = false;
+  body["tool_choice"] = "none";
+  EXPECT_FALSE(s.post("/v1/chat/completions", body).json()["choices"][0]["message"].contains("tool_calls"));
+  json named = chat_body("no directive here");
+  named["tools"] = weather_tools();
+  named["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  EXPECT_EQ(s.post("/v1/chat/completions", named).json()["choices"][0]["finish_reason"], "tool_calls");
+}
+
+TEST(ServeApi, ToolHistoryRoundTrip) {
+  TestServer s;
+  json body = {{"tools", weather_tools()},
+               {"messages",
+                {{{"role", "user"}, {"content", "weather?"}},
+                 {{"role", "assistant"},
+                  {"content", nullptr},
+                  {"tool_calls",
+                   {{{"id", "call_1"},
+                     {"type", "function"},
+                     {"function", {{"name", "get_weather"}, {"arguments", "{\"city\":\"Paris\"}"}}}}}}},
+                 {{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", "sunny"}},
+                 {{"role", "user"}, {"content", "thanks"}}}}};
+  auto r = s.post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["choices"][0]["message"]["content"], "You said: thanks");
+}
+
+TEST(ServeApi, StopStringsAndMaxTokens) {
+  TestServer s;
+  json body = chat_body("alpha beta gamma delta");
+  body["stop"] = "gamma";
+  auto r = s.post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.json()["choices"][0]["message"]["content"], "You said: alpha beta ");
+  EXPECT_EQ(r.json()["choices"][0]["finish_reason"], "stop");
+
+  body["stop"] = json::array({"zzz", "beta"});
+  EXPECT_EQ(s.post("/v1/chat/completions", body).json()["choices"][0]["message"]["content"], "You said: alpha ");
+
+  json limited = chat_body("alpha beta gamma delta");
+  limited["max_tokens"] = 3;
+  auto l = s.post("/v1/chat/completions", limited);
+  EXPECT_EQ(l.json()["choices"][0]["message"]["content"], "You said: alpha");
+  EXPECT_EQ(l.json()["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(l.json()["usage"]["completion_tokens"], 3);
+
+  json newer = chat_body("alpha beta gamma delta");
+  newer["max_completion_tokens"] = 2;
+  EXPECT_EQ(s.post("/v1/chat/completions", newer).json()["usage"]["completion_tokens"], 2);
+
+  json endless = chat_body("[[long]]");
+  endless["max_tokens"] = 50;
+  auto e = s.post("/v1/chat/completions", endless);
+  EXPECT_EQ(e.json()["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(e.json()["usage"]["completion_tokens"], 50);
+}
+
+TEST(ServeApi, ResponseFormatJsonObject) {
+  TestServer s;
+  json body = chat_body("give me json");
+  body["response_format"] = {{"type", "json_object"}};
+  auto r = s.post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200);
+  json content = json::parse(r.json()["choices"][0]["message"]["content"].get<std::string>());
+  EXPECT_EQ(content["echo"], "give me json");
+
+  body["response_format"] = {{"type", "json_schema"}};
+  auto refused = s.post("/v1/chat/completions", body);
+  EXPECT_EQ(refused.status, 400);
+  EXPECT_EQ(refused.json()["error"]["param"], "response_format.type");
+}
+
+TEST(ServeApi, SamplingParametersAreAcceptedAndChecked) {
+  TestServer s;
+  json body = chat_body("sample");
+  body.update({{"temperature", 0.7},
+               {"top_p", 0.9},
+               {"top_k", 40},
+               {"min_p", 0.05},
+               {"presence_penalty", 0.5},
+               {"frequency_penalty", 0.5},
+               {"repetition_penalty", 1.1},
+               {"seed", 42},
+               {"logit_bias", {{"15", -100}}},
+               {"n", 1},
+               {"user", "someone"}});
+  EXPECT_EQ(s.post("/v1/chat/completions", body).status, 200);
+
+  for (auto [key, value] : std::vector<std::pair<std::string, json>>{{"temperature", 3.0},
+                                                                     {"top_p", 0.0},
+                                                                     {"top_k", -1},
+                                                                     {"min_p", 1.5},
+                                                                     {"presence_penalty", 2.5},
+                                                                     {"n", 2},
+                                                                     {"logprobs", true},
+                                                                     {"logit_bias", {{"x", 1}}}}) {
+    json bad = chat_body("sample");
+    bad[key] = value;
+    auto r = s.post("/v1/chat/completions", bad);
+    EXPECT_EQ(r.status, 400) << key;
+    const std::string param =
+        r.json()["error"]["param"].is_string() ? r.json()["error"]["param"].get<std::string>() : "";
+    EXPECT_EQ(param.rfind(key, 0), 0u) << key << ": " << r.body;
+  }
+}
+
+TEST(ServeApi, CompletionsEndpoint) {
+  TestServer s;
+  auto r = s.post("/v1/completions", json{{"prompt", "once upon"}, {"max_tokens", 10}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = r.json();
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_TRUE(j["id"].get<std::string>().rfind("cmpl-", 0) == 0);
+  EXPECT_EQ(j["choices"][0]["text"], "You said: once upon");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 9);
+
+  // token ids (the fake vocabulary is bytes)
+  auto ids = s.post("/v1/completions", json{{"prompt", {104, 105}}});
+  ASSERT_EQ(ids.status, 200) << ids.body;
+  EXPECT_EQ(ids.json()["choices"][0]["text"], "You said: hi");
+  EXPECT_EQ(s.post("/v1/completions", json{{"prompt", {104, 300}}}).status, 400);
+  EXPECT_EQ(s.post("/v1/completions", json{{"prompt", {"a", "b"}}}).status, 400);
+
+  auto st = s.post("/v1/completions", json{{"prompt", "a b"}, {"stream", true}});
+  std::string text;
+  for (const auto& p : sse_payloads(st.body)) {
+    if (p == "[DONE]") continue;
+    json c = json::parse(p);
+    EXPECT_EQ(c["object"], "text_completion");
+    text += c["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, "You said: a b");
+}
+
+TEST(ServeApi, ApiKeyIsRequiredWhenSet) {
+  server::ServeConfig config;
+  config.api_key = "sekret";
+  TestServer s(config);
+  auto none = s.post("/v1/chat/completions", chat_body("hi"));
+  EXPECT_EQ(none.status, 401);
+  EXPECT_EQ(none.json()["error"]["type"], "authentication_error");
+  EXPECT_EQ(none.json()["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(s.post("/v1/chat/completions", chat_body("hi"), {{"Authorization", "Bearer wrong"}}).status, 401);
+  EXPECT_EQ(s.post("/v1/chat/completions", chat_body("hi"), {{"Authorization", "Bearer sekret2"}}).status, 401);
+  EXPECT_EQ(s.get("/v1/models").status, 401);
+  EXPECT_EQ(s.get("/metrics").status, 401);
+  EXPECT_EQ(s.get("/health").status, 200);  // liveness checks need no key
+  EXPECT_EQ(s.post("/v1/chat/completions", chat_body("hi"), {{"Authorization", "Bearer sekret"}}).status, 200);
+  EXPECT_EQ(s.get("/v1/models", {{"Authorization", "Bearer sekret"}}).status, 200);
+}
+
+TEST(ServeApi, MetricsCountRequestsTokensAndErrors) {
+  TestServer s;
+  ASSERT_EQ(s.post("/v1/chat/completions", chat_body("a b c")).status, 200);
+  ASSERT_EQ(s.post("/v1/chat/completions", std::string("{")).status, 400);
+  // A request is counted just after its response is written, so the client can be faster.
+  TestServer::Reply m;
+  TestServer::eventually([&] {
+    m = s.get("/metrics");
+    return m.body.find("status=\"400\"") != std::string::npos;
+  });
+  ASSERT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("fireline_http_requests_total{route=\"/v1/chat/completions\",status=\"200\"} 1"),
+            std::string::npos)
+      << m.body;
+  EXPECT_NE(m.body.find("fireline_http_requests_total{route=\"/v1/chat/completions\",status=\"400\"} 1"),
+            std::string::npos);
+  EXPECT_NE(m.body.find("fireline_errors_total{type=\"invalid_request_error\"} 1"), std::string::npos);
+  EXPECT_NE(m.body.find("fireline_queue_depth 0"), std::string::npos);
+  EXPECT_NE(m.body.find("fireline_generated_tokens_total 5"), std::string::npos);
+  EXPECT_NE(m.body.find("# TYPE fireline_generated_tokens_per_second gauge"), std::string::npos);
+  EXPECT_NE(m.body.find("fireline_tasks_total{outcome=\"finished\"} 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fl::test

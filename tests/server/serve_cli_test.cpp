@@ -1,0 +1,267 @@
+// `fireline serve` and `fireline stop` as a user runs them: the foreground server draining on
+// SIGTERM, the daemon with its pid file and log, and the errors for what is not wired yet.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <regex>
+#include <thread>
+
+#include "server_test_util.h"
+#include "util/run_command.h"
+#include "util/test_util.h"
+
+namespace fl::test {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+// A child process running the fireline binary, with its stdout on a pipe.
+class Child {
+ public:
+  explicit Child(std::vector<std::string> args) {
+    int out[2];
+    if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(out[1], STDOUT_FILENO);
+      std::vector<char*> argv;
+      std::string binary = fireline_binary();
+      argv.push_back(binary.data());
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(binary.c_str(), argv.data());
+      _exit(127);
+    }
+    ::close(out[1]);
+    out_ = out[0];
+  }
+  ~Child() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    ::close(out_);
+  }
+  pid_t pid() const { return pid_; }
+
+  // The next line of stdout (empty on timeout or end of output).
+  std::string read_line(milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (buffer_.find('\n') == std::string::npos) {
+      const auto left = std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now()).count();
+      pollfd p{out_, POLLIN, 0};
+      if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) return {};
+      char buf[1024];
+      const ssize_t n = ::read(out_, buf, sizeof buf);
+      if (n <= 0) return {};
+      buffer_.append(buf, static_cast<size_t>(n));
+    }
+    const size_t nl = buffer_.find('\n');
+    std::string line = buffer_.substr(0, nl);
+    buffer_.erase(0, nl + 1);
+    return line;
+  }
+
+  // Exit status, or -1 when it is still running after `timeout`.
+  int wait(milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      int status = 0;
+      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      if (r == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      if (std::chrono::steady_clock::now() > deadline) return -1;
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int out_ = -1;
+  std::string buffer_;
+  bool exited_ = false;
+};
+
+// True when nothing accepts connections on the port.
+bool refused(int port) {
+  const int fd = connect_local(port);
+  if (fd >= 0) ::close(fd);
+  return fd < 0;
+}
+
+int port_in(const std::string& text) {
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex(R"(http://127\.0\.0\.1:(\d+))"))) return -1;
+  return std::stoi(m[1]);
+}
+
+httplib::Client client_for(int port) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(30, 0);
+  c.set_connection_timeout(2, 0);
+  return c;
+}
+
+TEST(ServeCli, RealModelsAreNotWiredYet) {
+  auto r = run_command(shell_quote(fireline_binary()) + " serve some-model.fire --port 0");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("serving a real model is not wired yet"), std::string::npos) << r.err;
+  auto none = run_command(shell_quote(fireline_binary()) + " serve --port 0");
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_NE(none.err.find("needs a MODEL"), std::string::npos) << none.err;
+  auto bad = run_command(shell_quote(fireline_binary()) + " serve --fake-engine --parallel 0 --port 0");
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("--parallel"), std::string::npos) << bad.err;
+}
+
+TEST(ServeCli, SigtermDrainsTheStreamInFlightThenExits) {
+  Child server({"serve", "--fake-engine", "--port", "0", "--fake-token-ms", "20"});
+  const std::string banner = server.read_line(milliseconds(10000));
+  const int port = port_in(banner);
+  ASSERT_GT(port, 0) << "banner: " << banner;
+
+  // A ~1 s stream (50 tokens x 20 ms); SIGTERM arrives once it has started.
+  std::atomic<bool> streaming{false};
+  std::string body;
+  int status = -1;
+  std::thread client([&] {
+    auto c = client_for(port);
+    json req = chat_body("[[long]]", true);
+    req["max_tokens"] = 50;
+    httplib::Request r;
+    r.method = "POST";
+    r.path = "/v1/chat/completions";
+    r.body = req.dump();
+    r.set_header("Content-Type", "application/json");
+    r.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      body.append(data, n);
+      streaming = true;
+      return true;
+    };
+    if (auto res = c.send(r)) status = res->status;
+  });
+  ASSERT_TRUE(TestServer::eventually([&] { return streaming.load(); }, milliseconds(10000)));
+  ASSERT_EQ(::kill(server.pid(), SIGTERM), 0);
+  // New connections are refused once draining has begun.
+  EXPECT_TRUE(TestServer::eventually([&] { return refused(port); }, milliseconds(2000)));
+  client.join();
+  EXPECT_EQ(status, 200);
+  auto payloads = sse_payloads(body);
+  ASSERT_FALSE(payloads.empty());
+  EXPECT_EQ(payloads.back(), "[DONE]") << "the stream was cut off: "
+                                       << body.substr(body.size() > 300 ? body.size() - 300 : 0);
+  int tokens = 0;
+  std::string finish;
+  for (const auto& p : payloads) {
+    if (p == "[DONE]") continue;
+    json c = json::parse(p);
+    const json& delta = c["choices"][0]["delta"];
+    if (delta.contains("content") && !delta["content"].get<std::string>().empty()) ++tokens;
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(tokens, 50);
+  EXPECT_EQ(finish, "length");
+  EXPECT_EQ(server.wait(milliseconds(10000)), 0) << "the server did not exit cleanly";
+}
+
+TEST(ServeCli, DrainTimeoutCancelsWhatIsStillRunning) {
+  Child server({"serve", "--fake-engine", "--port", "0", "--fake-token-ms", "20", "--drain-timeout", "0.5"});
+  const int port = port_in(server.read_line(milliseconds(10000)));
+  ASSERT_GT(port, 0);
+  std::atomic<bool> streaming{false};
+  std::string body;
+  std::thread client([&] {
+    auto c = client_for(port);
+    httplib::Request r;
+    r.method = "POST";
+    r.path = "/v1/chat/completions";
+    r.body = chat_body("[[long]]", true).dump();  // ~4000 tokens: far longer than the drain timeout
+    r.set_header("Content-Type", "application/json");
+    r.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+      body.append(data, n);
+      streaming = true;
+      return true;
+    };
+    c.send(r);
+  });
+  ASSERT_TRUE(TestServer::eventually([&] { return streaming.load(); }, milliseconds(10000)));
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(server.pid(), SIGTERM), 0);
+  EXPECT_EQ(server.wait(milliseconds(10000)), 0);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  client.join();
+  // The stream ends with an error event saying why, not a silent cut.
+  auto payloads = sse_payloads(body);
+  ASSERT_FALSE(payloads.empty());
+  json last = json::parse(payloads.back(), nullptr, false);
+  ASSERT_FALSE(last.is_discarded()) << payloads.back();
+  EXPECT_EQ(last["error"]["code"], "shutting_down") << payloads.back();
+}
+
+// Stops whatever daemon a test started in `home`, even when the test failed half way.
+struct StopDaemonAtExit {
+  const TempDir& home;
+  ~StopDaemonAtExit() {
+    run_command("FIRELINE_HOME=" + shell_quote(home.path().string()) + " " + shell_quote(fireline_binary()) +
+                " stop --timeout 10");
+  }
+};
+
+TEST(ServeCli, DetachPidFileAndStop) {
+  TempDir home;
+  StopDaemonAtExit cleanup{home};
+  const std::string env = "FIRELINE_HOME=" + shell_quote(home.path().string()) + " ";
+  const std::string bin = shell_quote(fireline_binary());
+  auto started = run_command(env + bin + " serve --fake-engine --port 0 -d");
+  ASSERT_EQ(started.exit_code, 0) << started.err;
+  EXPECT_NE(started.out.find("fireline stop"), std::string::npos) << started.out;
+  const int port = port_in(started.out);
+  ASSERT_GT(port, 0) << started.out;
+  const auto pid_file = home.path() / "serve.pid";
+  ASSERT_TRUE(std::filesystem::exists(pid_file));
+  ASSERT_TRUE(std::filesystem::exists(home.path() / "serve.log"));
+
+  auto health = client_for(port).Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto chat = client_for(port).Post("/v1/chat/completions", chat_body("daemon").dump(), "application/json");
+  ASSERT_TRUE(chat);
+  EXPECT_EQ(json::parse(chat->body)["choices"][0]["message"]["content"], "You said: daemon");
+
+  auto second = run_command(env + bin + " serve --fake-engine --port 0 -d");
+  EXPECT_EQ(second.exit_code, 1);
+  EXPECT_NE(second.err.find("already running"), std::string::npos) << second.err;
+
+  auto stopped = run_command(env + bin + " stop");
+  EXPECT_EQ(stopped.exit_code, 0) << stopped.err;
+  EXPECT_NE(stopped.out.find("stopped the fireline server"), std::string::npos) << stopped.out;
+  EXPECT_FALSE(std::filesystem::exists(pid_file));
+  EXPECT_TRUE(refused(port)) << "still listening after stop";
+
+  auto again = run_command(env + bin + " stop");
+  EXPECT_EQ(again.exit_code, 0);
+  EXPECT_NE(again.out.find("no fireline server is running"), std::string::npos) << again.out;
+}
+
+TEST(ServeCli, DetachReportsBindFailures) {
+  TestServer occupying;  // holds a port
+  TempDir home;
+  StopDaemonAtExit cleanup{home};  // in case it started after all
+  auto r = run_command("FIRELINE_HOME=" + shell_quote(home.path().string()) + " " + shell_quote(fireline_binary()) +
+                       " serve --fake-engine -d --port " + std::to_string(occupying.port()));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("cannot listen"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(home.path() / "serve.pid"));
+}
+
+}  // namespace
+}  // namespace fl::test
