@@ -77,6 +77,10 @@ class Model {
   // forward on each sequence alone; weight ops see all the rows at once, so each weight is read
   // once per step instead of once per sequence. The default runs the sequences one by one.
   virtual std::vector<float> forward_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids);
+  // Empties `seq` for a new prompt at position 0, keeping its memory. Attention reads KV rows by
+  // position only (every row is written again before it is read), so attention models just reset
+  // the position; recurrent states carry over from token to token and are zeroed.
+  virtual void reset_sequence(Sequence& seq) { seq.n_past = 0; }
   virtual DecodeTraffic decode_traffic(int64_t context, DType kv_dtype) const = 0;
   // A graph-replayed decode loop over `seq` (which must outlive it). Use either this or forward
   // for a sequence at a time, not both interleaved.

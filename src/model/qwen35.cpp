@@ -137,6 +137,17 @@ class Qwen35Model final : public Model {
     return seq;
   }
 
+  void reset_sequence(Sequence& seq) override {
+    seq.n_past = 0;
+    std::vector<uint8_t> zeros;
+    for (RecurrentView& r : seq.recurrent)
+      for (Tensor* t : {&r.conv, &r.delta}) {
+        if (!t->data) continue;  // an attention layer
+        zeros.assign(static_cast<size_t>(t->nbytes()), 0);
+        backend_.copy_to_device(*t, zeros.data());
+      }
+  }
+
   std::vector<float> forward(Sequence& seq, std::span<const int32_t> ids, LogitsMode mode) override {
     const int64_t T = static_cast<int64_t>(ids.size());
     check_step(seq, ids);

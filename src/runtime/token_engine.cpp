@@ -17,9 +17,7 @@ TokenEngine::~TokenEngine() = default;
 
 void TokenEngine::reset() {
   graph_.reset();  // it captured the sequence's old state
-  // Attention reads cache rows by position (a row is live only for positions below n_past), so
-  // starting over needs no clearing: every row is written again before it is read.
-  seq_->n_past = 0;
+  model_.reset_sequence(*seq_);  // position 0, recurrent states zeroed
   tokens_.clear();
   logits_.clear();
 }

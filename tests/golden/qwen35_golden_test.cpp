@@ -198,6 +198,17 @@ TEST_P(Qwen35Golden, PromptSplitAcrossCallsMatches) {
   expect_rows_close(run(*seq, fives), golden_.logits_prefill, "chunks_of_5");
 }
 
+TEST_P(Qwen35Golden, ResetSequenceStartsOverFromZeroState) {
+  // A sequence reused for another prompt (a server slot, `run` after `chat`): reset_sequence must
+  // clear the conv window and the delta state, not just the position.
+  auto seq = sequence();
+  std::vector<int32_t> other(golden_.input_ids.rbegin(), golden_.input_ids.rend());
+  model_->forward(*seq, other, LogitsMode::last);
+  model_->reset_sequence(*seq);
+  EXPECT_EQ(seq->n_past, 0);
+  expect_rows_close(run(*seq, {T_}), golden_.logits_prefill, "after_reset");
+}
+
 TEST_P(Qwen35Golden, TwoCallPrefillMatchesTransformersTwoCallPrefill) {
   if (golden_.two_chunk_split == 0) GTEST_SKIP() << "this transformers' two-call prefill was not saved";
   auto seq = sequence();
