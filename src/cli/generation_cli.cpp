@@ -69,7 +69,7 @@ void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
 }
 
-LoadedModel load_for_generation(const std::string& path, const GenerationFlags& flags) {
+LoadedModel load_model_for_text(const std::string& path, const GenerationFlags& flags, int sequences) {
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModel m;
   m.path = path;
@@ -99,14 +99,22 @@ LoadedModel load_for_generation(const std::string& path, const GenerationFlags& 
   load.max_seq = m.context;
   load.kv_dtype = kv;
   load.max_tokens = std::min<int64_t>(512, m.context);
+  load.sequences = sequences;
   m.model = load_model(*m.source, *m.backend, load);
-  EngineOptions engine;
-  engine.context = m.context;
-  engine.kv_dtype = kv;
-  engine.prefill_chunk = load.max_tokens;
-  m.generator = std::make_unique<Generator>(*m.model, m.text, engine);
+  m.kv_dtype = kv;
+  m.prefill_chunk = load.max_tokens;
   m.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   log_debug("loaded {} on {} (KV {}, context {}) in {:.2f} s", path, m.backend->name(), m.kv_name, m.context, m.load_s);
+  return m;
+}
+
+LoadedModel load_for_generation(const std::string& path, const GenerationFlags& flags) {
+  LoadedModel m = load_model_for_text(path, flags);
+  EngineOptions engine;
+  engine.context = m.context;
+  engine.kv_dtype = m.kv_dtype;
+  engine.prefill_chunk = m.prefill_chunk;
+  m.generator = std::make_unique<Generator>(*m.model, m.text, engine);
   return m;
 }
 

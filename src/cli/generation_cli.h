@@ -40,12 +40,17 @@ struct LoadedModel {
   std::shared_ptr<const ModelText> text;
   std::unique_ptr<Generator> generator;
   std::string kv_name;
+  DType kv_dtype = DType::f32;
+  int64_t prefill_chunk = 512;
   int64_t context = 0;
   double load_s = 0;
 };
 
 // Opens, checks and loads the model at `path` for generation with the flags' backend, KV type
-// and context. Throws fl::Error with what to change (no tokenizer, does not fit, ...).
+// and context, with room for `sequences` sequences (serve --parallel); no Generator yet. Throws
+// fl::Error with what to change (no tokenizer, does not fit, ...).
+LoadedModel load_model_for_text(const std::string& path, const GenerationFlags& flags, int sequences = 1);
+// The same with one sequence and its Generator (run, chat).
 LoadedModel load_for_generation(const std::string& path, const GenerationFlags& flags);
 
 // The request the flags describe (sampling defaults from the model's generation_config.json;

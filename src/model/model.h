@@ -94,13 +94,14 @@ struct LoadOptions {
   DType kv_dtype = DType::f32;   // KV cache element type
   int64_t max_tokens = 512;      // most tokens one forward call will process (prefill chunk)
   LogitsMode logits = LogitsMode::last;
+  int sequences = 1;             // sequences alive at once, each with its own KV cache (serve --parallel)
 };
 
 // Device bytes a model needs (DESIGN §5: computed before loading, refused with the numbers).
 struct MemoryPlan {
   double weights = 0;
   double kv = 0;
-  double recurrent = 0;  // per-sequence recurrent state of linear-attention layers (fixed size)
+  double recurrent = 0;  // recurrent state of linear-attention layers (fixed size per sequence)
   double scratch = 0;
   double total() const { return weights + kv + recurrent + scratch; }
 };

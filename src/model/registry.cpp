@@ -42,23 +42,38 @@ std::vector<float> Model::forward_batch(std::span<Sequence* const> seqs, std::sp
   return out;
 }
 
+namespace {
+
+// The architecture plans one sequence; every sequence has its own KV cache and recurrent state.
+MemoryPlan plan_for(const Architecture& arch, const ModelSource& source, const LoadOptions& options) {
+  if (options.sequences < 1) fail("a model needs at least one sequence, not {}", options.sequences);
+  MemoryPlan plan = arch.plan_memory(source, options);
+  plan.kv *= options.sequences;
+  plan.recurrent *= options.sequences;
+  return plan;
+}
+
+}  // namespace
+
 MemoryPlan plan_model_memory(const ModelSource& source, const LoadOptions& options) {
-  return architecture_of(source).plan_memory(source, options);
+  return plan_for(architecture_of(source), source, options);
 }
 
 std::unique_ptr<Model> load_model(const ModelSource& source, Backend& backend, const LoadOptions& options) {
   const Architecture& arch = architecture_of(source);
   if (auto free_bytes = backend.free_memory()) {
-    const MemoryPlan plan = arch.plan_memory(source, options);
+    const MemoryPlan plan = plan_for(arch, source, options);
     if (plan.total() > static_cast<double>(*free_bytes)) {
       const std::string recurrent =
           plan.recurrent > 0 ? fmt::format(" + recurrent state {:.2f}", gib(plan.recurrent)) : "";
-      fail("{} does not fit: it needs {:.2f} GiB (weights {:.2f} + KV cache {:.2f} at {} tokens in {}{} + scratch "
-           "{:.2f} for {}-token steps) but the {} device has {:.2f} GiB free; reduce --max-seq, use --kv q8, or a "
+      const std::string sequences =
+          options.sequences > 1 ? fmt::format(" x {} sequences", options.sequences) : std::string();
+      fail("{} does not fit: it needs {:.2f} GiB (weights {:.2f} + KV cache {:.2f} at {} tokens in {}{}{} + scratch "
+           "{:.2f} for {}-token steps) but the {} device has {:.2f} GiB free; reduce the context, {}use --kv q8, or a "
            "smaller weight format",
            source.path(), gib(plan.total()), gib(plan.weights), gib(plan.kv), options.max_seq,
-           dtype_name(options.kv_dtype), recurrent, gib(plan.scratch), options.max_tokens, backend.name(),
-           gib(*free_bytes));
+           dtype_name(options.kv_dtype), sequences, recurrent, gib(plan.scratch), options.max_tokens, backend.name(),
+           gib(*free_bytes), options.sequences > 1 ? "run fewer sequences in parallel, " : "");
     }
   }
   return arch.make(source, backend);

@@ -71,12 +71,16 @@ Daemon::Daemon(Daemon&& other) noexcept
 
 Daemon::~Daemon() {
   if (status_fd_ >= 0) report_failure("the server exited before it was ready");
-  if (lock_fd_ >= 0) {
-    // Unlink while still holding the lock, so no other process sees an unlocked, stale file.
-    std::error_code ec;
-    std::filesystem::remove(pid_file_, ec);
-    ::close(lock_fd_);
-  }
+  release_pid_file();
+}
+
+void Daemon::release_pid_file() {
+  if (lock_fd_ < 0) return;
+  // Unlink while still holding the lock, so no other process sees an unlocked, stale file.
+  std::error_code ec;
+  std::filesystem::remove(pid_file_, ec);
+  ::close(lock_fd_);
+  lock_fd_ = -1;
 }
 
 void Daemon::report(char status, const std::string& message) {
@@ -87,7 +91,12 @@ void Daemon::report(char status, const std::string& message) {
 }
 
 void Daemon::report_ready(const std::string& message) { report('+', message); }
-void Daemon::report_failure(const std::string& message) { report('-', message); }
+void Daemon::report_failure(const std::string& message) {
+  // A daemon that failed is on its way out: its pid file goes first, so that the `serve -d` that
+  // reports the failure never leaves one behind (the process may take a moment more to exit).
+  release_pid_file();
+  report('-', message);
+}
 
 Daemon detach(const DaemonPaths& paths) {
   bool locked = false;

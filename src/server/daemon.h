@@ -31,9 +31,10 @@ class Daemon {
   // Tells the waiting `serve -d` command that the server is up (it prints `message`, exits 0) or
   // could not start (it prints `message` as the error, exits 1). Only the first call counts.
   void report_ready(const std::string& message);
-  void report_failure(const std::string& message);
+  void report_failure(const std::string& message);  // also removes the pid file
 
  private:
+  void release_pid_file();
   friend Daemon detach(const DaemonPaths& paths);
   void report(char status, const std::string& message);
   int status_fd_ = -1;  // pipe to the waiting command

@@ -35,7 +35,7 @@ struct StreamState {
 void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
   try {
     const auto body = parse_json_body(req.body, config_.requests);
-    ChatRequest request = parse_chat_request(body, config_.requests);
+    ChatRequest request = parse_chat_request(body, config_.requests, config_.sampling_defaults);
     PreparedPrompt prompt;
     try {
       prompt = frontend_->render_chat(request.prompt);
@@ -66,7 +66,7 @@ void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
 void Server::handle_completion(const httplib::Request& req, httplib::Response& res) {
   try {
     const auto body = parse_json_body(req.body, config_.requests);
-    CompletionRequest request = parse_completion_request(body, config_.requests);
+    CompletionRequest request = parse_completion_request(body, config_.requests, config_.sampling_defaults);
     PreparedPrompt prompt;
     try {
       prompt = request.prompt_tokens ? frontend_->prepare_tokens(*request.prompt_tokens)

@@ -134,8 +134,10 @@ uint64_t random_seed() {
 }
 
 // Fields shared by chat and completions.
-GenerationRequest parse_generation(const Fields& f, const RequestLimits& limits, bool chat) {
+GenerationRequest parse_generation(const Fields& f, const RequestLimits& limits, bool chat,
+                                   const SamplingParams& defaults) {
   GenerationRequest g;
+  g.sampling = defaults;
   SamplingParams& s = g.sampling;
   if (auto v = f.number("temperature")) check_range("temperature", *v, 0, 2), s.temperature = static_cast<float>(*v);
   if (auto v = f.number("top_p")) {
@@ -419,7 +421,7 @@ json parse_json_body(std::string_view body, const RequestLimits& limits) {
   return j;
 }
 
-ChatRequest parse_chat_request(const json& body, const RequestLimits& limits) {
+ChatRequest parse_chat_request(const json& body, const RequestLimits& limits, const SamplingParams& defaults) {
   Fields f(body, "");
   ChatRequest r;
   const json* messages = f.get("messages");
@@ -428,7 +430,7 @@ ChatRequest parse_chat_request(const json& body, const RequestLimits& limits) {
   if (messages->empty()) invalid_param("messages", "messages is empty; send at least one message");
   for (size_t i = 0; i < messages->size(); ++i) r.prompt.messages.push_back(parse_message((*messages)[i], i, limits));
 
-  r.generation = parse_generation(f, limits, /*chat=*/true);
+  r.generation = parse_generation(f, limits, /*chat=*/true, defaults);
   r.prompt.tools = parse_tools(f);
   r.tool_choice = parse_tool_choice(f, r.prompt.tools);
   if (r.tool_choice.mode == ToolChoice::Mode::none) r.prompt.tools.clear();
@@ -480,7 +482,8 @@ ChatRequest parse_chat_request(const json& body, const RequestLimits& limits) {
   return r;
 }
 
-CompletionRequest parse_completion_request(const json& body, const RequestLimits& limits) {
+CompletionRequest parse_completion_request(const json& body, const RequestLimits& limits,
+                                           const SamplingParams& defaults) {
   Fields f(body, "");
   CompletionRequest r;
   const json* prompt = f.get("prompt");
@@ -520,7 +523,7 @@ CompletionRequest parse_completion_request(const json& body, const RequestLimits
   if (auto suffix = f.string("suffix"); suffix && !suffix->empty()) invalid_param("suffix", "suffix is not supported");
   if (auto best = f.integer("best_of"); best && *best != 1)
     invalid_param("best_of", "best_of = {}: only 1 is supported", *best);
-  r.generation = parse_generation(f, limits, /*chat=*/false);
+  r.generation = parse_generation(f, limits, /*chat=*/false, defaults);
   return r;
 }
 

@@ -57,8 +57,12 @@ struct CompletionRequest {
   GenerationRequest generation;
 };
 
-ChatRequest parse_chat_request(const nlohmann::json& body, const RequestLimits& limits);
-CompletionRequest parse_completion_request(const nlohmann::json& body, const RequestLimits& limits);
+// Sampling fields the request leaves out keep their value in `defaults` (the model's
+// generation_config.json, when a real model is served); the seed is random unless given.
+ChatRequest parse_chat_request(const nlohmann::json& body, const RequestLimits& limits,
+                               const SamplingParams& defaults = {});
+CompletionRequest parse_completion_request(const nlohmann::json& body, const RequestLimits& limits,
+                                           const SamplingParams& defaults = {});
 
 // The token budget of a request once its prompt is known. Throws ApiError (400, code
 // context_length_exceeded where it applies) saying which limit is broken and by how much.

@@ -38,6 +38,7 @@ struct ServeConfig {
   std::chrono::milliseconds drain_timeout{30000};  // SIGTERM: wait this long for requests, then cancel
   HttpLimits http;
   RequestLimits requests;
+  SamplingParams sampling_defaults;  // for fields a request leaves out (the model's generation_config)
 };
 
 class Server {

@@ -1,5 +1,5 @@
 // `fireline serve` and `fireline stop` as a user runs them: the foreground server draining on
-// SIGTERM, the daemon with its pid file and log, and the errors for what is not wired yet.
+// SIGTERM, the daemon with its pid file and log, a real (tiny) model served, and start-up errors.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -15,6 +15,7 @@
 #include "server_test_util.h"
 #include "util/run_command.h"
 #include "util/test_util.h"
+#include "util/tiny_chat_model.h"
 
 namespace fl::test {
 namespace {
@@ -111,13 +112,64 @@ httplib::Client client_for(int port) {
   return c;
 }
 
-TEST(ServeCli, RealModelsAreNotWiredYet) {
-  auto r = run_command(shell_quote(fireline_binary()) + " serve some-model.fire --port 0");
+TEST(ServeCli, ServesAModelAndRefusesWhatItCannotServe) {
+  // The tiny chat model (random weights, a real tokenizer and template) on the CPU: a chat, a
+  // streamed chat and a completion come back well formed, and the model is named after its folder.
+  TempDir dir;
+  const std::string model = tiny::make_model_dir(dir.path() / "tiny-chat");
+  Child server({"serve", model, "--port", "0", "--backend", "cpu", "--parallel", "2", "--max-seq", "256"});
+  const std::string banner = server.read_line(milliseconds(30000));
+  const int port = port_in(banner);
+  ASSERT_GT(port, 0) << "banner: " << banner;
+  EXPECT_NE(banner.find("tiny-chat on http://127.0.0.1:"), std::string::npos) << banner;
+  EXPECT_NE(banner.find("(context 256, parallel 2)"), std::string::npos) << banner;
+  auto client = client_for(port);
+
+  json body = chat_body("Why is the sky blue?");
+  body["max_tokens"] = 12;
+  body["temperature"] = 0;
+  body["chat_template_kwargs"] = {{"enable_thinking", false}};
+  auto res = client.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const json reply = json::parse(res->body);
+  EXPECT_EQ(reply["model"], "tiny-chat");
+  EXPECT_EQ(reply["usage"]["completion_tokens"].get<int>() <= 12, true);
+  EXPECT_GT(reply["usage"]["prompt_tokens"].get<int>(), 5);
+  const std::string finish = reply["choices"][0]["finish_reason"];
+  EXPECT_TRUE(finish == "length" || finish == "stop") << finish;
+
+  // The same request streamed gives the same text (greedy), in pieces.
+  body["stream"] = true;
+  res = client.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::string streamed;
+  for (const std::string& payload : sse_payloads(res->body)) {
+    if (payload == "[DONE]") continue;
+    const json chunk = json::parse(payload);
+    if (!chunk["choices"].empty() && chunk["choices"][0]["delta"].contains("content"))
+      streamed += chunk["choices"][0]["delta"]["content"].get<std::string>();
+  }
+  EXPECT_EQ(streamed, reply["choices"][0]["message"]["content"].get<std::string>());
+
+  // A prompt longer than the context is a 400 that says so.
+  json too_long = chat_body(std::string(2000, 'x'));
+  res = client.Post("/v1/chat/completions", too_long.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+
+  ::kill(server.pid(), SIGTERM);
+  EXPECT_EQ(server.wait(milliseconds(10000)), 0);
+
+  // What cannot be served fails at start with one clear line.
+  auto r = run_command(shell_quote(fireline_binary()) + " serve no-such-model.fire --port 0");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("serving a real model is not wired yet"), std::string::npos) << r.err;
-  auto none = run_command(shell_quote(fireline_binary()) + " serve --port 0");
-  EXPECT_EQ(none.exit_code, 1);
-  EXPECT_NE(none.err.find("needs a MODEL"), std::string::npos) << none.err;
+  EXPECT_NE(r.err.find("unknown model 'no-such-model.fire'"), std::string::npos) << r.err;
+  auto no_tokenizer = run_command(shell_quote(fireline_binary()) + " serve " +
+                                  shell_quote(fixtures_dir() + "/gemma4-moe") + " --port 0 --backend cpu");
+  EXPECT_EQ(no_tokenizer.exit_code, 1);
+  EXPECT_NE(no_tokenizer.err.find("no tokenizer.json"), std::string::npos) << no_tokenizer.err;
   auto bad = run_command(shell_quote(fireline_binary()) + " serve --fake-engine --parallel 0 --port 0");
   EXPECT_EQ(bad.exit_code, 1);
   EXPECT_NE(bad.err.find("--parallel"), std::string::npos) << bad.err;

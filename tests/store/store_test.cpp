@@ -35,22 +35,6 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-#define EXPECT_ERROR_HAS(expr, needle)                                                              \
-  do {                                                                                              \
-    const std::string message_ = error_of([&] { (void)(expr); });                                   \
-    EXPECT_NE(message_.find(needle), std::string::npos) << "error: " << message_ << "\nwanted: " << (needle); \
-  } while (0)
-
 const std::string kSha = std::string(64, 'a');
 
 // ---- configuration ----

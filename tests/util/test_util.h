@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
+
 namespace fl::test {
 
 class TempDir {
@@ -39,4 +41,22 @@ std::string safetensors_from_header(const nlohmann::json& header, const std::str
 // Directory of the committed fixtures (tests/fixtures).
 std::string fixtures_dir();
 
+// The message of the fl::Error that f() throws, or "(no error)".
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
 }  // namespace fl::test
+
+// Expects `expr` to throw an fl::Error whose message contains `needle`.
+#define EXPECT_ERROR_HAS(expr, needle)                                                                    \
+  do {                                                                                                    \
+    const std::string message_ = ::fl::test::error_of([&] { (void)(expr); });                             \
+    EXPECT_NE(message_.find(needle), std::string::npos) << "error: " << message_ << "\nwanted: " << (needle); \
+  } while (0)

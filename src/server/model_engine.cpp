@@ -1,0 +1,312 @@
+#include "server/model_engine.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "core/log.h"
+#include "text/chat/reasoning_parser.h"
+
+namespace fl::server {
+namespace {
+
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// The request's tools as the OpenAI function objects the tool-call parser types parameters with.
+nlohmann::ordered_json tools_json(const std::vector<ToolDefinition>& tools) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& t : tools) {
+    nlohmann::ordered_json fn = {{"name", t.name}};
+    if (!t.description.empty()) fn["description"] = t.description;
+    nlohmann::ordered_json params = nlohmann::ordered_json::parse(t.parameters_json, nullptr, false);
+    fn["parameters"] = params.is_discarded() ? nlohmann::ordered_json::object() : params;
+    out.push_back({{"type", "function"}, {"function", std::move(fn)}});
+  }
+  return out;
+}
+
+// How many leading tokens of `prompt` the slot already holds, when it holds nothing else: the
+// sequence can then continue from there. At least one prompt token must stay to run (its logits
+// start the generation), so a prompt equal to what the slot holds is not a reuse.
+size_t reusable_prefix(const std::vector<int32_t>& held, const std::vector<int32_t>& prompt) {
+  if (held.empty() || held.size() >= prompt.size()) return 0;
+  return std::equal(held.begin(), held.end(), prompt.begin()) ? held.size() : 0;
+}
+
+}  // namespace
+
+ModelEngine::ModelEngine(Model& model, std::shared_ptr<const ModelText> text, ModelEngineConfig config)
+    : model_(model), text_(std::move(text)), config_(std::move(config)) {
+  if (config_.parallel < 1) fail("the engine needs at least one sequence, not {}", config_.parallel);
+  if (config_.context_length < 2) fail("the context must hold at least 2 tokens, not {}", config_.context_length);
+  if (config_.prefill_chunk < 1) fail("the prefill chunk must be at least 1 token, not {}", config_.prefill_chunk);
+  slots_.resize(static_cast<size_t>(config_.parallel));
+  for (Slot& s : slots_) s.seq = model_.new_sequence({config_.context_length, config_.kv_dtype, /*sliding_ring=*/true});
+}
+
+ModelEngine::~ModelEngine() = default;
+
+EngineInfo ModelEngine::info() const {
+  return {config_.model_id, config_.context_length, config_.parallel};
+}
+
+int ModelEngine::free_slots() const {
+  return static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](const Slot& s) { return !s.run; }));
+}
+
+bool ModelEngine::busy() const {
+  return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) { return s.run.has_value(); });
+}
+
+void ModelEngine::start(TaskId id, GenerationTask task) {
+  const auto n_prompt = static_cast<int64_t>(task.prompt_tokens.size());
+  if (n_prompt == 0) fail("the prompt has no tokens");
+  if (n_prompt >= config_.context_length)
+    fail("the prompt is {} tokens but the context holds {} (no room for an answer)", n_prompt, config_.context_length);
+  for (int32_t t : task.prompt_tokens)
+    if (t < 0 || t >= model_.vocab_size()) fail("token id {} is outside the vocabulary [0, {})", t, model_.vocab_size());
+  for (const auto& [t, bias] : task.sampling.logit_bias)
+    if (t >= model_.vocab_size())
+      fail("logit_bias names token {}, outside the vocabulary [0, {})", t, model_.vocab_size());
+  if (task.max_tokens < 1) fail("max_tokens must be at least 1, not {}", task.max_tokens);
+
+  // The free slot that already holds the longest prefix of this prompt; else the emptiest one.
+  Slot* best = nullptr;
+  size_t best_reuse = 0;
+  for (Slot& s : slots_) {
+    if (s.run) continue;
+    const size_t reuse = reusable_prefix(s.tokens, task.prompt_tokens);
+    if (!best || reuse > best_reuse || (reuse == best_reuse && best_reuse == 0 && s.tokens.size() < best->tokens.size())) {
+      best = &s;
+      best_reuse = reuse;
+    }
+  }
+  if (!best) fail("no free sequence (the server admitted more tasks than --parallel)");
+  Slot& slot = *best;
+
+  Running r;
+  r.id = id;
+  r.started_at = Clock::now();
+  r.sampler.emplace(task.sampling);  // validates the parameters
+  TokenStopPolicy policy;
+  policy.eos_ids = text_->defaults.eos_ids;
+  policy.max_tokens = task.max_tokens;
+  policy.context = config_.context_length;
+  r.stopper.emplace(std::move(policy));
+
+  TextStreamOptions options;
+  options.stop = task.stop;
+  if (task.kind == TaskKind::chat) {
+    options.reasoning = text_->format.reasoning;
+    if (options.reasoning) options.start_in_reasoning = chat::starts_in_reasoning(task.prompt_text, *options.reasoning);
+    options.max_reasoning_tokens = task.thinking.budget_tokens;
+    if (!task.tools.empty()) {
+      options.tool_calls = text_->format.tool_calls;
+      options.tools = tools_json(task.tools);
+    }
+  }
+  r.text.emplace(text_->tokenizer, std::move(options));
+
+  // Repetition penalties see the end of the prompt, as in `fireline run`.
+  const size_t window = static_cast<size_t>(std::max(0, task.sampling.penalty_last_n));
+  const auto& p = task.prompt_tokens;
+  for (size_t i = p.size() - std::min(p.size(), window); i < p.size(); ++i) r.sampler->accept(p[i]);
+
+  if (best_reuse == 0 && !slot.tokens.empty()) {
+    model_.reset_sequence(*slot.seq);
+    slot.tokens.clear();
+  }
+  r.cached = static_cast<int64_t>(best_reuse);
+  r.prefilled = r.cached;
+  r.task = std::move(task);
+  slot.run = std::move(r);
+}
+
+void ModelEngine::cancel(TaskId id) {
+  for (Slot& s : slots_)
+    if (s.run && s.run->id == id) s.run.reset();  // the sequence stays valid: `tokens` says what it holds
+}
+
+void ModelEngine::forget(Slot& slot) {
+  try {
+    model_.reset_sequence(*slot.seq);
+  } catch (const Error& e) {
+    log_warn("serve: could not reset a sequence after a failure: {}", e.what());
+  }
+  slot.tokens.clear();
+}
+
+void ModelEngine::fail_task(Slot& slot, const std::string& message, const EmitFn& emit) {
+  const TaskId id = slot.run->id;
+  Usage usage;
+  usage.prompt_tokens = static_cast<int64_t>(slot.run->task.prompt_tokens.size());
+  usage.completion_tokens = slot.run->generated;
+  slot.run.reset();
+  forget(slot);
+  emit(id, EngineEvent::finish(FinishReason::error, usage, {}, message));
+}
+
+void ModelEngine::emit_text(Running& r, std::vector<TextEvent>& events, const EmitFn& emit) {
+  for (TextEvent& e : events) {
+    switch (e.kind) {
+      case TextEvent::Kind::reasoning: emit(r.id, EngineEvent::reasoning(std::move(e.text))); break;
+      case TextEvent::Kind::content: emit(r.id, EngineEvent::content(std::move(e.text))); break;
+      case TextEvent::Kind::tool_call: {
+        ToolCallOutput call;
+        call.id = fmt::format("call_{:x}_{}", r.id, r.tool_calls++);
+        call.name = e.call.name;
+        call.arguments_json = e.call.arguments.dump();
+        emit(r.id, EngineEvent::tool(std::move(call)));
+        break;
+      }
+    }
+  }
+  events.clear();
+}
+
+void ModelEngine::finish(Slot& slot, StopCause cause, const EmitFn& emit) {
+  Running& r = *slot.run;
+  std::vector<TextEvent> events;
+  r.text->finish(events);
+  emit_text(r, events, emit);
+  const auto now = Clock::now();
+
+  Usage usage;
+  usage.prompt_tokens = static_cast<int64_t>(r.task.prompt_tokens.size());
+  usage.cached_prompt_tokens = r.cached;
+  usage.completion_tokens = r.generated;
+  usage.reasoning_tokens = r.text->reasoning_tokens();
+  Timings timings;
+  timings.prompt_ms = ms_between(r.started_at, r.prompt_done_at);
+  if (r.generated > 0) timings.generation_ms = ms_between(r.first_token_at, now);
+
+  FinishReason reason = FinishReason::stop;
+  switch (cause) {
+    case StopCause::max_tokens:
+    case StopCause::context_full: reason = FinishReason::length; break;
+    case StopCause::cancelled: reason = FinishReason::cancelled; break;
+    default: reason = r.tool_calls > 0 ? FinishReason::tool_calls : FinishReason::stop; break;
+  }
+  const TaskId id = r.id;
+  slot.run.reset();  // the slot keeps its tokens for the next prompt that extends them
+  emit(id, EngineEvent::finish(reason, usage, timings));
+}
+
+int64_t ModelEngine::advance(Slot& slot, const EmitFn& emit) {
+  Running& r = *slot.run;
+  const int32_t token = r.sampler->sample(r.logits);
+  r.logits.clear();
+  r.sampler->accept(token);
+  if (++r.generated == 1) r.first_token_at = Clock::now();
+
+  // Positions in use once the tokens already queued are fed: the sampled token needs one more.
+  const auto n_past = static_cast<int64_t>(slot.tokens.size());
+  StopCause cause = r.stopper->check(token, r.generated, n_past);
+  if (cause == StopCause::eos_token) {
+    finish(slot, cause, emit);
+    return 1;
+  }
+  std::vector<TextEvent> events;
+  r.text->push(token, events);
+  emit_text(r, events, emit);
+  if (r.text->stop_matched()) cause = StopCause::stop_string;
+  if (cause != StopCause::none) {
+    finish(slot, cause, emit);
+    return 1;
+  }
+  r.to_feed.push_back(token);
+
+  if (r.text->reasoning_cap_reached()) {
+    // Close the thought by feeding the close marker's tokens; the answer follows.
+    const std::string inject = r.text->close_reasoning(events);
+    emit_text(r, events, emit);
+    int64_t forced = 0;
+    for (int32_t t : text_->tokenizer.encode(inject, /*add_special_tokens=*/false)) {
+      if (n_past + static_cast<int64_t>(r.to_feed.size()) >= config_.context_length) {
+        finish(slot, StopCause::context_full, emit);
+        return 1 + forced;
+      }
+      r.sampler->accept(t);
+      r.to_feed.push_back(t);
+      ++r.generated;
+      ++forced;
+    }
+    if (r.generated >= r.task.max_tokens) {
+      finish(slot, StopCause::max_tokens, emit);
+      return 1 + forced;
+    }
+    return 1 + forced;
+  }
+  return 1;
+}
+
+int64_t ModelEngine::step(const EmitFn& emit) {
+  int64_t generated = 0;
+
+  // 1. One prefill chunk, for the next slot (round robin) still reading its prompt.
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    const size_t i = (next_prefill_ + k) % slots_.size();
+    Slot& slot = slots_[i];
+    if (!slot.run) continue;
+    Running& r = *slot.run;
+    const auto n_prompt = static_cast<int64_t>(r.task.prompt_tokens.size());
+    if (r.prefilled >= n_prompt) continue;
+    next_prefill_ = i + 1;
+    const int64_t len = std::min(config_.prefill_chunk, n_prompt - r.prefilled);
+    std::span<const int32_t> chunk(r.task.prompt_tokens.data() + r.prefilled, static_cast<size_t>(len));
+    try {
+      std::vector<float> logits = model_.forward(*slot.seq, chunk, LogitsMode::last);
+      slot.tokens.insert(slot.tokens.end(), chunk.begin(), chunk.end());
+      r.prefilled += len;
+      if (r.prefilled == n_prompt) {
+        r.logits = std::move(logits);
+        r.prompt_done_at = Clock::now();
+      }
+    } catch (const Error& e) {
+      fail_task(slot, fmt::format("prefill failed: {}", e.what()), emit);
+    }
+    break;
+  }
+
+  // 2. One decode token for every slot that has one to feed, in one batch.
+  std::vector<Slot*> batch;
+  std::vector<Sequence*> seqs;
+  std::vector<int32_t> ids;
+  for (Slot& slot : slots_)
+    if (slot.run && !slot.run->to_feed.empty()) {
+      batch.push_back(&slot);
+      seqs.push_back(slot.seq.get());
+      ids.push_back(slot.run->to_feed.front());
+    }
+  if (!batch.empty()) {
+    try {
+      std::vector<float> logits = model_.forward_batch(seqs, ids);
+      const auto V = static_cast<size_t>(model_.vocab_size());
+      for (size_t b = 0; b < batch.size(); ++b) {
+        Running& r = *batch[b]->run;
+        batch[b]->tokens.push_back(ids[b]);
+        r.to_feed.pop_front();
+        if (r.to_feed.empty()) r.logits.assign(logits.begin() + b * V, logits.begin() + (b + 1) * V);
+      }
+    } catch (const Error& e) {
+      // Which sequence failed is unknown: every one in the batch may hold a partial step.
+      for (Slot* slot : batch) fail_task(*slot, fmt::format("decode failed: {}", e.what()), emit);
+    }
+  }
+
+  // 3. Sample where logits are fresh.
+  for (Slot& slot : slots_)
+    if (slot.run && !slot.run->logits.empty()) {
+      try {
+        generated += advance(slot, emit);
+      } catch (const Error& e) {
+        fail_task(slot, e.what(), emit);
+      }
+    }
+  return generated;
+}
+
+}  // namespace fl::server

@@ -1,0 +1,101 @@
+#pragma once
+// The real engine behind `fireline serve`: GenerationTasks run on a loaded Model, up to
+// `parallel` of them at once (continuous batching).
+//
+// Each of the `parallel` slots owns one Sequence, allocated once at construction (so the KV
+// memory is claimed when the server starts, never during a request). A step does, in order:
+//
+//   1. one prefill chunk (at most `prefill_chunk` tokens) for one slot that is still reading its
+//      prompt, taking turns between such slots, so that a long prompt delays the others' next
+//      token by one chunk at most;
+//   2. one decode token for every slot that has a token to feed, all in one Model::forward_batch
+//      (each weight is read once per step for the whole batch);
+//   3. for every slot with fresh logits: sample, check EOS / max_tokens / context, run the text
+//      stage (TextStream: detokenizer, stop strings, reasoning and tool-call parsers) and emit
+//      what it produced; a thought that reaches its budget is closed by feeding the close
+//      marker's tokens (they count as generated tokens and are not shown).
+//
+// Prefix reuse: a finished slot keeps its tokens. A new task goes to the free slot whose tokens
+// are the longest prefix of its prompt (a chat's next turn finds its conversation) and runs only
+// the rest (usage.cached_prompt_tokens); otherwise the slot starts over (Model::reset_sequence).
+//
+// Not enforced here (yet): tool_choice "required" / a named function, and response_format
+// json_object; both reach the model only through the chat template.
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "runtime/prompt_builder.h"
+#include "runtime/sampler.h"
+#include "runtime/stop_conditions.h"
+#include "runtime/text_stream.h"
+#include "server/engine.h"
+
+namespace fl::server {
+
+struct ModelEngineConfig {
+  std::string model_id;          // what /v1/models lists
+  int64_t context_length = 4096;  // positions per sequence (prompt + generated)
+  int parallel = 4;               // slots (sequences) decoded together
+  DType kv_dtype = DType::f32;
+  int64_t prefill_chunk = 512;    // most prompt tokens per forward (LoadOptions::max_tokens)
+};
+
+class ModelEngine final : public Engine {
+ public:
+  // `model` must outlive the engine; `text` gives the tokenizer, EOS ids and chat conventions.
+  // Allocates the slots' sequences; throws fl::Error when they do not fit.
+  ModelEngine(Model& model, std::shared_ptr<const ModelText> text, ModelEngineConfig config);
+  ~ModelEngine() override;
+
+  EngineInfo info() const override;
+  int free_slots() const override;
+  void start(TaskId id, GenerationTask task) override;
+  bool busy() const override;
+  int64_t step(const EmitFn& emit) override;
+  void cancel(TaskId id) override;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  struct Running {  // one task inside a slot
+    TaskId id = 0;
+    GenerationTask task;
+    std::optional<Sampler> sampler;
+    std::optional<TokenStopChecker> stopper;
+    std::optional<TextStream> text;
+    int64_t prefilled = 0;         // prompt tokens in the sequence
+    std::deque<int32_t> to_feed;   // decode tokens to append, in order (sampled, then forced)
+    std::vector<float> logits;     // [vocab] after the last token fed; empty when none is fresh
+    int64_t generated = 0;         // sampled and forced tokens
+    int64_t cached = 0;            // prompt tokens found in the slot
+    int tool_calls = 0;
+    Clock::time_point started_at, prompt_done_at, first_token_at;
+  };
+
+  struct Slot {
+    std::unique_ptr<Sequence> seq;
+    std::vector<int32_t> tokens;  // exactly what the sequence holds, in order
+    std::optional<Running> run;   // empty: free
+  };
+
+  // Samples from the slot's fresh logits and acts on the token; may finish the task.
+  int64_t advance(Slot& slot, const EmitFn& emit);
+  void emit_text(Running& r, std::vector<TextEvent>& events, const EmitFn& emit);
+  void finish(Slot& slot, StopCause cause, const EmitFn& emit);
+  void fail_task(Slot& slot, const std::string& message, const EmitFn& emit);
+  void forget(Slot& slot);  // the sequence's contents are unknown: start over next time
+
+  Model& model_;
+  std::shared_ptr<const ModelText> text_;
+  ModelEngineConfig config_;
+  std::vector<Slot> slots_;
+  size_t next_prefill_ = 0;  // round robin between prefilling slots
+};
+
+}  // namespace fl::server

@@ -1,0 +1,324 @@
+// ModelEngine (the engine behind `fireline serve`) on the tiny chat model, CPU backend: a task
+// gives exactly what the single-sequence Generator gives for the same prompt and sampling,
+// whether it runs alone or batched with others joining mid-way; a next turn reuses the slot's
+// tokens; stop strings, max_tokens, the thinking budget, cancel and bad tasks behave.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "core/error.h"
+#include "model/model.h"
+#include "runtime/generator.h"
+#include "server/model_engine.h"
+#include "util/test_util.h"
+#include "util/tiny_chat_model.h"
+
+namespace fl::server {
+namespace {
+
+namespace tiny = test::tiny;
+using nlohmann::ordered_json;
+
+// What the engine produced for one task.
+struct Outcome {
+  std::string content, reasoning;
+  int tool_calls = 0;
+  bool finished = false;
+  FinishReason reason = FinishReason::stop;
+  Usage usage;
+  std::string error;
+};
+
+class ModelEngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir;
+    source_ = open_model_source(tiny::make_model_dir(dir_->path() / "tiny")).release();
+    backend_ = make_backend("cpu").release();
+    LoadOptions load;
+    load.max_seq = kContext;
+    load.max_tokens = 64;
+    load.sequences = 4;
+    model_ = load_model(*source_, *backend_, load).release();
+    text_ = std::make_shared<const ModelText>(load_model_text(*source_));
+  }
+  static void TearDownTestSuite() {
+    delete model_;
+    delete backend_;
+    delete source_;
+    delete dir_;
+  }
+
+  static constexpr int64_t kContext = 256;
+
+  static std::unique_ptr<ModelEngine> engine(int parallel, int64_t chunk = 64) {
+    ModelEngineConfig c;
+    c.model_id = "tiny";
+    c.context_length = kContext;
+    c.parallel = parallel;
+    c.prefill_chunk = chunk;
+    return std::make_unique<ModelEngine>(*model_, text_, c);
+  }
+
+  // Greedy with a strong repetition penalty, so random weights walk through the vocabulary.
+  static SamplingParams greedy() {
+    SamplingParams s;
+    s.temperature = 0.0f;
+    s.repetition_penalty = 10.0f;
+    return s;
+  }
+
+  static Prompt chat_prompt(const std::string& user, ThinkMode think = ThinkMode::off) {
+    PromptRequest r;
+    r.messages = ordered_json::array({{{"role", "user"}, {"content", user}}});
+    r.think = think;
+    return PromptBuilder(text_).build(r);
+  }
+
+  static GenerationTask task(const Prompt& p, int64_t max_tokens, SamplingParams s = greedy()) {
+    GenerationTask t;
+    t.kind = TaskKind::chat;
+    t.prompt_text = p.text;
+    t.prompt_tokens = p.ids;
+    t.prompt_token_count = static_cast<int64_t>(p.ids.size());
+    t.sampling = std::move(s);
+    t.max_tokens = max_tokens;
+    return t;
+  }
+
+  // The single-sequence reference: the Generator on its own sequence.
+  static GenerationResult reference(const Prompt& p, const GenerationTask& t) {
+    EngineOptions o;
+    o.context = kContext;
+    o.prefill_chunk = 64;
+    Generator gen(*model_, text_, o);
+    GenerateRequest req;
+    req.sampling = t.sampling;
+    req.max_tokens = t.max_tokens;
+    req.stop = t.stop;
+    req.max_reasoning_tokens = t.thinking.budget_tokens;
+    return gen.generate(p, req);
+  }
+
+  // Steps until every task has finished (at most `max_steps` steps).
+  static void run(ModelEngine& e, std::map<TaskId, Outcome>& out, int max_steps = 2000) {
+    const EmitFn emit = [&](TaskId id, EngineEvent ev) { record(out[id], ev); };
+    for (int i = 0; i < max_steps && e.busy(); ++i) e.step(emit);
+    ASSERT_FALSE(e.busy()) << "tasks still running after " << max_steps << " steps";
+  }
+
+  static void record(Outcome& o, const EngineEvent& ev) {
+    EXPECT_FALSE(o.finished) << "an event after the finish";
+    switch (ev.kind) {
+      case EngineEvent::Kind::content: o.content += ev.text; break;
+      case EngineEvent::Kind::reasoning: o.reasoning += ev.text; break;
+      case EngineEvent::Kind::tool_call: ++o.tool_calls; break;
+      case EngineEvent::Kind::finish:
+        o.finished = true;
+        o.reason = ev.finish_reason;
+        o.usage = ev.usage;
+        o.error = ev.error;
+        break;
+    }
+  }
+
+  static void expect_same(const Outcome& got, const GenerationResult& want, const std::string& what) {
+    EXPECT_TRUE(got.finished) << what;
+    EXPECT_EQ(got.error, "") << what;
+    EXPECT_EQ(got.content, want.content) << what;
+    EXPECT_EQ(got.reasoning, want.reasoning) << what;
+    EXPECT_EQ(got.usage.completion_tokens, want.usage.completion_tokens) << what;
+    EXPECT_EQ(got.usage.reasoning_tokens, want.usage.reasoning_tokens) << what;
+    EXPECT_EQ(got.usage.prompt_tokens, want.usage.prompt_tokens) << what;
+    const FinishReason expected = want.finish_reason == fl::FinishReason::length   ? FinishReason::length
+                                  : want.finish_reason == fl::FinishReason::tool_calls ? FinishReason::tool_calls
+                                                                                       : FinishReason::stop;
+    EXPECT_EQ(got.reason, expected) << what;
+  }
+
+  static test::TempDir* dir_;
+  static ModelSource* source_;
+  static Backend* backend_;
+  static Model* model_;
+  static std::shared_ptr<const ModelText> text_;
+};
+test::TempDir* ModelEngineTest::dir_ = nullptr;
+ModelSource* ModelEngineTest::source_ = nullptr;
+Backend* ModelEngineTest::backend_ = nullptr;
+Model* ModelEngineTest::model_ = nullptr;
+std::shared_ptr<const ModelText> ModelEngineTest::text_;
+
+TEST_F(ModelEngineTest, OneTaskEqualsTheGenerator) {
+  auto e = engine(1);
+  EXPECT_EQ(e->info().model_id, "tiny");
+  EXPECT_EQ(e->info().context_length, kContext);
+  for (const char* q : {"Why is the sky blue?", "Tell me a story about the sea"}) {
+    const Prompt p = chat_prompt(q);
+    const GenerationTask t = task(p, 30);
+    std::map<TaskId, Outcome> out;
+    e->start(7, t);
+    EXPECT_EQ(e->free_slots(), 0);
+    run(*e, out);
+    expect_same(out[7], reference(p, t), q);
+    EXPECT_GE(out[7].usage.completion_tokens, 10) << q;
+    EXPECT_EQ(e->free_slots(), 1);
+  }
+}
+
+TEST_F(ModelEngineTest, BatchedTasksEqualTasksRunAlone) {
+  // Three tasks at once with different prompt lengths and budgets, prefilled 5 tokens per step so
+  // that prefill and decode interleave, and a fourth that joins while the others decode.
+  auto e = engine(4, /*chunk=*/5);
+  const std::vector<std::string> questions = {"Hi", "Why is the sky blue?", "Tell me a long story about the sea",
+                                              "What is two plus two?"};
+  const std::vector<int64_t> budgets = {25, 40, 18, 30};
+  std::vector<Prompt> prompts;
+  std::vector<GenerationTask> tasks;
+  for (size_t i = 0; i < questions.size(); ++i) {
+    prompts.push_back(chat_prompt(questions[i]));
+    SamplingParams s = greedy();
+    if (i == 3) s.temperature = 0.9f, s.seed = 1234, s.repetition_penalty = 1.0f;  // sampled, seeded
+    tasks.push_back(task(prompts[i], budgets[i], s));
+  }
+  std::map<TaskId, Outcome> out;
+  const EmitFn emit = [&](TaskId id, EngineEvent ev) { record(out[id], ev); };
+  for (TaskId id = 0; id < 3; ++id) e->start(id, tasks[id]);
+  EXPECT_EQ(e->free_slots(), 1);
+  for (int i = 0; i < 12; ++i) e->step(emit);
+  e->start(3, tasks[3]);
+  run(*e, out);
+  for (TaskId id = 0; id < 4; ++id) {
+    expect_same(out[id], reference(prompts[id], tasks[id]), questions[id]);
+    EXPECT_GE(out[id].usage.completion_tokens, 10) << "too short to show batching: " << questions[id];
+  }
+}
+
+TEST_F(ModelEngineTest, NextTurnReusesTheSlotsTokens) {
+  auto e = engine(2);
+  const Prompt first = chat_prompt("Tell me a story");
+  std::map<TaskId, Outcome> out;
+  e->start(1, task(first, 20));
+  run(*e, out);
+  ASSERT_EQ(out[1].usage.cached_prompt_tokens, 0);
+
+  // The next prompt holds the first one, the answer's tokens and more: everything the slot fed
+  // (the prompt and all generated tokens but the last) is found and not run again.
+  const GenerationResult answer = reference(first, task(first, 20));
+  Prompt next = first;
+  next.ids.insert(next.ids.end(), answer.tokens.begin(), answer.tokens.end());
+  const std::vector<int32_t> more = text_->tokenizer.encode(" and then?", false);
+  next.ids.insert(next.ids.end(), more.begin(), more.end());
+  next.text.clear();
+  const GenerationTask t = task(next, 15);
+  e->start(2, t);
+  run(*e, out);
+  EXPECT_EQ(out[2].usage.cached_prompt_tokens, static_cast<int64_t>(first.ids.size() + answer.tokens.size() - 1));
+  expect_same(out[2], reference(next, t), "next turn");
+
+  // An unrelated prompt starts over in a slot and still gives the reference answer.
+  const Prompt other = chat_prompt("Something else entirely");
+  e->start(3, task(other, 15));
+  run(*e, out);
+  EXPECT_EQ(out[3].usage.cached_prompt_tokens, 0);
+  expect_same(out[3], reference(other, task(other, 15)), "unrelated prompt");
+}
+
+TEST_F(ModelEngineTest, StopStringsMaxTokensAndTheThinkingBudget) {
+  auto e = engine(2);
+  std::map<TaskId, Outcome> out;
+
+  // A stop string taken from the middle of an unstopped answer ends it there, unprinted.
+  const Prompt p = chat_prompt("Tell me a story about the sea");
+  e->start(1, task(p, 40));
+  run(*e, out);
+  const std::string full = out[1].content;
+  ASSERT_GT(full.size(), 20u);
+  GenerationTask stopped = task(p, 40);
+  stopped.stop = {full.substr(10, 4)};
+  e->start(2, stopped);
+  run(*e, out);
+  EXPECT_EQ(out[2].reason, FinishReason::stop);
+  EXPECT_EQ(out[2].content, full.substr(0, full.find(stopped.stop[0])));
+
+  // max_tokens counts every generated token.
+  e->start(3, task(p, 5));
+  run(*e, out);
+  EXPECT_EQ(out[3].reason, FinishReason::length);
+  EXPECT_EQ(out[3].usage.completion_tokens, 5);
+
+  // Thinking on: the prompt opens a thought; a budget of 6 closes it and the answer follows.
+  const Prompt thinking = chat_prompt("Why is the sky blue?", ThinkMode::low);
+  // EOS ids are biased away: random weights would otherwise end the turn inside the thought.
+  SamplingParams no_eos = greedy();
+  no_eos.logit_bias = {{tiny::kEos, -100.0f}, {tiny::kTurnClose, -100.0f}, {tiny::kToolResponseOpen, -100.0f}};
+  GenerationTask budgeted = task(thinking, 30, no_eos);
+  budgeted.thinking.enabled = true;
+  budgeted.thinking.budget_tokens = 6;
+  e->start(4, budgeted);
+  run(*e, out);
+  EXPECT_FALSE(out[4].reasoning.empty());
+  EXPECT_EQ(out[4].usage.reasoning_tokens, 6) << out[4].reasoning;
+  EXPECT_EQ(out[4].usage.completion_tokens, 30);  // the forced close marker counts
+  EXPECT_FALSE(out[4].content.empty());
+  expect_same(out[4], reference(thinking, budgeted), "thinking budget");
+}
+
+TEST_F(ModelEngineTest, CancelFreesTheSlotAndEmitsNothingMore) {
+  auto e = engine(1);
+  std::map<TaskId, Outcome> out;
+  const EmitFn emit = [&](TaskId id, EngineEvent ev) { record(out[id], ev); };
+  const Prompt p = chat_prompt("Tell me a story");
+  e->start(1, task(p, 100));
+  for (int i = 0; i < 5; ++i) e->step(emit);
+  e->cancel(1);
+  EXPECT_FALSE(e->busy());
+  EXPECT_EQ(e->free_slots(), 1);
+  e->cancel(1);   // twice: ignored
+  e->cancel(99);  // unknown: ignored
+  const std::string before = out[1].content;
+  e->step(emit);
+  EXPECT_FALSE(out[1].finished);
+  EXPECT_EQ(out[1].content, before);
+
+  // The slot serves the next task normally.
+  e->start(2, task(p, 12));
+  run(*e, out);
+  expect_same(out[2], reference(p, task(p, 12)), "after cancel");
+}
+
+TEST_F(ModelEngineTest, TasksItCannotRunAreClearErrors) {
+  auto e = engine(1);
+  const Prompt p = chat_prompt("Hi");
+  GenerationTask empty = task(p, 5);
+  empty.prompt_tokens.clear();
+  EXPECT_ERROR_HAS(e->start(1, empty), "no tokens");
+  GenerationTask too_long = task(p, 5);
+  too_long.prompt_tokens.assign(kContext, tiny::kBos);
+  EXPECT_ERROR_HAS(e->start(1, too_long), "the prompt is 256 tokens but the context holds 256");
+  GenerationTask bad_id = task(p, 5);
+  bad_id.prompt_tokens.push_back(tiny::kVocab);
+  EXPECT_ERROR_HAS(e->start(1, bad_id), "token id 512 is outside the vocabulary");
+  GenerationTask bad_bias = task(p, 5);
+  bad_bias.sampling.logit_bias = {{100000, 1.0f}};
+  EXPECT_ERROR_HAS(e->start(1, bad_bias), "logit_bias names token 100000");
+  EXPECT_FALSE(e->busy());
+  EXPECT_EQ(e->free_slots(), 1);
+
+  e->start(1, task(p, 3));
+  EXPECT_ERROR_HAS(e->start(2, task(p, 3)), "no free sequence");
+}
+
+TEST_F(ModelEngineTest, ContextFullEndsWithLength) {
+  auto e = engine(1);
+  // A prompt a few positions short of the context: generation stops when it is full.
+  Prompt p = chat_prompt("Hi");
+  while (static_cast<int64_t>(p.ids.size()) < kContext - 4) p.ids.push_back(p.ids.back() == 70 ? 71 : 70);
+  std::map<TaskId, Outcome> out;
+  e->start(1, task(p, 100));
+  run(*e, out);
+  EXPECT_EQ(out[1].reason, FinishReason::length);
+  EXPECT_EQ(out[1].usage.completion_tokens, 5);  // 4 fed, the 5th sampled at the last position
+}
+
+}  // namespace
+}  // namespace fl::server
