@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include <gtest/gtest.h>
@@ -166,6 +167,32 @@ TEST_F(CliRun, DefaultModelIsBuiltIn) {
     ASSERT_EQ(named.exit_code, 0) << named.err;
     EXPECT_EQ(json::parse(named.out)["text"], j["text"]) << name;
   }
+}
+
+// `make run`'s main job (scripts/run-default): the built-in model tells a story in English and the
+// stats line gives the speeds.
+TEST_F(CliRun, MakeRunTellsAStory) {
+  const std::string build_dir = std::filesystem::path(test::fireline_binary()).parent_path().string();
+  auto r = test::run_command(q(test::fixtures_dir() + "/../../scripts/run-default") + " " + q(build_dir));
+  if (r.exit_code != 0 && r.err.find("built without the default model") != std::string::npos)
+    GTEST_SKIP() << "built with FIRELINE_EMBED_DEFAULT_MODEL=OFF";
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(std::regex_search(r.err, std::regex("generated [0-9]+ tokens, [0-9.]+ tok/s"))) << r.err;
+  // English: most words of the story are common English words.
+  int words = 0, common = 0;
+  const std::set<std::string> kCommon = {"the", "and", "of", "to", "a", "in", "he", "his", "that", "was",
+                                         "unto", "they", "it", "for", "i", "him", "with", "is", "not", "be"};
+  std::istringstream in(r.out.substr(r.out.find('\n') + 1));  // after the echoed command
+  for (std::string w; in >> w;) {
+    std::string lower;
+    for (char c : w)
+      if (std::isalpha(static_cast<unsigned char>(c))) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower.empty()) continue;
+    ++words;
+    common += kCommon.count(lower) ? 1 : 0;
+  }
+  EXPECT_GE(words, 20) << r.out;
+  EXPECT_GE(common * 5, words) << "fewer than one word in five is a common English word:\n" << r.out;
 }
 
 TEST_F(CliRun, ErrorsAUserCanActOn) {
