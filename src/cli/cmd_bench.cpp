@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/model_arg.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/model.h"
@@ -81,7 +82,7 @@ void run_bench(const BenchOptions& opt) {
   auto start = std::chrono::steady_clock::now();
   auto backend = make_backend(opt.backend);
   std::unique_ptr<ModelSource> source =
-      opt.like.empty() ? open_model_source(opt.model) : make_synthetic_source({opt.like, opt.format, 1});
+      opt.like.empty() ? open_model_source(resolve_model_arg(opt.model)) : make_synthetic_source({opt.like, opt.format, 1});
   const DType kv = kv_type(opt.kv);
   LoadOptions load;
   load.max_seq = std::max<int64_t>(opt.context + opt.gen_tokens + 3, opt.prompt_tokens + 1);
@@ -237,7 +238,7 @@ void run_bench(const BenchOptions& opt) {
 void add_bench_command(CLI::App& app) {
   auto opt = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed against the bandwidth roofline");
-  cmd->add_option("model", opt->model, "Model: a Hugging Face directory (or use --like)");
+  cmd->add_option("model", opt->model, "Model: a Hugging Face directory, a .fire file or a name from `fireline list` (or use --like)");
   std::string names;
   for (const auto& n : synthetic_model_names()) names += (names.empty() ? "" : ", ") + n;
   cmd->add_option("--like", opt->like, "Benchmark a synthetic model with these shapes: " + names);

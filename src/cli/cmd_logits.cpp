@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/model_arg.h"
 #include "core/error.h"
 #include "model/model.h"
 
@@ -60,7 +61,7 @@ void append_top(std::string& out, const float* row, int64_t n, int k) {
 void run_logits(const LogitsOptions& opt) {
   if (opt.ids.empty()) fail("--ids needs at least one token id");
   auto backend = make_backend(opt.backend);
-  auto source = open_model_source(opt.model);
+  auto source = open_model_source(resolve_model_arg(opt.model));
   SequenceOptions seq_opt;
   seq_opt.kv_dtype = parse_kv_type(opt.kv);
   seq_opt.max_seq = opt.max_seq > 0 ? opt.max_seq : static_cast<int64_t>(opt.ids.size()) + opt.generate;
@@ -103,7 +104,7 @@ void run_logits(const LogitsOptions& opt) {
 void add_logits_command(CLI::App& app) {
   auto opt = std::make_shared<LogitsOptions>();
   CLI::App* cmd = app.add_subcommand("logits", "Print a model's logits for given token ids as JSON");
-  cmd->add_option("model", opt->model, "Model: a Hugging Face directory or a .fire file")->required();
+  cmd->add_option("model", opt->model, "Model: a Hugging Face directory, a .fire file or a name from `fireline list`")->required();
   cmd->add_option("--ids", opt->ids, "Comma-separated token ids, e.g. 2,105,2364")->required()->delimiter(',');
   cmd->add_flag("--all-positions", opt->all_positions, "Logits for every position, not just the last");
   cmd->add_option("--generate", opt->generate, "Then generate N tokens greedily (listed in \"generated\")")

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/model_arg.h"
 #include "cli/progress.h"
 #include "core/error.h"
 #include "io/fire_file.h"
@@ -15,7 +16,8 @@
 namespace fl::cli {
 namespace {
 
-void run_verify(const std::string& path) {
+void run_verify(const std::string& arg) {
+  const std::string path = resolve_model_arg(arg);
   if (detect_model_file(path) != ModelFileKind::gguf)
     fail("{}: verify checks .fire files (a Hugging Face directory carries no recorded checksum)", path);
   FireFile fire(path);

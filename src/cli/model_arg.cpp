@@ -18,6 +18,11 @@ std::string resolve_model_arg(const std::string& arg) {
   const std::string as_embedded =
       arg.starts_with(kEmbeddedPrefix) ? arg : std::string(kEmbeddedPrefix) + arg;
   if (std::find(builtin.begin(), builtin.end(), as_embedded) != builtin.end()) return as_embedded;
+  // What can only be a path (a name has no '/' and no file suffix) is a missing file, not an
+  // unknown name.
+  if (arg.find('/') != std::string::npos || arg.ends_with(".fire") || arg.ends_with(".gguf") ||
+      arg.ends_with(".safetensors"))
+    fail("{}: no such file or directory", arg);
   return fl::resolve_model_arg(arg);  // the store, or the error that names `list` and `pull`
 }
 

@@ -6,8 +6,9 @@
 
 namespace fl::cli {
 
-// The source to open for `arg` (a path or "embedded:NAME"); throws fl::Error
-// "unknown model 'X' (see `fireline list`, or `fireline pull`)" when it names nothing.
+// The source to open for `arg` (a path or "embedded:NAME"); throws fl::Error when it names
+// nothing: "PATH: no such file or directory" for what looks like a path (a '/', or a .fire,
+// .gguf or .safetensors suffix), else "unknown model 'X' (see `fireline list`, or `fireline pull`)".
 std::string resolve_model_arg(const std::string& arg);
 
 // The model `run` uses when none is given: the built-in default model; throws fl::Error when the

@@ -167,6 +167,12 @@ TEST_F(CliRun, DefaultModelIsBuiltIn) {
     ASSERT_EQ(named.exit_code, 0) << named.err;
     EXPECT_EQ(json::parse(named.out)["text"], j["text"]) << name;
   }
+  // Other commands that take a MODEL take the name too.
+  auto logits = fireline("logits fireline-tiny --ids 2,10,11 --top 3");
+  ASSERT_EQ(logits.exit_code, 0) << logits.err;
+  EXPECT_EQ(json::parse(logits.out)["top"][0].size(), 3u);
+  auto shown = fireline("show fireline-tiny --json");
+  ASSERT_EQ(shown.exit_code, 0) << shown.err;
 }
 
 // `make run`'s main job (scripts/run-default): the built-in model tells a story in English and the
@@ -196,7 +202,7 @@ TEST_F(CliRun, MakeRunTellsAStory) {
 }
 
 TEST_F(CliRun, ErrorsAUserCanActOn) {
-  expect_clean_failure(fireline("run /no/such/model " + q("hi there") + " </dev/null"), "unknown model '/no/such/model' (see `fireline list`, or `fireline pull`)");
+  expect_clean_failure(fireline("run /no/such/model " + q("hi there") + " </dev/null"), "/no/such/model: no such file or directory");
   expect_clean_failure(fireline("run nosuchmodel </dev/null"), "unknown model 'nosuchmodel'");
   // A directory that is not a model, a file that is not a model, a model without a tokenizer.
   const std::string empty_dir = dir_->file("empty");
@@ -302,7 +308,8 @@ TEST_F(CliRun, ChatDropsOldTurnsToStayInTheContextAndSurvivesATooLongMessage) {
 TEST_F(CliRun, ChatNeedsAModel) {
   auto r = fireline("chat </dev/null");
   EXPECT_NE(r.exit_code, 0);
-  expect_clean_failure(fireline("chat /no/such/model </dev/null"), "unknown model");
+  expect_clean_failure(fireline("chat /no/such/model </dev/null"), "/no/such/model: no such file or directory");
+  expect_clean_failure(fireline("chat nosuchmodel </dev/null"), "unknown model 'nosuchmodel'");
 }
 
 // ---- docs/cli.md ----

@@ -165,7 +165,10 @@ TEST(ServeCli, ServesAModelAndRefusesWhatItCannotServe) {
   // What cannot be served fails at start with one clear line.
   auto r = run_command(shell_quote(fireline_binary()) + " serve no-such-model.fire --port 0");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_NE(r.err.find("unknown model 'no-such-model.fire'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("no-such-model.fire: no such file or directory"), std::string::npos) << r.err;
+  auto unknown = run_command(shell_quote(fireline_binary()) + " serve nosuchmodel --port 0");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_NE(unknown.err.find("unknown model 'nosuchmodel' (see `fireline list`"), std::string::npos) << unknown.err;
   auto no_tokenizer = run_command(shell_quote(fireline_binary()) + " serve " +
                                   shell_quote(fixtures_dir() + "/gemma4-moe") + " --port 0 --backend cpu");
   EXPECT_EQ(no_tokenizer.exit_code, 1);
