@@ -40,6 +40,7 @@ struct ServeOptions {
   int64_t max_seq = 0;  // 0: the model's context, at most 4096
   std::string backend;  // empty: cuda when available, else cpu
   std::string kv;       // empty: q8 on cuda, f32 on cpu
+  std::optional<uint64_t> seed;  // for requests without one
   int parallel = 4;
   bool detach = false;
   int queue = 0;
@@ -120,6 +121,7 @@ void run_serve(const ServeOptions& opt) {
   config.port = opt.port;
   config.api_key = opt.api_key_file.empty() ? opt.api_key : read_api_key_file(opt.api_key_file);
   config.max_waiting = opt.queue;
+  config.default_seed = opt.seed;
   config.max_body_bytes = static_cast<size_t>(opt.max_body);
   config.http.max_threads = opt.http_threads;
   config.http.request_timeout = seconds_option(opt.request_timeout_s, "--request-timeout");
@@ -209,6 +211,7 @@ void add_serve_command(CLI::App& app) {
                   "Context per sequence in tokens, prompt + output (default: the model's, at most 4096)");
   cmd->add_option("--backend", opt->backend, "cpu, cuda or cuda:N (default: cuda when available, else cpu)");
   cmd->add_option("--kv", opt->kv, "KV cache type: f32, bf16, q8 (default: q8 on cuda, f32 on cpu)");
+  cmd->add_option("--seed", opt->seed, "Sampling seed of requests that give none (default: a random one each)");
   cmd->add_option("--parallel", opt->parallel, "Sequences generated together (default 4)");
   cmd->add_flag("-d,--detach", opt->detach, "Run in the background: pid file and log under the fireline home");
   cmd->add_option("--queue", opt->queue,

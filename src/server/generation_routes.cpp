@@ -36,6 +36,7 @@ void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
   try {
     const auto body = parse_json_body(req.body, config_.requests);
     ChatRequest request = parse_chat_request(body, config_.requests, config_.sampling_defaults);
+    if (config_.default_seed && !body.contains("seed")) request.generation.sampling.seed = *config_.default_seed;
     PreparedPrompt prompt;
     try {
       prompt = frontend_->render_chat(request.prompt);
@@ -67,6 +68,7 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
   try {
     const auto body = parse_json_body(req.body, config_.requests);
     CompletionRequest request = parse_completion_request(body, config_.requests, config_.sampling_defaults);
+    if (config_.default_seed && !body.contains("seed")) request.generation.sampling.seed = *config_.default_seed;
     PreparedPrompt prompt;
     try {
       prompt = request.prompt_tokens ? frontend_->prepare_tokens(*request.prompt_tokens)

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -39,6 +40,7 @@ struct ServeConfig {
   HttpLimits http;
   RequestLimits requests;
   SamplingParams sampling_defaults;  // for fields a request leaves out (the model's generation_config)
+  std::optional<uint64_t> default_seed;  // the seed of requests that give none (else a random one each)
 };
 
 class Server {

@@ -178,6 +178,26 @@ TEST(ServeCli, ServesAModelAndRefusesWhatItCannotServe) {
   EXPECT_NE(bad.err.find("--parallel"), std::string::npos) << bad.err;
 }
 
+// The battery in CI against the built-in model on the CPU, counting only what a 14M-parameter
+// model can satisfy: no empty answers, no repetition loops, no errors. A fixed server seed makes
+// every answer the same from run to run (batched decode on the CPU equals decode alone).
+TEST(ServeCli, BatteryAgainstTheBuiltInModel) {
+  Child server({"serve", "--port", "0", "--backend", "cpu", "--parallel", "4", "--seed", "1"});
+  const std::string banner = server.read_line(milliseconds(30000));
+  const int port = port_in(banner);
+  ASSERT_GT(port, 0) << "banner: " << banner;
+  EXPECT_NE(banner.find("fireline-tiny on"), std::string::npos) << banner;
+  auto r = run_command(shell_quote(fireline_binary()) + " battery http://127.0.0.1:" + std::to_string(port) +
+                       " --max-tokens 64 --needle-words 300 --count empty,attractor");
+  const std::string all = r.out + r.err;
+  EXPECT_EQ(r.exit_code, 0) << all;
+  EXPECT_NE(all.find("turns=14 "), std::string::npos) << all;
+  EXPECT_NE(all.find("empty=0 attractor=0"), std::string::npos) << all;
+  EXPECT_NE(all.find("errors=0"), std::string::npos) << all;
+  ::kill(server.pid(), SIGTERM);
+  EXPECT_EQ(server.wait(milliseconds(10000)), 0);
+}
+
 TEST(ServeCli, SigtermDrainsTheStreamInFlightThenExits) {
   Child server({"serve", "--fake-engine", "--port", "0", "--fake-token-ms", "20"});
   const std::string banner = server.read_line(milliseconds(10000));
