@@ -60,8 +60,12 @@ GenerationResult Generator::run(const Prompt& prompt, const GenerateRequest& req
     text_options.reasoning = m.format.reasoning;
     text_options.start_in_reasoning = prompt.starts_in_reasoning;
     text_options.max_reasoning_tokens = request.max_reasoning_tokens.value_or(think_token_cap(request.prompt.think));
-    text_options.tool_calls = m.format.tool_calls;
-    text_options.tools = request.prompt.tools;
+    // Tool calls are parsed only when the request offers tools (as the server does): otherwise
+    // the markers are special tokens like any other and are dropped.
+    if (request.prompt.tools.is_array() && !request.prompt.tools.empty()) {
+      text_options.tool_calls = m.format.tool_calls;
+      text_options.tools = request.prompt.tools;
+    }
   }
   TextStream text(m.tokenizer, std::move(text_options));
 

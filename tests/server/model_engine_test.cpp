@@ -1,4 +1,4 @@
-// ModelEngine (the engine behind `fireline serve`) on the tiny chat model, CPU backend: a task
+// ModelEngine (the engine behind `fireline serve`) on the tiny chat models, CPU backend: a task
 // gives exactly what the single-sequence Generator gives for the same prompt and sampling,
 // whether it runs alone or batched with others joining mid-way; a next turn reuses the slot's
 // tokens; stop strings, max_tokens, the thinking budget, cancel and bad tasks behave.
@@ -29,29 +29,24 @@ struct Outcome {
   std::string error;
 };
 
-class ModelEngineTest : public ::testing::Test {
+// Each test runs on a Gemma 4 MoE and on a Qwen3.5 MoE (hybrid: linear-attention layers carry a
+// recurrent state that a reused sequence must reset) fixture, both with the tiny chat tokenizer.
+class ModelEngineTest : public ::testing::TestWithParam<std::string> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new test::TempDir;
-    source_ = open_model_source(tiny::make_model_dir(dir_->path() / "tiny")).release();
-    backend_ = make_backend("cpu").release();
+  void SetUp() override {
+    source_ = open_model_source(tiny::make_model_dir(dir_.path() / "tiny", GetParam()));
+    backend_ = make_backend("cpu");
     LoadOptions load;
     load.max_seq = kContext;
     load.max_tokens = 64;
     load.sequences = 4;
-    model_ = load_model(*source_, *backend_, load).release();
+    model_ = load_model(*source_, *backend_, load);
     text_ = std::make_shared<const ModelText>(load_model_text(*source_));
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    delete backend_;
-    delete source_;
-    delete dir_;
   }
 
   static constexpr int64_t kContext = 256;
 
-  static std::unique_ptr<ModelEngine> engine(int parallel, int64_t chunk = 64) {
+  std::unique_ptr<ModelEngine> engine(int parallel, int64_t chunk = 64) {
     ModelEngineConfig c;
     c.model_id = "tiny";
     c.context_length = kContext;
@@ -68,14 +63,14 @@ class ModelEngineTest : public ::testing::Test {
     return s;
   }
 
-  static Prompt chat_prompt(const std::string& user, ThinkMode think = ThinkMode::off) {
+  Prompt chat_prompt(const std::string& user, ThinkMode think = ThinkMode::off) {
     PromptRequest r;
     r.messages = ordered_json::array({{{"role", "user"}, {"content", user}}});
     r.think = think;
     return PromptBuilder(text_).build(r);
   }
 
-  static GenerationTask task(const Prompt& p, int64_t max_tokens, SamplingParams s = greedy()) {
+  GenerationTask task(const Prompt& p, int64_t max_tokens, SamplingParams s = greedy()) {
     GenerationTask t;
     t.kind = TaskKind::chat;
     t.prompt_text = p.text;
@@ -87,7 +82,7 @@ class ModelEngineTest : public ::testing::Test {
   }
 
   // The single-sequence reference: the Generator on its own sequence.
-  static GenerationResult reference(const Prompt& p, const GenerationTask& t) {
+  GenerationResult reference(const Prompt& p, const GenerationTask& t) {
     EngineOptions o;
     o.context = kContext;
     o.prefill_chunk = 64;
@@ -101,13 +96,13 @@ class ModelEngineTest : public ::testing::Test {
   }
 
   // Steps until every task has finished (at most `max_steps` steps).
-  static void run(ModelEngine& e, std::map<TaskId, Outcome>& out, int max_steps = 2000) {
+  void run(ModelEngine& e, std::map<TaskId, Outcome>& out, int max_steps = 2000) {
     const EmitFn emit = [&](TaskId id, EngineEvent ev) { record(out[id], ev); };
     for (int i = 0; i < max_steps && e.busy(); ++i) e.step(emit);
     ASSERT_FALSE(e.busy()) << "tasks still running after " << max_steps << " steps";
   }
 
-  static void record(Outcome& o, const EngineEvent& ev) {
+  void record(Outcome& o, const EngineEvent& ev) {
     EXPECT_FALSE(o.finished) << "an event after the finish";
     switch (ev.kind) {
       case EngineEvent::Kind::content: o.content += ev.text; break;
@@ -122,7 +117,7 @@ class ModelEngineTest : public ::testing::Test {
     }
   }
 
-  static void expect_same(const Outcome& got, const GenerationResult& want, const std::string& what) {
+  void expect_same(const Outcome& got, const GenerationResult& want, const std::string& what) {
     EXPECT_TRUE(got.finished) << what;
     EXPECT_EQ(got.error, "") << what;
     EXPECT_EQ(got.content, want.content) << what;
@@ -136,19 +131,14 @@ class ModelEngineTest : public ::testing::Test {
     EXPECT_EQ(got.reason, expected) << what;
   }
 
-  static test::TempDir* dir_;
-  static ModelSource* source_;
-  static Backend* backend_;
-  static Model* model_;
-  static std::shared_ptr<const ModelText> text_;
+  test::TempDir dir_;
+  std::unique_ptr<ModelSource> source_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Model> model_;
+  std::shared_ptr<const ModelText> text_;
 };
-test::TempDir* ModelEngineTest::dir_ = nullptr;
-ModelSource* ModelEngineTest::source_ = nullptr;
-Backend* ModelEngineTest::backend_ = nullptr;
-Model* ModelEngineTest::model_ = nullptr;
-std::shared_ptr<const ModelText> ModelEngineTest::text_;
 
-TEST_F(ModelEngineTest, OneTaskEqualsTheGenerator) {
+TEST_P(ModelEngineTest, OneTaskEqualsTheGenerator) {
   auto e = engine(1);
   EXPECT_EQ(e->info().model_id, "tiny");
   EXPECT_EQ(e->info().context_length, kContext);
@@ -165,7 +155,7 @@ TEST_F(ModelEngineTest, OneTaskEqualsTheGenerator) {
   }
 }
 
-TEST_F(ModelEngineTest, BatchedTasksEqualTasksRunAlone) {
+TEST_P(ModelEngineTest, BatchedTasksEqualTasksRunAlone) {
   // Three tasks at once with different prompt lengths and budgets, prefilled 5 tokens per step so
   // that prefill and decode interleave, and a fourth that joins while the others decode.
   auto e = engine(4, /*chunk=*/5);
@@ -193,7 +183,7 @@ TEST_F(ModelEngineTest, BatchedTasksEqualTasksRunAlone) {
   }
 }
 
-TEST_F(ModelEngineTest, NextTurnReusesTheSlotsTokens) {
+TEST_P(ModelEngineTest, NextTurnReusesTheSlotsTokens) {
   auto e = engine(2);
   const Prompt first = chat_prompt("Tell me a story");
   std::map<TaskId, Outcome> out;
@@ -223,7 +213,7 @@ TEST_F(ModelEngineTest, NextTurnReusesTheSlotsTokens) {
   expect_same(out[3], reference(other, task(other, 15)), "unrelated prompt");
 }
 
-TEST_F(ModelEngineTest, StopStringsMaxTokensAndTheThinkingBudget) {
+TEST_P(ModelEngineTest, StopStringsMaxTokensAndTheThinkingBudget) {
   auto e = engine(2);
   std::map<TaskId, Outcome> out;
 
@@ -263,7 +253,7 @@ TEST_F(ModelEngineTest, StopStringsMaxTokensAndTheThinkingBudget) {
   expect_same(out[4], reference(thinking, budgeted), "thinking budget");
 }
 
-TEST_F(ModelEngineTest, CancelFreesTheSlotAndEmitsNothingMore) {
+TEST_P(ModelEngineTest, CancelFreesTheSlotAndEmitsNothingMore) {
   auto e = engine(1);
   std::map<TaskId, Outcome> out;
   const EmitFn emit = [&](TaskId id, EngineEvent ev) { record(out[id], ev); };
@@ -286,7 +276,7 @@ TEST_F(ModelEngineTest, CancelFreesTheSlotAndEmitsNothingMore) {
   expect_same(out[2], reference(p, task(p, 12)), "after cancel");
 }
 
-TEST_F(ModelEngineTest, TasksItCannotRunAreClearErrors) {
+TEST_P(ModelEngineTest, TasksItCannotRunAreClearErrors) {
   auto e = engine(1);
   const Prompt p = chat_prompt("Hi");
   GenerationTask empty = task(p, 5);
@@ -308,7 +298,7 @@ TEST_F(ModelEngineTest, TasksItCannotRunAreClearErrors) {
   EXPECT_ERROR_HAS(e->start(2, task(p, 3)), "no free sequence");
 }
 
-TEST_F(ModelEngineTest, ContextFullEndsWithLength) {
+TEST_P(ModelEngineTest, ContextFullEndsWithLength) {
   auto e = engine(1);
   // A prompt a few positions short of the context: generation stops when it is full.
   Prompt p = chat_prompt("Hi");
@@ -319,6 +309,9 @@ TEST_F(ModelEngineTest, ContextFullEndsWithLength) {
   EXPECT_EQ(out[1].reason, FinishReason::length);
   EXPECT_EQ(out[1].usage.completion_tokens, 5);  // 4 fed, the 5th sampled at the last position
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, ModelEngineTest, ::testing::Values("gemma4-moe", "qwen35-moe"),
+                         [](const auto& info) { return info.param == "gemma4-moe" ? std::string("gemma4") : std::string("qwen35"); });
 
 }  // namespace
 }  // namespace fl::server
