@@ -22,7 +22,7 @@
 #include "model/qwen35.h"
 #include "model/synthetic.h"
 #include "util/test_util.h"
-#ifdef FIRELINE_HAVE_CUDA
+#ifdef FIRELINE_HAVE_GPU
 #include "backend/cuda/cuda_backend.h"
 #else
 namespace fl {
@@ -258,7 +258,7 @@ TEST_P(Qwen35Golden, GraphReplayIsByteIdenticalToEagerDecode) {
 }
 
 const std::string kBackends[] = {"cpu",
-#ifdef FIRELINE_HAVE_CUDA
+#ifdef FIRELINE_HAVE_GPU
                                   "cuda"
 #endif
 };

@@ -104,8 +104,8 @@ class CudaOps : public ::testing::Test {
     return out;
   }
 
-  // max |gpu - cpu| / max |cpu| over f32 outputs; NaN (an unwritten element) fails.
-  void expect_close(const Twin& t, float budget, const std::string& what) {
+  // max |gpu - cpu| / max(max |cpu|, min_scale) over f32 outputs; NaN (an unwritten element) fails.
+  void expect_close(const Twin& t, float budget, const std::string& what, float min_scale = 1e-30f) {
     std::vector<uint8_t> g = gpu_bytes(t);
     const float* gv = reinterpret_cast<const float*>(g.data());
     const float* cv = static_cast<const float*>(t.host.data());
@@ -118,7 +118,7 @@ class CudaOps : public ::testing::Test {
       float d = std::fabs(gv[i] - cv[i]);
       if (d > max_diff) max_diff = d, worst = i;
     }
-    EXPECT_LE(max_diff, budget * std::max(max_ref, 1e-30f))
+    EXPECT_LE(max_diff, budget * std::max(max_ref, min_scale))
         << what << ": element " << worst << " gpu " << gv[worst] << " cpu " << cv[worst] << " (max |ref| " << max_ref << ")";
   }
 
@@ -308,6 +308,154 @@ TEST_F(CudaOps, MoeRouteAndExperts) {
       }
     }
   }
+}
+
+// Columns [col0, col0 + heads * dim) of [T, width] rows as a strided [T, heads, dim] view, as the
+// Qwen3.5 model cuts q, k and v out of the convolved projection.
+Tensor head_view(const Tensor& rows, int64_t col0, int64_t heads, int64_t dim) {
+  Tensor out = rows.narrow(1, col0, heads * dim);
+  out.ndim = 3;
+  out.shape = {rows.shape[0], heads, dim, 0};
+  out.stride = {rows.stride[0], dim * 4, 4, 0};
+  return out;
+}
+
+// Gated DeltaNet (Qwen3.5). The conv sums the same products in the same order on both sides
+// (only silu's exp differs by an ulp) and moves its window bit for bit. The delta rule sums dk
+// products per column in a different order (lane groups, then shuffles) and contracts the state
+// update into FMAs, token after token: its budget is kSumBudget twice over. The GPU runs the
+// chunked form as the recurrence, so against the CPU's chunked form it gets the budget the CPU
+// tests give the two forms against each other (2e-5 of max(1, |ref|), linear_attention_test).
+TEST_F(CudaOps, LinearAttentionOpsMatchTheCpu) {
+  // ---- causal conv: a strided x, a window carried across two calls, several weight formats ----
+  for (DType type : kWeightTypes) {
+    if (!has_quant_format(type)) continue;
+    for (int64_t K : {4, 3})
+      for (auto [T1, T2] : {std::pair<int64_t, int64_t>{3, 1}, {1, 1}, {70, 130}, {2, 70}}) {
+        const int64_t C = 709;
+        SCOPED_TRACE(std::string(dtype_name(type)) + " K=" + std::to_string(K) + " T=" + std::to_string(T1) + "+" +
+                     std::to_string(T2));
+        Twin w = twin_random(type, {C, K}, 0.5f);
+        Twin state = twin_random(DType::f32, {K - 1, C});  // a warm window, as mid-sequence
+        for (int64_t T : {T1, T2}) {
+          Twin x = twin_random(DType::f32, {T, C + 13}, 2.0f);
+          Twin out = twin_output(DType::f32, {T, C});
+          cpu_->causal_conv1d(out.cpu, x.cpu.narrow(1, 5, C), w.cpu, state.cpu, Activation::silu);
+          gpu_->causal_conv1d(out.gpu, x.gpu.narrow(1, 5, C), w.gpu, state.gpu, Activation::silu);
+          expect_close(out, kUlpBudget * 4, "causal_conv1d out");
+          expect_identical(state, "causal_conv1d state");
+        }
+      }
+  }
+
+  // ---- gates: a_log / dt_bias as f32 and bf16, out of place and in place ----
+  for (DType type : {DType::f32, DType::bf16})
+    for (int64_t T : {1, 3, 70}) {
+      const int64_t nV = 48;
+      Twin a_log = twin_random(type, {nV}), dt_bias = twin_random(type, {nV});
+      Twin a = twin_random(DType::f32, {T, nV}, 8.0f), b = twin_random(DType::f32, {T, nV}, 4.0f);  // a + dt > 20 too
+      Twin g = twin_output(DType::f32, {T, nV}), beta = twin_output(DType::f32, {T, nV});
+      cpu_->delta_rule_gates(g.cpu, beta.cpu, a.cpu, b.cpu, a_log.cpu, dt_bias.cpu);
+      gpu_->delta_rule_gates(g.gpu, beta.gpu, a.gpu, b.gpu, a_log.gpu, dt_bias.gpu);
+      expect_close(g, kUlpBudget * 8, "delta_rule_gates g " + std::string(dtype_name(type)));
+      expect_close(beta, kUlpBudget * 4, "delta_rule_gates beta");
+      cpu_->delta_rule_gates(a.cpu, b.cpu, a.cpu, b.cpu, a_log.cpu, dt_bias.cpu);
+      gpu_->delta_rule_gates(a.gpu, b.gpu, a.gpu, b.gpu, a_log.gpu, dt_bias.gpu);
+      expect_close(a, kUlpBudget * 8, "delta_rule_gates g in place");
+      expect_close(b, kUlpBudget * 4, "delta_rule_gates beta in place");
+    }
+
+  // ---- the delta rule: q, k, v cut from one fused row, a warm state, both forms ----
+  struct Case {
+    int64_t nK, nV, dk, dv;
+  };
+  // Qwen3.5's head sizes; odd small ones; a dk that needs 8 threads per column
+  for (const Case& c : {Case{2, 4, 128, 128}, Case{1, 3, 36, 21}, Case{2, 6, 200, 40}})
+    for (int64_t T : {1, 3, 70, 130}) {
+      const int64_t width = 2 * c.nK * c.dk + c.nV * c.dv + 7;  // 7 spare columns: rows are not packed
+      std::uniform_real_distribution<float> decay(-2.5f, -0.005f), strength(0.0f, 1.0f);
+      std::vector<float> g_host(T * c.nV), beta_host(T * c.nV);
+      for (float& v : g_host) v = decay(rng_);
+      for (float& v : beta_host) v = strength(rng_);
+      Twin qkv = twin_random(DType::f32, {T, width});
+      Twin g = twin_bytes(DType::f32, {T, c.nV}, g_host.data()), beta = twin_bytes(DType::f32, {T, c.nV}, beta_host.data());
+      DeltaRuleParams p;
+      p.q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.dk)));
+      for (bool chunked : {false, true}) {
+        SCOPED_TRACE("nK=" + std::to_string(c.nK) + " nV=" + std::to_string(c.nV) + " dk=" + std::to_string(c.dk) +
+                     " dv=" + std::to_string(c.dv) + " T=" + std::to_string(T) + (chunked ? " chunked" : " recurrent"));
+        Twin state = twin_random(DType::f32, {c.nV, c.dk, c.dv}, 0.3f);
+        Twin out = twin_output(DType::f32, {T, c.nV, c.dv});
+        auto run = [&](Backend& backend, const Tensor& rows, Tensor o, Tensor s, const Tensor& gt, const Tensor& bt) {
+          const Tensor q = head_view(rows, 1, c.nK, c.dk), k = head_view(rows, 1 + c.nK * c.dk, c.nK, c.dk),
+                       v = head_view(rows, 1 + 2 * c.nK * c.dk, c.nV, c.dv);
+          if (chunked)
+            backend.gated_delta_rule_chunked(o, q, k, v, gt, bt, s, p);
+          else
+            backend.gated_delta_rule(o, q, k, v, gt, bt, s, p);
+        };
+        run(*cpu_, qkv.cpu, out.cpu, state.cpu, g.cpu, beta.cpu);
+        run(*gpu_, qkv.gpu, out.gpu, state.gpu, g.gpu, beta.gpu);
+        if (chunked) {
+          expect_close(out, 2e-5f, "gated_delta_rule_chunked out", 1.0f);
+          expect_close(state, 2e-5f, "gated_delta_rule_chunked state", 1.0f);
+        } else {
+          expect_close(out, 2 * kSumBudget, "gated_delta_rule out");
+          expect_close(state, 2 * kSumBudget, "gated_delta_rule state");
+        }
+      }
+    }
+
+  // ---- sigmoid gate: elementwise with a strided gate (attention's query gate), and per row ----
+  for (int64_t T : {1, 3, 70}) {
+    const int64_t heads = 5, D = 96, H = 333;
+    Twin x = twin_random(DType::f32, {T, heads, D}, 2.0f), query_gate = twin_random(DType::f32, {T, heads, 2 * D}, 3.0f);
+    cpu_->sigmoid_gate(x.cpu, query_gate.cpu.narrow(2, D, D));
+    gpu_->sigmoid_gate(x.gpu, query_gate.gpu.narrow(2, D, D));
+    expect_close(x, kUlpBudget * 4, "sigmoid_gate [R, N]");
+    Twin y = twin_random(DType::f32, {T, H}, 2.0f), row_gate = twin_random(DType::f32, {T, 3}, 3.0f);
+    cpu_->sigmoid_gate(y.cpu, row_gate.cpu.narrow(1, 2, 1));
+    gpu_->sigmoid_gate(y.gpu, row_gate.gpu.narrow(1, 2, 1));
+    expect_close(y, kUlpBudget * 4, "sigmoid_gate [R, 1]");
+  }
+}
+
+// A decode step's linear-attention ops recorded once as a CUDA graph and replayed: the kernels
+// take no host synchronisation or allocation, and each replay advances the carried states.
+TEST_F(CudaOps, LinearAttentionDecodeStepReplaysAsAGraph) {
+  const int64_t nK = 2, nV = 4, dk = 128, dv = 128, K = 4, C = 2 * nK * dk + nV * dv;
+  Twin qkv = twin_random(DType::f32, {1, C}, 2.0f), conv = twin_output(DType::f32, {1, C});
+  Twin taps = twin_random(DType::bf16, {C, K}, 0.5f), window = twin_random(DType::f32, {K - 1, C});
+  Twin a_log = twin_random(DType::bf16, {nV}), dt_bias = twin_random(DType::bf16, {nV});
+  Twin state = twin_random(DType::f32, {nV, dk, dv}, 0.3f), out = twin_output(DType::f32, {1, nV, dv});
+  Twin ab = twin_random(DType::f32, {1, 2 * nV}), gates = twin_output(DType::f32, {1, 2 * nV});
+  Twin head_gate = twin_random(DType::f32, {nV, 1});
+  DeltaRuleParams p;
+  p.q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+  auto body = [&](Backend& b, const Tensor& x, Tensor y, const Tensor& w, Tensor win, const Tensor& al,
+                  const Tensor& dt, Tensor s, Tensor o, const Tensor& ab_in, Tensor gb, const Tensor& hg) {
+    b.causal_conv1d(y, x, w, win, Activation::silu);
+    Tensor g = gb.narrow(1, 0, nV), beta = gb.narrow(1, nV, nV);
+    b.delta_rule_gates(g, beta, ab_in.narrow(1, 0, nV), ab_in.narrow(1, nV, nV), al, dt);
+    b.gated_delta_rule(o, head_view(y, 0, nK, dk), head_view(y, nK * dk, nK, dk), head_view(y, 2 * nK * dk, nV, dv),
+                       g, beta, s, p);
+    b.sigmoid_gate(o.reshape({nV, dv}), hg);
+  };
+  std::unique_ptr<CapturedSteps> graph = gpu_->capture([&] {
+    body(*gpu_, qkv.gpu, conv.gpu, taps.gpu, window.gpu, a_log.gpu, dt_bias.gpu, state.gpu, out.gpu, ab.gpu, gates.gpu,
+         head_gate.gpu);
+  });
+  for (int replay = 0; replay < 2; ++replay) {
+    body(*cpu_, qkv.cpu, conv.cpu, taps.cpu, window.cpu, a_log.cpu, dt_bias.cpu, state.cpu, out.cpu, ab.cpu, gates.cpu,
+         head_gate.cpu);
+    graph->replay();
+  }
+  gpu_->synchronize();
+  expect_identical(window, "conv window after two replays");
+  expect_close(conv, kUlpBudget * 4, "conv");
+  expect_close(gates, kUlpBudget * 8, "gates");
+  expect_close(state, 2 * kSumBudget, "delta rule state after two replays");
+  expect_close(out, 2 * kSumBudget, "gated output");
 }
 
 }  // namespace

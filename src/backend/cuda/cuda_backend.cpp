@@ -10,6 +10,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gpu_runtime.h"
+#include "backend/cuda/linear_attention.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/norm.cuh"
@@ -83,6 +84,21 @@ F32Rows f32_rows(const Tensor& t, const char* op) {
 
 void require_device(const Tensor& t, const char* op) {
   if (t.device != Device::cuda) fail("{}: tensor {} is not in GPU memory", op, t.describe());
+}
+
+// An f32 activation [T, heads, dim] with any token and head strides (a narrow() view of a fused
+// projection); element strides.
+struct F32Heads {
+  float* data;
+  int64_t tokens, heads, dim, token_stride, head_stride;
+};
+
+F32Heads f32_heads(const Tensor& t, const char* op, const char* what) {
+  require_device(t, op);
+  if (t.dtype != DType::f32 || t.ndim != 3) fail("{}: {} must be f32 [tokens, heads, dim], got {}", op, what, t.describe());
+  if (t.stride[2] != 4) fail("{}: innermost dimension of {} {} is not contiguous", op, what, t.describe());
+  if (t.stride[0] % 4 || t.stride[1] % 4) fail("{}: {} {} has strides that are not whole floats", op, what, t.describe());
+  return {static_cast<float*>(t.data), t.shape[0], t.shape[1], t.shape[2], t.stride[0] / 4, t.stride[1] / 4};
 }
 
 void same_shape(const F32Rows& a, const F32Rows& b, const char* op) {
@@ -439,23 +455,69 @@ class CudaBackend final : public Backend {
     check(cuda::launch_moe_combine(o.data, o.stride, y, w.data, ids.ptr<int32_t>(), T, K, H, stream_), "moe_experts combine");
   }
 
-  // Gated DeltaNet (Qwen3.5): the CPU oracle has these (cpu_linear_attention.cpp); the kernels
-  // have not landed yet, so a Qwen3.5 model fails here with a clear message instead of running.
-  void causal_conv1d(Tensor, const Tensor&, const Tensor&, Tensor, Activation) override {
-    not_yet("causal_conv1d");
+  // ---- Gated DeltaNet (Qwen3.5); shapes checked as the CPU oracle checks them ----
+  void causal_conv1d(Tensor out, const Tensor& x, const Tensor& weight, Tensor state, Activation act) override {
+    const char* op = "causal_conv1d";
+    OpTimer timer(*this, op, 8.0 * x.numel() + 8.0 * state.numel() + static_cast<double>(weight.nbytes()), 2);
+    F32Rows o = f32_rows(out, op), in = f32_rows(x, op), st = f32_rows(state, op);
+    require_device(weight, op);
+    const int64_t T = in.rows, C = in.cols, K = weight.cols();
+    if (o.rows != T || o.cols != C) fail("{}: out {} does not match x {}", op, out.describe(), x.describe());
+    if (!weight.is_contiguous() || weight.rows() != C || K < 1)
+      fail("{}: weight {} must be contiguous [{}, kernel]", op, weight.describe(), C);
+    if (st.rows != K - 1 || (K > 1 && st.cols != C))
+      fail("{}: state {} must be [{}, {}]", op, state.describe(), K - 1, C);
+    if (out.data == x.data) fail("{}: out must not alias x", op);
+    if (act != Activation::silu) fail("{}: only silu follows the convolution", op);
+    check(cuda::launch_causal_conv1d(o.data, o.stride, in.data, in.stride, st.data, st.stride, weight.data,
+                                     weight.dtype, weight.row_bytes(), T, C, K, stream_),
+          op);
   }
-  void delta_rule_gates(Tensor, Tensor, const Tensor&, const Tensor&, const Tensor&, const Tensor&) override {
-    not_yet("delta_rule_gates");
+
+  void delta_rule_gates(Tensor g, Tensor beta, const Tensor& a, const Tensor& b, const Tensor& a_log,
+                        const Tensor& dt_bias) override {
+    const char* op = "delta_rule_gates";
+    OpTimer timer(*this, op, 16.0 * a.numel());
+    F32Rows go = f32_rows(g, op), bo = f32_rows(beta, op), ai = f32_rows(a, op), bi = f32_rows(b, op);
+    const int64_t T = ai.rows, nV = ai.cols;
+    for (const F32Rows* m : {&go, &bo, &bi})
+      if (m->rows != T || m->cols != nV) fail("{}: g, beta, a and b must all be [{}, {}]", op, T, nV);
+    if (a_log.numel() != nV || dt_bias.numel() != nV)
+      fail("{}: A_log {} and dt_bias {} must have {} elements", op, a_log.describe(), dt_bias.describe(), nV);
+    auto vector_of = [&](const Tensor& w) {
+      require_device(w, op);
+      if (!w.is_contiguous()) fail("{}: weight {} must be contiguous", op, w.describe());
+      return cuda::WeightVector{w.data, w.dtype, w.cols(), w.row_bytes()};
+    };
+    check(cuda::launch_delta_rule_gates(go.data, go.stride, bo.data, bo.stride, ai.data, ai.stride, bi.data, bi.stride,
+                                        vector_of(a_log), vector_of(dt_bias), T, nV, stream_),
+          op);
   }
-  void gated_delta_rule(Tensor, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&, Tensor,
-                        const DeltaRuleParams&) override {
-    not_yet("gated_delta_rule");
+
+  void gated_delta_rule(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                        const Tensor& beta, Tensor state, const DeltaRuleParams& params) override {
+    run_delta_rule("gated_delta_rule", out, q, k, v, g, beta, state, params);
   }
-  void gated_delta_rule_chunked(Tensor, const Tensor&, const Tensor&, const Tensor&, const Tensor&, const Tensor&,
-                                Tensor, const DeltaRuleParams&) override {
-    not_yet("gated_delta_rule_chunked");
+
+  // The same function as gated_delta_rule; for now the GPU runs it in recurrent form too (one
+  // launch, the state read and written once per call), so prompts take one step per token. A
+  // chunked (WY/UT) kernel is later speed work; the results agree with the CPU's chunked form
+  // within what the two forms differ by on the CPU (tests/unit/linear_attention_test.cpp).
+  void gated_delta_rule_chunked(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                const Tensor& beta, Tensor state, const DeltaRuleParams& params) override {
+    if (params.chunk < 1) fail("gated_delta_rule_chunked: chunk must be positive (got {})", params.chunk);
+    run_delta_rule("gated_delta_rule_chunked", out, q, k, v, g, beta, state, params);
   }
-  void sigmoid_gate(Tensor, const Tensor&) override { not_yet("sigmoid_gate"); }
+
+  void sigmoid_gate(Tensor x, const Tensor& gate) override {
+    const char* op = "sigmoid_gate";
+    OpTimer timer(*this, op, 8.0 * x.numel() + 4.0 * gate.numel());
+    F32Rows xs = f32_rows(x, op), gs = f32_rows(gate, op);
+    if (gs.rows != xs.rows || (gs.cols != xs.cols && gs.cols != 1))
+      fail("{}: gate {} must be [{}, {}] or [{}, 1]", op, gate.describe(), xs.rows, xs.cols, xs.rows);
+    const bool per_row = gs.cols == 1 && xs.cols != 1;
+    check(cuda::launch_sigmoid_gate(xs.data, xs.stride, gs.data, gs.stride, per_row, xs.rows, xs.cols, stream_), op);
+  }
 
   void argmax(Tensor out_ids, const Tensor& logits) override {
     OpTimer timer(*this, "argmax", 4.0 * logits.numel());
@@ -494,7 +556,46 @@ class CudaBackend final : public Backend {
     double bytes;
     int kernels;
   };
-  [[noreturn]] static void not_yet(const char* op) { fail("{}: not implemented on CUDA yet", op); }
+
+  void run_delta_rule(const char* op, Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                      const Tensor& beta, Tensor state, const DeltaRuleParams& p) {
+    F32Heads qh = f32_heads(q, op, "q"), kh = f32_heads(k, op, "k"), vh = f32_heads(v, op, "v"),
+             oh = f32_heads(out, op, "out");
+    F32Rows gr = f32_rows(g, op), br = f32_rows(beta, op);
+    const int64_t T = qh.tokens, nK = qh.heads, dk = qh.dim, nV = vh.heads, dv = vh.dim;
+    if (kh.tokens != T || kh.heads != nK || kh.dim != dk)
+      fail("{}: k {} does not match q {}", op, k.describe(), q.describe());
+    if (vh.tokens != T || oh.tokens != T || oh.heads != nV || oh.dim != dv)
+      fail("{}: v {} and out {} must both be [{}, nV, dv]", op, v.describe(), out.describe(), T);
+    if (nK <= 0 || nV % nK) fail("{}: {} value heads cannot share {} key heads", op, nV, nK);
+    if (gr.rows != T || gr.cols != nV || br.rows != T || br.cols != nV)
+      fail("{}: g {} and beta {} must be [{}, {}]", op, g.describe(), beta.describe(), T, nV);
+    if (state.device != Device::cuda || state.dtype != DType::f32 || !state.is_contiguous() || state.ndim != 3 ||
+        state.shape[0] != nV || state.shape[1] != dk || state.shape[2] != dv)
+      fail("{}: state {} must be contiguous f32 [{}, {}, {}] in GPU memory", op, state.describe(), nV, dk, dv);
+    if (dk > cuda::kDeltaRuleMaxDk || nV > 65535)
+      fail("{}: key head size {} (at most {}) or {} value heads (at most 65535) is too large for this kernel", op, dk,
+           cuda::kDeltaRuleMaxDk, nV);
+    OpTimer timer(*this, op, 8.0 * state.numel() + 4.0 * (q.numel() + k.numel() + v.numel() + out.numel()));
+    cuda::DeltaRuleArgs a;
+    a.out = {oh.data, oh.token_stride, oh.head_stride};
+    a.q = {qh.data, qh.token_stride, qh.head_stride};
+    a.k = {kh.data, kh.token_stride, kh.head_stride};
+    a.v = {vh.data, vh.token_stride, vh.head_stride};
+    a.g = gr.data;
+    a.g_stride = gr.stride;
+    a.beta = br.data;
+    a.beta_stride = br.stride;
+    a.state = state.ptr<float>();
+    a.n_tokens = T;
+    a.n_k_heads = static_cast<int>(nK);
+    a.n_v_heads = static_cast<int>(nV);
+    a.dk = static_cast<int>(dk);
+    a.dv = static_cast<int>(dv);
+    a.q_scale = p.q_scale;
+    a.l2_eps = p.l2_eps;
+    check(cuda::launch_gated_delta_rule(a, stream_), op);
+  }
 
   // Device scratch shared by ops within one call (attention partials, expert intermediates). It
   // only grows; ops on one stream run in order, so reuse across ops is safe.

@@ -1,0 +1,65 @@
+#pragma once
+// Gated DeltaNet (Qwen3.5 linear attention): causal conv with a carried window, the delta-rule
+// gates, the gated delta rule itself, and the sigmoid output gate (linear_attention.cu). The
+// contracts are the Backend entries of the same names (backend/backend.h); the CPU oracle is
+// backend/cpu/cpu_linear_attention.cpp.
+// Launchers take raw device pointers, sizes, element strides and a stream, and return the
+// launch's cudaError_t; cuda_backend.cpp checks shapes and names the op. No fmt or other heavy
+// host headers: nvcc compiles this file.
+#include <cstdint>
+
+#include "backend/cuda/gpu_runtime.h"
+#include "core/dtype.h"
+
+namespace fl::cuda {
+
+// out[t, c] = silu(sum_j weight[c, j] * window[t + j][c]) over the window [state; x], then the
+// state takes the last K - 1 rows of that window. x, out [T, C] and state [K - 1, C] are f32
+// rows with element strides; weight rows are weight_row_bytes apart in weight_type. Two
+// launches: the state may only change once every output has read it.
+cudaError_t launch_causal_conv1d(float* out, int64_t out_stride, const float* x, int64_t x_stride, float* state,
+                                 int64_t state_stride, const void* weight, DType weight_type,
+                                 int64_t weight_row_bytes, int64_t n_tokens, int64_t channels, int64_t kernel,
+                                 cudaStream_t stream);
+
+// A small weight vector of any format: element n is column n % cols of row n / cols.
+struct WeightVector {
+  const void* data = nullptr;
+  DType type = DType::f32;
+  int64_t cols = 0, row_bytes = 0;
+};
+
+// g = -exp(a_log) * softplus(a + dt_bias), beta = sigmoid(b), over [T, nV] rows with element
+// strides (g may alias a, beta may alias b: each element is read before it is written).
+cudaError_t launch_delta_rule_gates(float* g, int64_t g_stride, float* beta, int64_t beta_stride, const float* a,
+                                    int64_t a_stride, const float* b, int64_t b_stride, WeightVector a_log,
+                                    WeightVector dt_bias, int64_t n_tokens, int64_t n_v_heads, cudaStream_t stream);
+
+// An f32 activation [T, heads, dim] with element strides per token and per head.
+template <typename T>
+struct HeadsArg {
+  T* data = nullptr;
+  int64_t token_stride = 0, head_stride = 0;
+};
+
+struct DeltaRuleArgs {
+  HeadsArg<float> out;              // [T, nV, dv]
+  HeadsArg<const float> q, k, v;  // q, k [T, nK, dk]; v [T, nV, dv]
+  const float* g = nullptr;
+  const float* beta = nullptr;  // [T, nV] rows
+  int64_t g_stride = 0, beta_stride = 0;
+  float* state = nullptr;  // [nV, dk, dv], contiguous
+  int64_t n_tokens = 0;
+  int n_k_heads = 0, n_v_heads = 0, dk = 0, dv = 0;
+  float q_scale = 1.0f, l2_eps = 1e-6f;
+};
+// The largest key head size the recurrent kernel holds in registers.
+constexpr int kDeltaRuleMaxDk = 1024;
+// The recurrent gated delta rule over all T tokens in one launch (see linear_attention.cu).
+cudaError_t launch_gated_delta_rule(const DeltaRuleArgs& args, cudaStream_t stream);
+
+// x *= sigmoid(gate): gate [R, N] (per_row false) or [R, 1] (per_row true); element strides.
+cudaError_t launch_sigmoid_gate(float* x, int64_t x_stride, const float* gate, int64_t gate_stride, bool per_row,
+                                int64_t rows, int64_t cols, cudaStream_t stream);
+
+}  // namespace fl::cuda
