@@ -1,6 +1,7 @@
 // The CUDA backend: Backend ops on device memory. This file is the one dispatch point from the
-// typed op entries to the kernel launchers (kernels.cuh); it checks shapes on the host, passes raw
-// pointers and element strides, and turns every CUDA error into an fl::Error naming the op.
+// typed op entries to the kernel launchers (one .cuh per op family: matmul, norm, attention, moe,
+// elementwise, linear_attention); it checks shapes on the host, passes raw pointers and element
+// strides, and turns every CUDA error into an fl::Error naming the op.
 #include <algorithm>
 #include <mutex>
 #include <vector>
