@@ -109,6 +109,7 @@ void ModelEngine::start(TaskId id, GenerationTask task) {
     }
   }
   r.text.emplace(text_->tokenizer, std::move(options));
+  if (task.response_format == ResponseFormat::json_object) r.json.emplace();
 
   // Repetition penalties see the end of the prompt, as in `fireline run`.
   const size_t window = static_cast<size_t>(std::max(0, task.sampling.penalty_last_n));
@@ -195,9 +196,32 @@ void ModelEngine::finish(Slot& slot, StopCause cause, const EmitFn& emit) {
   emit(id, EngineEvent::finish(reason, usage, timings));
 }
 
+const std::string& ModelEngine::token_text(int32_t id) {
+  if (token_texts_.empty()) {
+    const Tokenizer& tok = text_->tokenizer;
+    token_texts_.resize(static_cast<size_t>(model_.vocab_size()));
+    for (int32_t t = 0; t < model_.vocab_size() && t < tok.vocab_size(); ++t)
+      if (!tok.is_special(t)) token_texts_[static_cast<size_t>(t)] = tok.decode(std::span<const int32_t>(&t, 1));
+  }
+  return token_texts_[static_cast<size_t>(id)];
+}
+
+int32_t ModelEngine::sample_json(Running& r) {
+  return sample_allowed(*r.sampler, r.logits, [&](int32_t t) {
+    if (r.stopper->is_eos(t)) return r.json->complete();
+    const std::string& piece = token_text(t);
+    if (piece.empty()) return false;  // special tokens, and ids past the tokenizer's vocabulary
+    JsonPrefix trial = *r.json;
+    return trial.feed(piece);
+  });
+}
+
 int64_t ModelEngine::advance(Slot& slot, const EmitFn& emit) {
   Running& r = *slot.run;
-  const int32_t token = r.sampler->sample(r.logits);
+  const bool constrained = r.json && !r.text->in_reasoning();
+  const int32_t token = constrained ? sample_json(r) : r.sampler->sample(r.logits);
+  if (token < 0) fail("JSON mode: no token of the vocabulary can continue the JSON object");
+  if (constrained && !r.stopper->is_eos(token)) r.json->feed(token_text(token));
   r.logits.clear();
   r.sampler->accept(token);
   if (++r.generated == 1) r.first_token_at = Clock::now();
@@ -213,6 +237,7 @@ int64_t ModelEngine::advance(Slot& slot, const EmitFn& emit) {
   r.text->push(token, events);
   emit_text(r, events, emit);
   if (r.text->stop_matched()) cause = StopCause::stop_string;
+  if (cause == StopCause::none && r.json && r.json->complete()) cause = StopCause::eos_token;  // the object is whole
   if (cause != StopCause::none) {
     finish(slot, cause, emit);
     return 1;

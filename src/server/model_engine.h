@@ -19,8 +19,12 @@
 // are the longest prefix of its prompt (a chat's next turn finds its conversation) and runs only
 // the rest (usage.cached_prompt_tokens); otherwise the slot starts over (Model::reset_sequence).
 //
-// Not enforced here (yet): tool_choice "required" / a named function, and response_format
-// json_object; both reach the model only through the chat template.
+// JSON mode (response_format json_object): outside a thought, each sampled token must keep the
+// answer a prefix of one JSON object (runtime/json_prefix.h); special tokens are refused, EOS
+// is allowed only once the object is complete, and the answer ends as soon as it is.
+//
+// Not enforced here (yet): tool_choice "required" / a named function, which reaches the model
+// only through the chat template.
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -30,6 +34,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "runtime/json_prefix.h"
 #include "runtime/prompt_builder.h"
 #include "runtime/sampler.h"
 #include "runtime/stop_conditions.h"
@@ -69,6 +74,7 @@ class ModelEngine final : public Engine {
     std::optional<Sampler> sampler;
     std::optional<TokenStopChecker> stopper;
     std::optional<TextStream> text;
+    std::optional<JsonPrefix> json;  // JSON mode: the answer so far
     int64_t prefilled = 0;         // prompt tokens in the sequence
     std::deque<int32_t> to_feed;   // decode tokens to append, in order (sampled, then forced)
     std::vector<float> logits;     // [vocab] after the last token fed; empty when none is fresh
@@ -90,12 +96,16 @@ class ModelEngine final : public Engine {
   void finish(Slot& slot, StopCause cause, const EmitFn& emit);
   void fail_task(Slot& slot, const std::string& message, const EmitFn& emit);
   void forget(Slot& slot);  // the sequence's contents are unknown: start over next time
+  // JSON mode: the next token, or -1 when none can continue the object.
+  int32_t sample_json(Running& r);
+  const std::string& token_text(int32_t id);  // decoded alone; "" for special tokens
 
   Model& model_;
   std::shared_ptr<const ModelText> text_;
   ModelEngineConfig config_;
   std::vector<Slot> slots_;
   size_t next_prefill_ = 0;  // round robin between prefilling slots
+  std::vector<std::string> token_texts_;  // filled on the first JSON-mode task
 };
 
 }  // namespace fl::server

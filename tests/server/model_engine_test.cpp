@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "model/model.h"
+#include "runtime/json_prefix.h"
 #include "runtime/generator.h"
 #include "server/model_engine.h"
 #include "util/test_util.h"
@@ -251,6 +252,41 @@ TEST_P(ModelEngineTest, StopStringsMaxTokensAndTheThinkingBudget) {
   EXPECT_EQ(out[4].usage.completion_tokens, 30);  // the forced close marker counts
   EXPECT_FALSE(out[4].content.empty());
   expect_same(out[4], reference(thinking, budgeted), "thinking budget");
+}
+
+TEST_P(ModelEngineTest, JsonModeKeepsTheAnswerOneObject) {
+  auto e = engine(2);
+  std::map<TaskId, Outcome> out;
+  const Prompt p = chat_prompt("Answer in JSON");
+  // Free: whatever the random model writes is a prefix of one JSON object.
+  GenerationTask free_task = task(p, 40);
+  free_task.response_format = ResponseFormat::json_object;
+  e->start(1, free_task);
+  // Pushed to close early: the object completes and the answer ends right there.
+  GenerationTask closing = task(p, 40);
+  closing.response_format = ResponseFormat::json_object;
+  for (int32_t id : text_->tokenizer.encode("}", false)) closing.sampling.logit_bias.push_back({id, 30.0f});
+  e->start(2, closing);
+  run(*e, out);
+  for (TaskId id : {TaskId{1}, TaskId{2}}) {
+    JsonPrefix prefix;
+    EXPECT_TRUE(prefix.feed(out[id].content)) << out[id].content;
+    EXPECT_EQ(out[id].content.find_first_not_of(" \t\r\n"), out[id].content.find('{'))
+        << ::testing::PrintToString(out[id].content);
+    if (out[id].reason == FinishReason::stop) {
+      EXPECT_TRUE(prefix.complete()) << out[id].content;
+      EXPECT_TRUE(nlohmann::json::parse(out[id].content).is_object()) << out[id].content;
+    }
+  }
+  EXPECT_EQ(out[2].reason, FinishReason::stop) << out[2].content;
+  EXPECT_LT(out[2].usage.completion_tokens, 40);
+  EXPECT_GE(out[1].usage.completion_tokens, 5);
+
+  // Without JSON mode the same prompt does not start an object.
+  e->start(3, task(p, 10));
+  run(*e, out);
+  ASSERT_FALSE(out[3].content.empty());
+  EXPECT_NE(out[3].content.find_first_not_of(" \t\r\n"), out[3].content.find('{')) << out[3].content;
 }
 
 TEST_P(ModelEngineTest, CancelFreesTheSlotAndEmitsNothingMore) {

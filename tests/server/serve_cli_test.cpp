@@ -12,6 +12,7 @@
 #include <regex>
 #include <thread>
 
+#include "runtime/json_prefix.h"
 #include "server_test_util.h"
 #include "util/run_command.h"
 #include "util/test_util.h"
@@ -152,6 +153,18 @@ TEST(ServeCli, ServesAModelAndRefusesWhatItCannotServe) {
       streamed += chunk["choices"][0]["delta"]["content"].get<std::string>();
   }
   EXPECT_EQ(streamed, reply["choices"][0]["message"]["content"].get<std::string>());
+
+  // JSON mode: the answer is (a prefix of) one JSON object.
+  json json_body = chat_body("Reply in JSON.");
+  json_body["max_tokens"] = 16;
+  json_body["response_format"] = {{"type", "json_object"}};
+  res = client.Post("/v1/chat/completions", json_body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  const std::string object = json::parse(res->body)["choices"][0]["message"]["content"];
+  JsonPrefix prefix;
+  EXPECT_TRUE(prefix.feed(object)) << object;
+  EXPECT_EQ(object.find_first_not_of(" \t\r\n"), object.find('{')) << object;
 
   // A prompt longer than the context is a 400 that says so.
   json too_long = chat_body(std::string(2000, 'x'));

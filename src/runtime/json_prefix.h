@@ -1,0 +1,69 @@
+#pragma once
+// JSON mode (`response_format: {"type": "json_object"}`): generation may only write text that is
+// a prefix of one JSON object (RFC 8259), and may only end once the object is complete.
+//
+// JsonPrefix is the incremental check: a pushdown automaton fed byte by byte, cheap to copy, so
+// that a candidate token is tried on a copy and kept only when every byte of its text is
+// accepted. Strings take any byte >= 0x20 except an unescaped quote or backslash (UTF-8 is not
+// checked, as JSON parsers read bytes); whitespace is allowed wherever RFC 8259 allows it, but at
+// most kMaxWhitespaceRun bytes in a row, so a model cannot stall in blank space forever.
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace fl {
+
+class Sampler;
+
+class JsonPrefix {
+ public:
+  static constexpr int kMaxDepth = 64;
+  static constexpr int kMaxWhitespaceRun = 16;
+
+  // False (and the state is then unspecified) when the byte cannot continue a JSON object.
+  bool feed(char c);
+  bool feed(std::string_view text);
+  // The bytes so far are one whole object (trailing whitespace allowed).
+  bool complete() const { return done_; }
+
+ private:
+  enum class Expect : uint8_t {
+    document,      // nothing yet: only '{' (after whitespace)
+    key_or_close,  // after '{'
+    key,           // after ',' in an object
+    colon,
+    value,
+    value_or_close,  // after '['
+    comma_or_close,
+    string,
+    string_escape,
+    string_hex,
+    number,
+    literal,
+  };
+  enum class Number : uint8_t { minus, zero, integer, dot, fraction, exp, exp_sign, exp_digits };
+
+  bool value_start(char c);
+  bool after_value(char c);  // the byte after a number or literal ended
+  void end_value();          // a value (or key) just ended
+  static bool whitespace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+  Expect expect_ = Expect::document;
+  bool string_is_key_ = false;
+  Number number_ = Number::zero;
+  uint8_t hex_left_ = 0;
+  const char* literal_ = nullptr;  // the rest of true / false / null still to come
+  uint8_t whitespace_run_ = 0;
+  bool done_ = false;
+  uint8_t depth_ = 0;
+  uint64_t is_array_ = 0;  // bit d: container at depth d + 1 is an array
+};
+
+// One token from `logits` that `allowed` accepts: the sampler's choice when allowed, else its
+// next choice with the refused tokens removed (a few tries), else a scan of the whole vocabulary.
+// Returns -1 when no token is allowed. The sampler's state advances as for an ordinary sample.
+int32_t sample_allowed(Sampler& sampler, std::span<const float> logits, const std::function<bool(int32_t)>& allowed);
+
+}  // namespace fl
