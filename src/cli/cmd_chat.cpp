@@ -108,7 +108,8 @@ void run_chat_loop(LoadedModel& loaded, const GenerationFlags& flags) {
 namespace {
 
 void run_chat(const ChatOptions& opt) {
-  LoadedModel loaded = load_for_generation(resolve_model_arg(opt.model), opt.gen);
+  LoadedModel loaded =
+      load_for_generation(opt.model.empty() ? default_model_path() : resolve_model_arg(opt.model), opt.gen);
   run_chat_loop(loaded, opt.gen);
 }
 
@@ -117,7 +118,9 @@ void run_chat(const ChatOptions& opt) {
 void add_chat_command(CLI::App& app) {
   auto opt = std::make_shared<ChatOptions>();
   CLI::App* cmd = app.add_subcommand("chat", "Chat with a model on stdin (/clear, /exit)");
-  cmd->add_option("model", opt->model, "Model: a Hugging Face directory or a .fire file")->required();
+  cmd->add_option("model", opt->model,
+                  "Model: a Hugging Face directory, a .fire file or a name from `fireline list` (default: the "
+                  "built-in model)");
   add_generation_flags(cmd, opt->gen);
   cmd->callback([opt] { run_chat(*opt); });
 }

@@ -305,9 +305,14 @@ TEST_F(CliRun, ChatDropsOldTurnsToStayInTheContextAndSurvivesATooLongMessage) {
   EXPECT_EQ(turns, 5);  // every turn but the one that cannot fit
 }
 
-TEST_F(CliRun, ChatNeedsAModel) {
-  auto r = fireline("chat </dev/null");
-  EXPECT_NE(r.exit_code, 0);
+TEST_F(CliRun, ChatWithoutAModelUsesTheBuiltInOne) {
+  auto r = test::run_command("printf 'Tell me a story.\\n' | " + test::fireline_binary() +
+                             " chat --temperature 0 --max-tokens 8");
+  if (r.exit_code != 0 && r.err.find("built without the default model") != std::string::npos)
+    GTEST_SKIP() << "built with FIRELINE_EMBED_DEFAULT_MODEL=OFF";
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(r.out.empty());
+  EXPECT_NE(r.err.find("generated "), std::string::npos) << r.err;
   expect_clean_failure(fireline("chat /no/such/model </dev/null"), "/no/such/model: no such file or directory");
   expect_clean_failure(fireline("chat nosuchmodel </dev/null"), "unknown model 'nosuchmodel'");
 }
