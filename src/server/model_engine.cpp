@@ -108,8 +108,18 @@ void ModelEngine::start(TaskId id, GenerationTask task) {
       options.tools = tools_json(task.tools);
     }
   }
+  const bool must_call = task.tool_choice.mode == ToolChoice::Mode::required ||
+                         task.tool_choice.mode == ToolChoice::Mode::named;
+  if (must_call && options.tool_calls) {
+    const bool named = task.tool_choice.mode == ToolChoice::Mode::named;
+    if (*options.tool_calls == chat::ToolCallFormat::gemma4)
+      r.forced_call = "<|tool_call>call:" + (named ? task.tool_choice.name + "{" : std::string());
+    else
+      r.forced_call = "<tool_call>\n{\"name\": \"" + (named ? task.tool_choice.name + "\", \"arguments\": " : std::string());
+  }
   r.text.emplace(text_->tokenizer, std::move(options));
-  if (task.response_format == ResponseFormat::json_object) r.json.emplace();
+  // A required tool call takes precedence over JSON mode (the call is the answer).
+  if (task.response_format == ResponseFormat::json_object && r.forced_call.empty()) r.json.emplace();
 
   // Repetition penalties see the end of the prompt, as in `fireline run`.
   const size_t window = static_cast<size_t>(std::max(0, task.sampling.penalty_last_n));
@@ -216,8 +226,40 @@ int32_t ModelEngine::sample_json(Running& r) {
   });
 }
 
+int64_t ModelEngine::force_call_opening(Slot& slot, const EmitFn& emit) {
+  Running& r = *slot.run;
+  r.logits.clear();  // the model's own choice is overridden
+  const std::vector<int32_t> ids = text_->tokenizer.encode(r.forced_call, /*add_special_tokens=*/false);
+  r.forced_call.clear();
+  const auto n_past = static_cast<int64_t>(slot.tokens.size());
+  int64_t forced = 0;
+  std::vector<TextEvent> events;
+  for (int32_t t : ids) {
+    if (n_past + static_cast<int64_t>(r.to_feed.size()) >= config_.context_length) {
+      finish(slot, StopCause::context_full, emit);
+      return forced;
+    }
+    if (++r.generated == 1) r.first_token_at = Clock::now();
+    ++forced;
+    r.sampler->accept(t);
+    r.text->push(t, events);
+    emit_text(r, events, emit);
+    if (r.text->stop_matched()) {
+      finish(slot, StopCause::stop_string, emit);
+      return forced;
+    }
+    r.to_feed.push_back(t);
+    if (r.generated >= r.task.max_tokens) {
+      finish(slot, StopCause::max_tokens, emit);
+      return forced;
+    }
+  }
+  return forced;
+}
+
 int64_t ModelEngine::advance(Slot& slot, const EmitFn& emit) {
   Running& r = *slot.run;
+  if (!r.forced_call.empty() && !r.text->in_reasoning()) return force_call_opening(slot, emit);
   const bool constrained = r.json && !r.text->in_reasoning();
   const int32_t token = constrained ? sample_json(r) : r.sampler->sample(r.logits);
   if (token < 0) fail("JSON mode: no token of the vocabulary can continue the JSON object");

@@ -23,8 +23,10 @@
 // answer a prefix of one JSON object (runtime/json_prefix.h); special tokens are refused, EOS
 // is allowed only once the object is complete, and the answer ends as soon as it is.
 //
-// Not enforced here (yet): tool_choice "required" / a named function, which reaches the model
-// only through the chat template.
+// tool_choice "required" or a named function (with tools, on a model whose tool-call syntax is
+// known): once the answer starts (after a thought the prompt opened), the opening of a call is
+// fed as forced tokens — Gemma 4 `<|tool_call>call:` (+ `NAME{`), Qwen `<tool_call>\n{"name": "`
+// (+ `NAME", "arguments": `) — and the model writes the rest.
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -75,6 +77,7 @@ class ModelEngine final : public Engine {
     std::optional<TokenStopChecker> stopper;
     std::optional<TextStream> text;
     std::optional<JsonPrefix> json;  // JSON mode: the answer so far
+    std::string forced_call;         // tool_choice required / named: the call opening still to feed
     int64_t prefilled = 0;         // prompt tokens in the sequence
     std::deque<int32_t> to_feed;   // decode tokens to append, in order (sampled, then forced)
     std::vector<float> logits;     // [vocab] after the last token fed; empty when none is fresh
@@ -98,6 +101,8 @@ class ModelEngine final : public Engine {
   void forget(Slot& slot);  // the sequence's contents are unknown: start over next time
   // JSON mode: the next token, or -1 when none can continue the object.
   int32_t sample_json(Running& r);
+  // Feeds r.forced_call as generated tokens (shown, as the model's own would be); may finish.
+  int64_t force_call_opening(Slot& slot, const EmitFn& emit);
   const std::string& token_text(int32_t id);  // decoded alone; "" for special tokens
 
   Model& model_;

@@ -289,6 +289,43 @@ TEST_P(ModelEngineTest, JsonModeKeepsTheAnswerOneObject) {
   EXPECT_NE(out[3].content.find_first_not_of(" \t\r\n"), out[3].content.find('{')) << out[3].content;
 }
 
+TEST_P(ModelEngineTest, RequiredToolChoiceStartsTheAnswerWithACall) {
+  auto e = engine(3);
+  std::map<TaskId, Outcome> out;
+  std::map<TaskId, std::vector<std::string>> call_names;
+  const EmitFn emit = [&](TaskId id, EngineEvent ev) {
+    if (ev.kind == EngineEvent::Kind::tool_call) call_names[id].push_back(ev.tool_call.name);
+    record(out[id], ev);
+  };
+  // The tiny chat model speaks Gemma 4's tool-call syntax.
+  ASSERT_EQ(text_->format.tool_calls, chat::ToolCallFormat::gemma4);
+  const Prompt p = chat_prompt("What is the weather in Paris?");
+  auto with_tools = [&](ToolChoice::Mode mode) {
+    GenerationTask t = task(p, 40);  // the forced opening counts: ~30 tokens of the tiny vocabulary
+    t.tools.push_back({"get_weather", "", R"({"type":"object","properties":{"city":{"type":"string"}}})"});
+    t.tool_choice.mode = mode;
+    if (mode == ToolChoice::Mode::named) t.tool_choice.name = "get_weather";
+    return t;
+  };
+  e->start(1, with_tools(ToolChoice::Mode::named));
+  e->start(2, with_tools(ToolChoice::Mode::required));
+  e->start(3, with_tools(ToolChoice::Mode::automatic));
+  for (int i = 0; i < 200 && e->busy(); ++i) e->step(emit);
+  ASSERT_FALSE(e->busy());
+  // Named: the call to get_weather is open from the first token (random weights rarely close it:
+  // an unfinished call comes back as text, as from any model).
+  const bool named_call = !call_names[1].empty() && call_names[1][0] == "get_weather";
+  EXPECT_TRUE(named_call || out[1].content.rfind("<|tool_call>call:get_weather{", 0) == 0)
+      << ::testing::PrintToString(out[1].content) << " reasoning " << ::testing::PrintToString(out[1].reasoning)
+      << " calls " << call_names[1].size() << " tokens " << out[1].usage.completion_tokens;
+  EXPECT_EQ(out[1].usage.completion_tokens, 40);
+  // Required: a call opening, the name left to the model.
+  EXPECT_TRUE(!call_names[2].empty() || out[2].content.rfind("<|tool_call>call:", 0) == 0) << out[2].content;
+  // Auto: the model's own choice, which for this random model is no call.
+  EXPECT_TRUE(call_names[3].empty());
+  EXPECT_EQ(out[3].content.find("<|tool_call>"), std::string::npos) << out[3].content;
+}
+
 TEST_P(ModelEngineTest, CancelFreesTheSlotAndEmitsNothingMore) {
   auto e = engine(1);
   std::map<TaskId, Outcome> out;
