@@ -83,15 +83,40 @@ int32_t Sampler::sample(std::span<const float> logits) {
     return best->id;
   }
 
-  // 4. temperature, top-k, softmax, top-p, min-p
+  // 4. temperature, top-k, softmax, top-p, min-p. Only as much of the vocabulary is sorted as
+  // the cuts can reach (a full sort of Gemma's 262k entries costs more than a GPU decode step):
+  // the top k; else, for top-p / min-p, a sorted prefix grown until the cut falls inside it;
+  // else nothing (the draw then walks the tokens in id order: the same distribution).
   for (Candidate& c : candidates_) c.logit /= params_.temperature;
-  std::sort(candidates_.begin(), candidates_.end(), by_logit);
-  if (params_.top_k > 0 && params_.top_k < V) candidates_.resize(params_.top_k);
-  const float max_logit = candidates_.front().logit;
+  const bool top_k = params_.top_k > 0 && params_.top_k < V;
+  if (top_k) {
+    std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), by_logit);
+    candidates_.resize(params_.top_k);
+  }
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (const Candidate& c : candidates_) max_logit = std::max(max_logit, c.logit);
   if (max_logit == -std::numeric_limits<float>::infinity()) fail("sampler: every token is banned");
   double sum = 0;
   for (Candidate& c : candidates_) sum += (c.p = std::exp(c.logit - max_logit));
   for (Candidate& c : candidates_) c.p = static_cast<float>(c.p / sum);
+  if (!top_k && (params_.top_p < 1.0f || params_.min_p > 0.0f)) {
+    const auto n = static_cast<int64_t>(candidates_.size());
+    for (int64_t m = std::min<int64_t>(n, 256);; m = std::min<int64_t>(n, m * 4)) {
+      std::partial_sort(candidates_.begin(), candidates_.begin() + m, candidates_.end(), by_logit);
+      bool inside = m == n;
+      if (params_.top_p < 1.0f) {  // the nucleus fits (min-p then acts inside it)
+        double mass = 0;
+        for (int64_t i = 0; i < m; ++i) mass += candidates_[i].p;
+        inside = inside || mass >= params_.top_p;
+      } else {  // the prefix reaches below the min-p floor
+        inside = inside || candidates_[m - 1].p < params_.min_p * candidates_.front().p;
+      }
+      if (inside) {
+        candidates_.resize(m);
+        break;
+      }
+    }
+  }
   if (params_.top_p < 1.0f) {
     double mass = 0;
     size_t keep = 0;

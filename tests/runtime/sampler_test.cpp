@@ -1,4 +1,5 @@
 // Each sampler step on crafted distributions, and the chain's reproducibility.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <set>
@@ -69,6 +70,54 @@ TEST(Sampler, TopKTopPMinPKeepOnlyTheirSets) {
   c = draw_counts(p, logits, 3000);
   EXPECT_EQ(c.size(), 2u);
   EXPECT_TRUE(c.count(0) && c.count(1));
+}
+
+// A large vocabulary, where only a prefix of it is sorted: the cuts keep exactly the sets a full
+// sort gives, and the draws follow the kept probabilities.
+TEST(Sampler, CutsOnALargeVocabularyMatchAFullSort) {
+  const int V = 5000;
+  std::vector<double> probs(V);
+  double z = 0;
+  for (int i = 0; i < V; ++i) z += (probs[i] = 1.0 / (1.0 + ((i * 7919) % V)));  // a long tail, shuffled ids
+  for (double& q : probs) q /= z;
+  const auto logits = logits_of(probs);
+  std::vector<int32_t> order(V);
+  for (int i = 0; i < V; ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); });
+
+  for (float top_p : {0.3f, 0.6f, 0.95f}) {  // 0.95 needs a sorted prefix of ~3000
+    std::set<int32_t> nucleus;
+    double mass = 0;
+    for (int32_t id : order) {
+      if (mass >= top_p) break;
+      mass += probs[id];
+      nucleus.insert(id);
+    }
+    SamplingParams p;
+    p.top_p = top_p;
+    p.seed = 11;
+    const auto counts = draw_counts(p, logits, 800);
+    for (auto [id, n] : counts) EXPECT_TRUE(nucleus.count(id)) << "top_p " << top_p << ": token " << id;
+    if (top_p > 0.9f) EXPECT_GT(counts.size(), 256u) << "the draws must reach past the first sorted prefix";
+    // The most likely token's share is its probability within the nucleus.
+    const double share = probs[order[0]] / mass;
+    EXPECT_NEAR(counts.count(order[0]) ? counts.at(order[0]) / 800.0 : 0.0, share, 5 * std::sqrt(share / 800) + 0.01)
+        << top_p;
+  }
+  SamplingParams p;
+  p.min_p = 0.002f;  // a floor below hundreds of tokens
+  std::set<int32_t> above;
+  for (int32_t id : order)
+    if (probs[id] >= 0.002 * probs[order[0]]) above.insert(id);
+  ASSERT_GT(above.size(), 256u);
+  for (auto [id, n] : draw_counts(p, logits, 800)) EXPECT_TRUE(above.count(id)) << "min_p: token " << id;
+  // No cut: every token can come out, at its probability.
+  SamplingParams plain;
+  plain.seed = 5;
+  const auto counts = draw_counts(plain, logits, 20000);
+  const double p0 = probs[order[0]];
+  EXPECT_NEAR(counts.count(order[0]) ? counts.at(order[0]) / 20000.0 : 0.0, p0, 5 * std::sqrt(p0 / 20000) + 0.002);
+  EXPECT_GT(counts.size(), 1000u);
 }
 
 TEST(Sampler, PenaltiesAndBias) {
