@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "model/decode_graph.h"
 #include "model/gemma4.h"
 #include "model/scratch_arena.h"
 #include "model/weight_loader.h"
@@ -418,60 +419,13 @@ class Gemma4Model final : public Model {
   std::vector<std::unique_ptr<DeviceBuffer>> inv_freq_storage_;
 };
 
-// Decode one token per step through a captured graph: step 1 runs eagerly (sizing the scratch
-// and the backend's workspace), step 2 captures the forward and replays it, later steps only
-// write the token id and position into device memory and replay.
-class Gemma4DecodeGraph final : public DecodeGraph {
- public:
-  Gemma4DecodeGraph(Gemma4Model& model, Backend& backend, Sequence& seq)
-      : model_(model), backend_(backend), seq_(seq), arena_(backend) {
-    inputs_ = backend.allocate(256);
-    id_ = make_tensor(inputs_->data(), DType::i32, {1}, backend.device());
-    position_ = make_tensor(static_cast<char*>(inputs_->data()) + 128, DType::i32, {1}, backend.device());
-  }
-
-  std::vector<float> step(int32_t token) override {
-    model_.check_step(seq_, std::span<const int32_t>(&token, 1));
-    const int32_t position = static_cast<int32_t>(seq_.n_past);
-    backend_.copy_to_device(id_, &token);
-    backend_.copy_to_device(position_, &position);
-    if (graph_) {
-      graph_->replay();
-    } else if (steps_ == 0) {
-      arena_.reset();
-      logits_ = model_.run(arena_, part(), id_, position_, LogitsMode::last);
-    } else {
-      arena_.reset();  // outside the capture: it may reallocate once after step 1
-      graph_ = backend_.capture([&] { logits_ = model_.run(arena_, part(), id_, position_, LogitsMode::last); });
-      graph_->replay();
-    }
-    ++steps_;
-    std::vector<float> out(static_cast<size_t>(logits_.numel()));
-    backend_.copy_to_host(out.data(), logits_);
-    seq_.n_past += 1;
-    return out;
-  }
-
-  bool captured() const override { return graph_ != nullptr; }
-
- private:
-  std::span<const SequenceRows> part() {
-    part_ = {&seq_, 0, 1};
-    return {&part_, 1};
-  }
-  SequenceRows part_;
-  Gemma4Model& model_;
-  Backend& backend_;
-  Sequence& seq_;
-  ScratchArena arena_;
-  std::unique_ptr<DeviceBuffer> inputs_;
-  Tensor id_, position_, logits_;
-  std::unique_ptr<CapturedSteps> graph_;
-  int64_t steps_ = 0;
-};
-
 std::unique_ptr<DecodeGraph> Gemma4Model::make_decode_graph(Sequence& seq) {
-  return std::make_unique<Gemma4DecodeGraph>(*this, backend_, seq);
+  return std::make_unique<ReplayedDecode>(
+      backend_, seq, [this](const Sequence& s, std::span<const int32_t> ids) { check_step(s, ids); },
+      [this](ScratchArena& arena, Sequence& s, const Tensor& ids, const Tensor& positions) {
+        const SequenceRows part{&s, 0, 1};
+        return run(arena, std::span<const SequenceRows>(&part, 1), ids, positions, LogitsMode::last);
+      });
 }
 
 }  // namespace
