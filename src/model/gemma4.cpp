@@ -486,9 +486,7 @@ std::vector<WeightSpec> gemma4_weight_specs(const Gemma4Config& c) {
 MemoryPlan gemma4_memory_plan(const ModelSource& source, const LoadOptions& o) {
   const Gemma4Config& c = std::get<Gemma4Config>(source.config().arch);
   MemoryPlan plan;
-  const std::string prefix = source.find("model.language_model.embed_tokens.weight") ? "model.language_model."
-                             : source.find("model.embed_tokens.weight")              ? "model."
-                                                                                    : "";
+  const std::string prefix = find_weight_prefix(source, "embed_tokens.weight").value_or("");
   for (const WeightSpec& spec : gemma4_weight_specs(c)) {
     auto t = source.find(spec.name == "lm_head.weight" ? spec.name : prefix + spec.name);
     if (t) plan.weights += static_cast<double>(t->nbytes());

@@ -478,9 +478,7 @@ std::vector<WeightSpec> qwen35_weight_specs(const Qwen35Config& c) {
 MemoryPlan qwen35_memory_plan(const ModelSource& source, const LoadOptions& o) {
   const Qwen35Config& c = std::get<Qwen35Config>(source.config().arch);
   MemoryPlan plan;
-  const std::string prefix = source.find("model.language_model.embed_tokens.weight") ? "model.language_model."
-                             : source.find("model.embed_tokens.weight")              ? "model."
-                                                                                    : "";
+  const std::string prefix = find_weight_prefix(source, "embed_tokens.weight").value_or("");
   for (const WeightSpec& spec : qwen35_weight_specs(c)) {
     if (auto t = source.find(spec.name == "lm_head.weight" ? spec.name : prefix + spec.name)) {
       plan.weights += static_cast<double>(t->nbytes());

@@ -4,15 +4,19 @@
 
 namespace fl {
 
+std::optional<std::string> find_weight_prefix(const ModelSource& source, std::string_view probe) {
+  for (const char* prefix : {"model.language_model.", "model.", ""})
+    if (source.find(std::string(prefix) + std::string(probe))) return prefix;
+  return std::nullopt;
+}
+
 WeightLoader::WeightLoader(const ModelSource& source, Backend& backend, std::string_view probe)
     : source_(source), backend_(backend) {
-  for (const char* prefix : {"model.language_model.", "model.", ""}) {
-    if (source.find(std::string(prefix) + std::string(probe))) {
-      prefix_ = prefix;
-      return;
-    }
-  }
-  fail("{}: tensor '{}' not found under any known prefix (model.language_model., model., none)", source.path(), probe);
+  std::optional<std::string> prefix = find_weight_prefix(source, probe);
+  if (!prefix)
+    fail("{}: tensor '{}' not found under any known prefix (model.language_model., model., none)", source.path(),
+         probe);
+  prefix_ = std::move(*prefix);
 }
 
 Tensor WeightLoader::check_and_upload(const std::string& full_name, const Tensor& t,

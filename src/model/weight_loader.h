@@ -4,6 +4,7 @@
 // none), checks each shape against what the config implies, and hands the backend's copy to the
 // model.
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -11,6 +12,10 @@
 #include "io/model_source.h"
 
 namespace fl {
+
+// The prefix under which the checkpoint holds `probe` ("model.language_model.", "model." or ""),
+// or nullopt when it holds it under none.
+std::optional<std::string> find_weight_prefix(const ModelSource& source, std::string_view probe);
 
 class WeightLoader {
  public:
