@@ -111,6 +111,29 @@ RopeConfig read_rope(const json& params, const std::string& path) {
   return rope;
 }
 
+// An explicit `layer_types` list of num_layers entries, each "full_attention" or `other_name`
+// (the architecture's other kind of layer); empty when the config has none.
+std::vector<AttentionType> listed_layer_types(const FieldReader& r, const json& text, int num_layers,
+                                              const char* other_name, AttentionType other) {
+  std::vector<AttentionType> types;
+  if (!r.has("layer_types")) return types;
+  const json& lt = text.at("layer_types");
+  if (!lt.is_array()) fail("config.json: {} must be a list", r.where("layer_types"));
+  if (static_cast<int>(lt.size()) != num_layers)
+    fail("config.json: {} has {} entries but num_hidden_layers is {}", r.where("layer_types"), lt.size(), num_layers);
+  for (size_t i = 0; i < lt.size(); ++i) {
+    std::string t = lt[i].is_string() ? lt[i].get<std::string>() : lt[i].dump();
+    if (t == other_name) {
+      types.push_back(other);
+    } else if (t == "full_attention") {
+      types.push_back(AttentionType::full);
+    } else {
+      fail("config.json: {}[{}] '{}' is not {} or full_attention", r.where("layer_types"), i, t, other_name);
+    }
+  }
+  return types;
+}
+
 Gemma4Config parse_gemma4_text(const json& text, const std::string& path) {
   FieldReader r(text, path);
   Gemma4Config c;
@@ -157,24 +180,9 @@ Gemma4Config parse_gemma4_text(const json& text, const std::string& path) {
          r.where("vocab_size_per_layer_input"));
 
   // Layer types. transformers forces the last layer to full attention; so do we.
-  std::vector<AttentionType> types;
-  if (r.has("layer_types")) {
-    const json& lt = text.at("layer_types");
-    if (!lt.is_array()) fail("config.json: {} must be a list", r.where("layer_types"));
-    if (static_cast<int>(lt.size()) != c.num_layers)
-      fail("config.json: {} has {} entries but num_hidden_layers is {}", r.where("layer_types"), lt.size(),
-           c.num_layers);
-    for (size_t i = 0; i < lt.size(); ++i) {
-      std::string t = lt[i].is_string() ? lt[i].get<std::string>() : lt[i].dump();
-      if (t == "sliding_attention") {
-        types.push_back(AttentionType::sliding);
-      } else if (t == "full_attention") {
-        types.push_back(AttentionType::full);
-      } else {
-        fail("config.json: {}[{}] '{}' is not sliding_attention or full_attention", r.where("layer_types"), i, t);
-      }
-    }
-  } else {
+  std::vector<AttentionType> types =
+      listed_layer_types(r, text, c.num_layers, "sliding_attention", AttentionType::sliding);
+  if (types.empty()) {
     for (int i = 0; i < c.num_layers; ++i)
       types.push_back((i + 1) % 6 ? AttentionType::sliding : AttentionType::full);
   }
@@ -324,23 +332,8 @@ Qwen35Config parse_qwen35_text(const json& text, const std::string& path, bool m
   }
 
   // Layer types: listed, or every full_attention_interval-th layer is full attention.
-  if (r.has("layer_types")) {
-    const json& lt = text.at("layer_types");
-    if (!lt.is_array()) fail("config.json: {} must be a list", r.where("layer_types"));
-    if (static_cast<int>(lt.size()) != c.num_layers)
-      fail("config.json: {} has {} entries but num_hidden_layers is {}", r.where("layer_types"), lt.size(),
-           c.num_layers);
-    for (size_t i = 0; i < lt.size(); ++i) {
-      std::string t = lt[i].is_string() ? lt[i].get<std::string>() : lt[i].dump();
-      if (t == "linear_attention") {
-        c.layer_types.push_back(AttentionType::linear);
-      } else if (t == "full_attention") {
-        c.layer_types.push_back(AttentionType::full);
-      } else {
-        fail("config.json: {}[{}] '{}' is not linear_attention or full_attention", r.where("layer_types"), i, t);
-      }
-    }
-  } else {
+  c.layer_types = listed_layer_types(r, text, c.num_layers, "linear_attention", AttentionType::linear);
+  if (c.layer_types.empty()) {
     const int interval = r.get_int("full_attention_interval", 4, 1, kMaxLayers);
     for (int i = 0; i < c.num_layers; ++i)
       c.layer_types.push_back((i + 1) % interval ? AttentionType::linear : AttentionType::full);
