@@ -18,7 +18,9 @@ std::string lowercase(std::string_view s) {
   return out;
 }
 
-std::optional<uint64_t> parse_u64(std::string_view text) {
+}  // namespace
+
+std::optional<uint64_t> parse_decimal_u64(std::string_view text) {
   if (text.empty() || text.size() > 19) return std::nullopt;
   uint64_t value = 0;
   for (char c : text) {
@@ -27,8 +29,6 @@ std::optional<uint64_t> parse_u64(std::string_view text) {
   }
   return value;
 }
-
-}  // namespace
 
 std::string HttpUrl::origin() const {
   const bool ipv6 = host.find(':') != std::string::npos;
@@ -80,7 +80,7 @@ HttpUrl parse_http_url(std::string_view url) {
   if (out.host.empty()) fail("invalid URL '{}': no host", url.substr(0, 200));
   out.port = out.scheme == "https" ? 443 : 80;
   if (!port_text.empty()) {
-    std::optional<uint64_t> port = parse_u64(port_text);
+    std::optional<uint64_t> port = parse_decimal_u64(port_text);
     if (!port || *port == 0 || *port > 65535) fail("invalid URL '{}': bad port '{}'", url.substr(0, 200), port_text);
     out.port = static_cast<int>(*port);
   }
@@ -111,7 +111,8 @@ HttpGetResult http_get(const std::string& url, const std::vector<std::pair<std::
     try {
       HttpResponseStart start;
       start.status = response.status;
-      if (response.has_header("Content-Length")) start.content_length = parse_u64(response.get_header_value("Content-Length"));
+      if (response.has_header("Content-Length"))
+        start.content_length = parse_decimal_u64(response.get_header_value("Content-Length"));
       start.content_range = response.get_header_value("Content-Range");
       start.content_encoding = response.get_header_value("Content-Encoding");
       if (!on_start(start)) {

@@ -25,6 +25,8 @@ struct HttpUrl {
 };
 
 bool is_http_url(std::string_view text);  // starts with http:// or https://
+// A header's or URL's decimal number: digits only, at most 19 of them (so it fits); else nullopt.
+std::optional<uint64_t> parse_decimal_u64(std::string_view text);
 HttpUrl parse_http_url(std::string_view url);  // throws fl::Error naming the URL
 
 // How long to wait; defaults suit a download over the internet, tests shorten them.

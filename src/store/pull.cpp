@@ -116,16 +116,6 @@ struct ContentRange {
   std::optional<uint64_t> start, end, total;
 };
 
-std::optional<uint64_t> parse_decimal(std::string_view text) {
-  if (text.empty() || text.size() > 19) return std::nullopt;
-  uint64_t value = 0;
-  for (char c : text) {
-    if (c < '0' || c > '9') return std::nullopt;
-    value = value * 10 + static_cast<uint64_t>(c - '0');
-  }
-  return value;
-}
-
 // "bytes 100-199/1000", "bytes 100-199/*" or "bytes */1000" (RFC 9110 §14.4).
 std::optional<ContentRange> parse_content_range(std::string_view text) {
   constexpr std::string_view kUnit = "bytes ";
@@ -136,14 +126,14 @@ std::optional<ContentRange> parse_content_range(std::string_view text) {
   const std::string_view range = text.substr(0, slash), total = text.substr(slash + 1);
   ContentRange out;
   if (total != "*") {
-    out.total = parse_decimal(total);
+    out.total = parse_decimal_u64(total);
     if (!out.total) return std::nullopt;
   }
   if (range != "*") {
     const size_t dash = range.find('-');
     if (dash == std::string_view::npos) return std::nullopt;
-    out.start = parse_decimal(range.substr(0, dash));
-    out.end = parse_decimal(range.substr(dash + 1));
+    out.start = parse_decimal_u64(range.substr(0, dash));
+    out.end = parse_decimal_u64(range.substr(dash + 1));
     if (!out.start || !out.end || *out.end < *out.start) return std::nullopt;
     if (out.total && *out.end >= *out.total) return std::nullopt;
   }
