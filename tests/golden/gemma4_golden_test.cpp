@@ -22,6 +22,7 @@ inline bool cuda_device_available() { return false; }
 }  // namespace fl
 #endif
 #include "model/model.h"
+#include "graph_replay_check.h"
 #include "util/test_util.h"
 
 namespace fl {
@@ -227,28 +228,9 @@ const std::string kBackends[] = {"cpu",
 TEST_P(Gemma4Golden, GraphReplayIsByteIdenticalToEagerDecode) {
   const int64_t prefill = 10;
   auto eager = sequence(), replayed = sequence();
-  std::span<const int32_t> prompt(golden_.input_ids.data(), prefill);
-  model_->forward(*eager, prompt, LogitsMode::last);
-  model_->forward(*replayed, prompt, LogitsMode::last);
-  auto graph = model_->make_decode_graph(*replayed);
-  std::vector<float> replayed_logits;
-  for (int64_t t = prefill; t < T_; ++t) {
-    const int32_t token = golden_.input_ids[t];
-    std::vector<float> a = model_->forward(*eager, std::span<const int32_t>(&token, 1), LogitsMode::last);
-    std::vector<float> b = graph->step(token);
-    ASSERT_EQ(a.size(), b.size());
-    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "logits differ at step " << t;
-    replayed_logits.insert(replayed_logits.end(), b.begin(), b.end());
-  }
-  EXPECT_TRUE(graph->captured());
-  ASSERT_EQ(eager->storage.size(), replayed->storage.size());
-  for (size_t i = 0; i < eager->storage.size(); ++i) {
-    const size_t n = eager->storage[i]->size();
-    std::vector<uint8_t> a(n), b(n);
-    backend_->copy_to_host(a.data(), make_tensor(eager->storage[i]->data(), DType::u8, {static_cast<int64_t>(n)}, backend_->device()));
-    backend_->copy_to_host(b.data(), make_tensor(replayed->storage[i]->data(), DType::u8, {static_cast<int64_t>(n)}, backend_->device()));
-    EXPECT_EQ(std::memcmp(a.data(), b.data(), n), 0) << "KV buffer " << i << " differs";
-  }
+  const std::vector<float> replayed_logits =
+      test::replayed_decode_equals_eager(*model_, *backend_, *eager, *replayed, golden_.input_ids, prefill);
+  ASSERT_FALSE(HasFailure());
   // and the replayed steps still match transformers
   std::vector<float> want(golden_.logits_prefill.begin() + prefill * V_, golden_.logits_prefill.end());
   expect_rows_close(replayed_logits, want, "graph-replayed decode");

@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "model/qwen35.h"
 #include "model/synthetic.h"
+#include "graph_replay_check.h"
 #include "util/test_util.h"
 #ifdef FIRELINE_HAVE_GPU
 #include "backend/cuda/cuda_backend.h"
@@ -94,17 +95,6 @@ std::vector<int64_t> prefill_then_ones(int64_t first, int64_t total) {
   std::vector<int64_t> chunks = {first};
   for (int64_t i = first; i < total; ++i) chunks.push_back(1);
   return chunks;
-}
-
-// The bytes of every state buffer of a sequence (KV rows and recurrent states), on the host.
-std::vector<std::vector<uint8_t>> state_bytes(Backend& backend, const Sequence& seq) {
-  std::vector<std::vector<uint8_t>> out;
-  for (const auto& buffer : seq.storage) {
-    const size_t n = buffer->size();
-    out.emplace_back(n);
-    backend.copy_to_host(out.back().data(), make_tensor(buffer->data(), DType::u8, {static_cast<int64_t>(n)}, backend.device()));
-  }
-  return out;
 }
 
 // ---- against transformers ----
@@ -235,24 +225,10 @@ TEST_P(Qwen35Golden, GreedyContinuationMatchesTransformers) {
 TEST_P(Qwen35Golden, GraphReplayIsByteIdenticalToEagerDecode) {
   const int64_t prefill = 70;
   auto eager = sequence(), replayed = sequence();
-  std::span<const int32_t> prompt(golden_.input_ids.data(), prefill);
-  model_->forward(*eager, prompt, LogitsMode::last);
-  model_->forward(*replayed, prompt, LogitsMode::last);
-  auto graph = model_->make_decode_graph(*replayed);
-  std::vector<float> replayed_logits;
-  for (int64_t t = prefill; t < T_; ++t) {
-    const int32_t token = golden_.input_ids[t];
-    std::vector<float> a = model_->forward(*eager, std::span<const int32_t>(&token, 1), LogitsMode::last);
-    std::vector<float> b = graph->step(token);
-    ASSERT_EQ(a.size(), b.size());
-    ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << "logits differ at step " << t;
-    replayed_logits.insert(replayed_logits.end(), b.begin(), b.end());
-  }
-  EXPECT_TRUE(graph->captured());
+  const std::vector<float> replayed_logits =
+      test::replayed_decode_equals_eager(*model_, *backend_, *eager, *replayed, golden_.input_ids, prefill);
+  ASSERT_FALSE(HasFailure());
   EXPECT_GT(eager->recurrent_bytes, 0u);
-  const auto a = state_bytes(*backend_, *eager), b = state_bytes(*backend_, *replayed);
-  ASSERT_EQ(a.size(), b.size());
-  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "state buffer " << i << " differs";
   std::vector<float> want(golden_.logits_prefill.begin() + prefill * V_, golden_.logits_prefill.end());
   expect_rows_close(replayed_logits, want, "graph_replayed_decode");
 }
