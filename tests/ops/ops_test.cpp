@@ -159,6 +159,27 @@ TEST_F(CudaOps, MatmulEveryFormatAndOddShape) {
   }
 }
 
+// Batch-1 decode matvecs give each warp 1, 2 or 4 rows depending on how many blocks the grid
+// would have (matmul.cu): only matrices of thousands of rows take the 2- and 4-row kernels, and
+// an x that is not 16-byte aligned (here a view one float into its buffer) takes the scalar loads.
+TEST_F(CudaOps, MatmulSingleInputRowsPerWarpAndUnalignedX) {
+  for (DType type : kWeightTypes) {
+    if (!has_quant_format(type)) continue;
+    for (int64_t M : {4100, 8453})  // 2 rows per warp, 4 rows per warp; neither a multiple of 32
+      for (int64_t K : {704, 2112})
+        for (bool aligned : {true, false}) {
+          Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {1, K + 1});
+          Twin out = twin_output(DType::f32, {1, M});
+          const int64_t offset = aligned ? 0 : 1;
+          cpu_->matmul(out.cpu, x.cpu.narrow(1, offset, K), w.cpu);
+          gpu_->matmul(out.gpu, x.gpu.narrow(1, offset, K), w.gpu);
+          expect_close(out, kSumBudget * std::sqrt(static_cast<float>(K) / 256.0f),
+                       std::string(dtype_name(type)) + " M=" + std::to_string(M) + " K=" + std::to_string(K) +
+                           (aligned ? " aligned x" : " unaligned x"));
+        }
+  }
+}
+
 TEST_F(CudaOps, RmsNormGainsAndStridedRows) {
   for (int64_t rows : {1, 3, 17, 128})
     for (int64_t cols : {16, 64, 256, 2816})

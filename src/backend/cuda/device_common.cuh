@@ -92,42 +92,105 @@ __device__ __forceinline__ float load_weight_t(const uint8_t* row, int64_t k) {
   }
 }
 
-// Eight consecutive weights k0 .. k0 + 7 of a packed row of format F (k0 a multiple of 8), with
-// the widest loads each format's alignment allows: the 4- or 6-bit codes of one lane come from
-// one aligned word (HFQ4) or three halfwords (HFQ6, Q8_0). Values past the row's end come from
-// the padded tail block (quantized formats) or are zero (plain formats); callers mask k >= K.
+// Small non-negative integer to float without I2F: the conversion unit issues 16 per clock per
+// Hopper SM (a quarter of the integer ALU), which at a full-bandwidth 4-bit matvec would be the
+// bottleneck; 2^23 + c as a bit pattern minus 2^23 is one LOP3 and one FADD, and exact.
+__device__ __forceinline__ float small_uint_to_float(uint32_t c) {
+  return __uint_as_float(0x4B000000u | c) - 8388608.0f;
+}
+
+// The raw bytes of eight consecutive weights k0 .. k0 + 7 of a packed row of format F (k0 a
+// multiple of 8) and their block's scale, loaded with the widest loads each format's alignment
+// allows: the 4- or 6-bit codes of one lane come from one aligned word (HFQ4) or three halfwords
+// (HFQ6, Q8_0). Loading and decoding are separate steps so that a kernel can issue the loads of
+// several chunks (and rows) before the first decode, keeping many requests in flight per lane.
+// Values past the row's end come from the padded tail block (quantized formats) or are zero
+// (plain formats); callers mask k >= K.
 template <DType F>
-__device__ __forceinline__ void decode8(const uint8_t* row, int64_t k0, int64_t K, float w[8]) {
-  if constexpr (F == DType::hfq4_g256 || F == DType::hfq4_g128) {
+struct RawChunk {  // plain formats (f32, f16, bf16): decoded at load, element by element
+  float v[8];
+  __device__ __forceinline__ void load(const uint8_t* row, int64_t k0, int64_t K) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = k0 + j < K ? load_weight_t<F>(row, k0 + j) : 0.0f;
+  }
+  __device__ __forceinline__ void decode(float w[8]) const {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j] = v[j];
+  }
+};
+
+template <DType F>
+struct HfqRawChunk {  // HFQ4 (G256, G128): f32 scale, f32 min, one word of 8 nibbles
+  uint32_t codes;
+  float scale, min;
+  __device__ __forceinline__ void load(const uint8_t* row, int64_t k0, int64_t) {
     constexpr int kGroup = F == DType::hfq4_g256 ? 256 : 128;
     const uint8_t* block = row + (k0 / kGroup) * (8 + kGroup / 2);
     const int i = static_cast<int>(k0 % kGroup) / 8;
-    const uint32_t codes = *reinterpret_cast<const uint32_t*>(block + 8 + 4 * i);
-    const float scale = *reinterpret_cast<const float*>(block), min = *reinterpret_cast<const float*>(block + 4);
+    codes = *reinterpret_cast<const uint32_t*>(block + 8 + 4 * i);
+    scale = *reinterpret_cast<const float*>(block);
+    min = *reinterpret_cast<const float*>(block + 4);
+  }
+  __device__ __forceinline__ void decode(float w[8]) const {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) w[j] = affine(static_cast<float>((codes >> (4 * j)) & 15u), scale, min);
-  } else if constexpr (F == DType::hfq6_g256) {
+    for (int j = 0; j < 8; ++j) w[j] = affine(small_uint_to_float((codes >> (4 * j)) & 15u), scale, min);
+  }
+};
+template <>
+struct RawChunk<DType::hfq4_g256> : HfqRawChunk<DType::hfq4_g256> {};
+template <>
+struct RawChunk<DType::hfq4_g128> : HfqRawChunk<DType::hfq4_g128> {};
+
+template <>
+struct RawChunk<DType::hfq6_g256> {  // f32 scale, f32 min, 8 codes of 6 bits in three halfwords
+  uint16_t p[3];
+  float scale, min;
+  __device__ __forceinline__ void load(const uint8_t* row, int64_t k0, int64_t) {
     const uint8_t* block = row + (k0 / 256) * 200;
     const int i = static_cast<int>(k0 % 256) / 8;
-    const uint16_t* p = reinterpret_cast<const uint16_t*>(block + 8 + 6 * i);
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(block + 8 + 6 * i);
+    p[0] = src[0];
+    p[1] = src[1];
+    p[2] = src[2];
+    scale = *reinterpret_cast<const float*>(block);
+    min = *reinterpret_cast<const float*>(block + 4);
+  }
+  __device__ __forceinline__ void decode(float w[8]) const {
     const uint64_t codes = static_cast<uint64_t>(p[0]) | static_cast<uint64_t>(p[1]) << 16 | static_cast<uint64_t>(p[2]) << 32;
-    const float scale = *reinterpret_cast<const float*>(block), min = *reinterpret_cast<const float*>(block + 4);
 #pragma unroll
-    for (int j = 0; j < 8; ++j) w[j] = affine(static_cast<float>((codes >> (6 * j)) & 63u), scale, min);
-  } else if constexpr (F == DType::q8_0) {
+    for (int j = 0; j < 8; ++j)
+      w[j] = affine(small_uint_to_float(static_cast<uint32_t>(codes >> (6 * j)) & 63u), scale, min);
+  }
+};
+
+template <>
+struct RawChunk<DType::q8_0> {  // f16 scale, then 32 int8 codes per block; 8 of them here
+  uint16_t p[4];
+  uint16_t scale_bits;
+  __device__ __forceinline__ void load(const uint8_t* row, int64_t k0, int64_t) {
     const uint8_t* block = row + (k0 / 32) * 34;
     const int within = static_cast<int>(k0 % 32);
-    const float scale = f16_bits_to_float(*reinterpret_cast<const uint16_t*>(block));
-    const uint16_t* p = reinterpret_cast<const uint16_t*>(block + 2 + within);
+    scale_bits = *reinterpret_cast<const uint16_t*>(block);
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(block + 2 + within);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      w[2 * j] = static_cast<float>(static_cast<int8_t>(p[j] & 0xff)) * scale;
-      w[2 * j + 1] = static_cast<float>(static_cast<int8_t>(p[j] >> 8)) * scale;
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) w[j] = k0 + j < K ? load_weight_t<F>(row, k0 + j) : 0.0f;
+    for (int j = 0; j < 4; ++j) p[j] = src[j];
   }
+  __device__ __forceinline__ void decode(float w[8]) const {
+    const float scale = f16_bits_to_float(scale_bits);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // int8 as offset binary: (c ^ 0x80) - 128 == c, exactly
+      w[2 * j] = (__uint_as_float(0x4B000000u | ((p[j] & 0xffu) ^ 0x80u)) - 8388736.0f) * scale;
+      w[2 * j + 1] = (__uint_as_float(0x4B000000u | ((p[j] >> 8) ^ 0x80u)) - 8388736.0f) * scale;
+    }
+  }
+};
+
+// Eight consecutive weights k0 .. k0 + 7 of a packed row, loaded and decoded in one step.
+template <DType F>
+__device__ __forceinline__ void decode8(const uint8_t* row, int64_t k0, int64_t K, float w[8]) {
+  RawChunk<F> raw;
+  raw.load(row, k0, K);
+  raw.decode(w);
 }
 
 // The same with the format known only at run time (norm gains, embeddings: not hot paths).

@@ -1,12 +1,19 @@
 // Matrix-vector products on packed weights: out[i, m] = sum_k x[i, k] * W[m, k] for every weight
-// format, with the weight decoded in registers. One warp per output row; each lane decodes 8
-// consecutive weights per 256-wide chunk (one word of HFQ4 codes, three halfwords of HFQ6/Q8_0
-// codes), so a warp reads 256 weights of its row with coalesced loads and reads the row once per
-// group of up to kTokens inputs. Rows are read whole including the padded tail block; values
-// with k >= K are never used (tail predication).
+// format, with the weight decoded in registers. Rows are read whole including the padded tail
+// block; values with k >= K are never used (tail predication). Two kernels:
 //
-// Still to come (issue 7): 16-byte loads with several in flight, fused expert kernels, and a
-// tensor-core GEMM for prefill.
+// matvec_rows_kernel (one input per weight matrix: batch-1 decode and the routed expert pairs):
+// each warp owns kRows rows and each lane 8 consecutive weights per 256-wide chunk, so one load
+// instruction reads 128 contiguous bytes of HFQ4 codes. The lane's 8 inputs are loaded once (two
+// 16-byte loads) and used for all kRows rows: with one row per warp, x (4 bytes per weight, read
+// through L1 with 32-byte strides between lanes) was 7.5x the weight traffic and capped the
+// kernel near 256 GB/s on the H200. All kRows x kUnroll chunks' loads are issued before the first
+// decode, so a lane has that many requests in flight.
+//
+// matvec_kernel (several inputs: prefill and batched decode): one warp per row, each weight chunk
+// decoded once and used for up to kTokens inputs.
+//
+// Still to come (issue 7): a tensor-core GEMM for prefill, norm prologues and residual epilogues.
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/matmul.cuh"
 
@@ -21,17 +28,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_kernel(MatvecAr
   const int lane = threadIdx.x % kWarp;
   const int64_t m = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
   if (m >= a.M) return;
-  const int64_t n_groups = a.expert_ids ? a.n_inputs : (a.n_inputs + kT - 1) / kT;
+  const int64_t n_groups = (a.n_inputs + kT - 1) / kT;
   for (int64_t g = blockIdx.y; g < n_groups; g += gridDim.y) {
-    const uint8_t* weight = a.weight;
     int64_t first = g * kT, count = kT;
-    if (a.expert_ids) {
-      weight += static_cast<int64_t>(a.expert_ids[g]) * a.expert_bytes;
-      first = g;
-      count = 1;
-    }
     if (first + count > a.n_inputs) count = a.n_inputs - first;
-    const uint8_t* row = weight + m * a.row_bytes;
+    const uint8_t* row = a.weight + m * a.row_bytes;
     float acc[kT];
     const float* xs[kT];  // input rows, resolved once: no 64-bit division in the inner loop
 #pragma unroll
@@ -78,23 +79,104 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_kernel(MatvecAr
   }
 }
 
+// One input per group g (the plain matmul's single input, or routed pair g with its expert's
+// matrix); warp w of block b computes rows (b * kWarpsPerBlock + w) * kRows + r, r < kRows.
+template <DType F, int kRows, int kUnroll>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_rows_kernel(MatvecArgs a, bool vector_x) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t m_first = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp) * kRows;
+  if (m_first >= a.M) return;
+  for (int64_t g = blockIdx.y; g < a.n_inputs; g += gridDim.y) {
+    const uint8_t* weight = a.weight;
+    if (a.expert_ids) weight += static_cast<int64_t>(a.expert_ids[g]) * a.expert_bytes;
+    const uint8_t* rows[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {  // rows past M re-read the last row and are not stored
+      const int64_t m = m_first + r < a.M ? m_first + r : a.M - 1;
+      rows[r] = weight + m * a.row_bytes;
+    }
+    const float* x = a.x + (g / a.x_row_div) * a.x_stride;
+    float acc[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+    for (int64_t base = lane * 8; base < a.K; base += 8 * kWarp * kUnroll) {
+      RawChunk<F> raw[kUnroll][kRows];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k0 = base + u * 8 * kWarp;
+        if (k0 < a.K) {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) raw[u][r].load(rows[r], k0, a.K);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t k0 = base + u * 8 * kWarp;
+        if (k0 >= a.K) break;
+        const bool whole = k0 + 8 <= a.K;
+        float xv[8];
+        if (whole && vector_x) {
+          const float4 lo = __ldg(reinterpret_cast<const float4*>(x + k0));
+          const float4 hi = __ldg(reinterpret_cast<const float4*>(x + k0 + 4));
+          xv[0] = lo.x, xv[1] = lo.y, xv[2] = lo.z, xv[3] = lo.w;
+          xv[4] = hi.x, xv[5] = hi.y, xv[6] = hi.z, xv[7] = hi.w;
+        } else {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) xv[j] = k0 + j < a.K ? x[k0 + j] : 0.0f;
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          float w[8];
+          raw[u][r].decode(w);
+          float sum = 0.0f;
+#pragma unroll
+          for (int j = 0; j < 8; ++j) sum += w[j] * xv[j];  // xv[j] = 0 past K: no NaN from padding
+          acc[r] += sum;
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = warp_sum(acc[r]);
+      if (lane == 0 && m_first + r < a.M) a.out[g * a.out_stride + m_first + r] = sum;
+    }
+  }
+}
+
+template <DType F, int kRows>
+cudaError_t launch_rows(const MatvecArgs& a, cudaStream_t stream) {
+  const int64_t rows_per_block = static_cast<int64_t>(kWarpsPerBlock) * kRows;
+  const unsigned row_blocks = static_cast<unsigned>((a.M + rows_per_block - 1) / rows_per_block);
+  const unsigned y = static_cast<unsigned>(a.n_inputs < 65535 ? a.n_inputs : 65535);
+  // 16-byte x loads need every input row 16-byte aligned: an aligned base and, with several
+  // input rows, a stride of whole float4s.
+  const bool vector_x = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
+                        (a.x_stride % 4 == 0 || a.n_inputs / a.x_row_div <= 1);
+  // 8 chunks in flight per lane whatever kRows: 4 rows x 4 chunks took 178 registers (one
+  // block per SM); 4 x 2 keeps two blocks resident.
+  matvec_rows_kernel<F, kRows, 8 / kRows><<<dim3(row_blocks, y), kWarpsPerBlock * kWarp, 0, stream>>>(a, vector_x);
+  return cudaGetLastError();
+}
+
 template <DType F>
 cudaError_t launch_format(const MatvecArgs& a, cudaStream_t stream) {
+  // One input per matrix (decode, expert pairs): rows share each lane's x registers. Four rows per
+  // warp cut x traffic 4x but make 32 rows per block, so a small matrix (k_proj of a global
+  // layer: 1024 rows) would leave most of the 132 SMs idle; fewer rows per warp while the grid
+  // would have under two blocks per SM.
+  if (a.expert_ids || a.n_inputs == 1) {
+    const int64_t blocks_at_4 = (a.M + 4 * kWarpsPerBlock - 1) / (4 * kWarpsPerBlock) * a.n_inputs;
+    const int64_t blocks_at_2 = (a.M + 2 * kWarpsPerBlock - 1) / (2 * kWarpsPerBlock) * a.n_inputs;
+    if (blocks_at_4 >= 264) return launch_rows<F, 4>(a, stream);
+    if (blocks_at_2 >= 132) return launch_rows<F, 2>(a, stream);
+    return launch_rows<F, 1>(a, stream);
+  }
+  // Several inputs (prefill, batched decode) share each weight load across kTokens accumulators,
+  // with 4 chunks in flight.
   const unsigned row_blocks = static_cast<unsigned>((a.M + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  const int64_t groups = a.expert_ids ? a.n_inputs : (a.n_inputs + kTokens - 1) / kTokens;
+  const int64_t groups = (a.n_inputs + kTokens - 1) / kTokens;
   const unsigned y = static_cast<unsigned>(groups < 65535 ? groups : 65535);
-  dim3 grid(row_blocks, y);
-  // One input (decode): a single accumulator leaves registers for 8 chunks of weights in flight
-  // per lane (K = 2816 is then two steps per row); measured on the H200, 26B-A4B decode matmuls
-  // went from 7.96 to 6.58 ms per token. Expert pairs keep 4 chunks: 8 made them slower (2.98 ->
-  // 3.66 ms), as their grid already has a block row per pair. Several inputs share each weight
-  // load across kTokens accumulators with 4 chunks in flight.
-  if (a.expert_ids)
-    matvec_kernel<F, 1, 4><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(a);
-  else if (a.n_inputs == 1)
-    matvec_kernel<F, 1, 8><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(a);
-  else
-    matvec_kernel<F, kTokens, 4><<<grid, kWarpsPerBlock * kWarp, 0, stream>>>(a);
+  matvec_kernel<F, kTokens, 4><<<dim3(row_blocks, y), kWarpsPerBlock * kWarp, 0, stream>>>(a);
   return cudaGetLastError();
 }
 
