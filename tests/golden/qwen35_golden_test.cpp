@@ -38,15 +38,11 @@ namespace {
 // head mapping moves these logits by 1e-2 or more.
 constexpr float kTolerance = 1e-4f;
 
-// Except qwen35-dense, as made by the script at 4f347ae: it is ill-conditioned. Its logits have
-// std 8.45 (unit-variance tied embeddings), and some delta-rule heads cancel to |o| ~ 1e-3 just
-// before the gated RMSNorm (eps 1e-6), which scales f32 rounding up ~1000x. On it transformers'
-// own chunked prefill and recurrent cached decode differ by 4.8e-4, fireline's two forms by
-// 2.2e-4, and fireline is 8.5e-4 from transformers' prefill and 2.6e-4 from its decode (all at
-// position 47). So this fixture gets 1e-3, i.e. 1.2e-4 of the logit scale: still far below what
-// a wrong decay, gate or norm convention does to std-8 logits (> 1e-1). The script's later
-// version (not yet run) conditions the fixture so that 1e-4 applies again.
-float tolerance_for(const std::string& fixture) { return fixture == "qwen35-dense" ? 1e-3f : kTolerance; }
+// Every fixture, qwen35-dense included: its first version (script at 4f347ae) was ill-conditioned
+// (logits of std 8.45, delta-rule heads cancelling to ~1e-3 before the gated norm, so f32
+// rounding alone moved logits by 8.5e-4) and needed 1e-3; the fixture now committed comes from
+// the conditioned script (b1b83a2): transformers' own prefill and decode agree to 5e-5 on it.
+float tolerance_for(const std::string&) { return kTolerance; }
 
 struct Golden {
   std::vector<int32_t> input_ids, generated_ids;
