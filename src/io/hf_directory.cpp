@@ -67,13 +67,21 @@ class HfDirectory final : public ModelSource {
 
 }  // namespace
 
-HfSideFiles read_hf_side_files(const std::string& dir) {
-  HfSideFiles files;
-  files.config_json = read_config_json(dir);
+TokenizerFiles read_tokenizer_files(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) fail("{}: not a directory", dir);
+  TokenizerFiles files;
   files.tokenizer_json = read_if_exists(fs::path(dir) / "tokenizer.json");
   files.tokenizer_config_json = read_if_exists(fs::path(dir) / "tokenizer_config.json");
   files.generation_config_json = read_if_exists(fs::path(dir) / "generation_config.json");
   files.chat_template = read_chat_template(dir);
+  return files;
+}
+
+HfSideFiles read_hf_side_files(const std::string& dir) {
+  HfSideFiles files;
+  files.config_json = read_config_json(dir);
+  static_cast<TokenizerFiles&>(files) = read_tokenizer_files(dir);
   return files;
 }
 

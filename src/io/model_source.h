@@ -35,16 +35,21 @@ class ModelSource {
   virtual const GgufFile* gguf_file() const { return nullptr; }
 };
 
-// config.json and the optional side files of a Hugging Face directory (no weights needed):
-// tokenizer.json, tokenizer_config.json, generation_config.json, and the chat template
-// (chat_template.jinja, or the chat_template entry of tokenizer_config.json). Throws when
-// config.json is missing.
-struct HfSideFiles {
-  std::string config_json;
+// The optional text-side files of a Hugging Face directory: tokenizer.json,
+// tokenizer_config.json, generation_config.json, and the chat template (chat_template.jinja, or
+// the chat_template entry of tokenizer_config.json); empty strings for those it lacks. Throws
+// when `dir` is not a directory.
+struct TokenizerFiles {
   std::string tokenizer_json;
   std::string tokenizer_config_json;
   std::string generation_config_json;
   std::string chat_template;
+};
+TokenizerFiles read_tokenizer_files(const std::string& dir);
+
+// config.json and the side files above (no weights needed). Throws when config.json is missing.
+struct HfSideFiles : TokenizerFiles {
+  std::string config_json;
 };
 HfSideFiles read_hf_side_files(const std::string& dir);
 

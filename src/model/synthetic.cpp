@@ -219,9 +219,10 @@ class SyntheticSource final : public ModelSource {
     for (const auto& [name, _] : specs_) names.push_back(name);
     return names;
   }
-  std::string tokenizer_json() const override { return {}; }
-  std::string generation_config_json() const override { return {}; }
-  std::string chat_template() const override { return {}; }
+  std::string tokenizer_json() const override { return options_.tokenizer.tokenizer_json; }
+  std::string tokenizer_config_json() const override { return options_.tokenizer.tokenizer_config_json; }
+  std::string generation_config_json() const override { return options_.tokenizer.generation_config_json; }
+  std::string chat_template() const override { return options_.tokenizer.chat_template; }
 
   std::optional<Tensor> find(std::string_view name) const override {
     std::lock_guard lock(mutex_);

@@ -15,6 +15,7 @@ struct SyntheticOptions {
   std::string like;              // one of synthetic_model_names()
   std::string format = "hf4";    // weight policy: hf4, hf6, q8, bf16, f32 (DESIGN §4)
   uint64_t seed = 1;
+  TokenizerFiles tokenizer;      // carried as they are (none by default: bench needs no text)
 };
 
 std::vector<std::string> synthetic_model_names();

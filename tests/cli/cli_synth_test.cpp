@@ -2,12 +2,14 @@
 // model (the tiny MoE stand-in keeps the test fast), deterministic per seed, and runnable.
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "util/run_command.h"
 #include "util/test_util.h"
+#include "util/tiny_chat_model.h"
 
 namespace fl {
 namespace {
@@ -67,6 +69,54 @@ TEST(CliSynth, QwenHybridRunsFromAFireFileInHf4) {
   json out = json::parse(run.out);
   EXPECT_EQ(out["generated"].size(), 3u);
   EXPECT_TRUE(std::isfinite(out["top"][0][0]["logit"].get<double>()));
+}
+
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
+
+// --tokenizer DIR embeds a tokenizer and chat template: the synthetic model then chats (random
+// text through the real text path), which `fireline serve` and the battery need.
+TEST(CliSynth, TokenizerFromADirectoryMakesAChattableModel) {
+  test::TempDir dir;
+  const std::string tok = dir.file("tok");
+  std::filesystem::create_directories(tok);
+  write_file(tok + "/tokenizer.json", test::tiny::tokenizer_json());
+  write_file(tok + "/generation_config.json", test::tiny::generation_config_json());
+  write_file(tok + "/chat_template.jinja", test::tiny::chat_template());
+  const std::string model = dir.file("chat.fire");
+  auto r = fireline("synth --like tiny-gemma4-moe -o " + model + " --tokenizer " + tok);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto run = fireline("run " + model + " --backend cpu --temperature 0 --max-tokens 5 --ignore-eos --json Hello </dev/null");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  json j = json::parse(run.out);
+  EXPECT_EQ(j["usage"]["completion_tokens"].get<int>(), 5) << run.out;
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 1) << run.out;  // the chat template wrapped the prompt
+
+  // Without --tokenizer the model has no text side: run says so.
+  const std::string bare = dir.file("bare.fire");
+  ASSERT_EQ(fireline("synth --like tiny-gemma4-moe -o " + bare).exit_code, 0);
+  auto no_text = fireline("run " + bare + " --backend cpu --max-tokens 2 Hello </dev/null");
+  EXPECT_NE(no_text.exit_code, 0);
+  EXPECT_NE(no_text.err.find("tokenizer.json"), std::string::npos) << no_text.err;
+
+  // A directory without tokenizer.json, a missing directory, a tokenizer with more tokens than the
+  // model has embedding rows: clear errors, no file written.
+  const std::string empty = dir.file("empty");
+  std::filesystem::create_directories(empty);
+  auto missing_json = fireline("synth --like tiny-gemma4-moe -o " + dir.file("x.fire") + " --tokenizer " + empty);
+  EXPECT_NE(missing_json.exit_code, 0);
+  EXPECT_NE(missing_json.err.find("no tokenizer.json"), std::string::npos) << missing_json.err;
+  auto no_dir = fireline("synth --like tiny-gemma4-moe -o " + dir.file("x.fire") + " --tokenizer " + dir.file("nope"));
+  EXPECT_NE(no_dir.exit_code, 0);
+  EXPECT_NE(no_dir.err.find("not a directory"), std::string::npos) << no_dir.err;
+  json big = json::parse(test::tiny::tokenizer_json());
+  for (int i = 0; i < 1600; ++i) big["model"]["vocab"]["extra" + std::to_string(i)] = test::tiny::kVocab + i;
+  const std::string big_dir = dir.file("big");
+  std::filesystem::create_directories(big_dir);
+  write_file(big_dir + "/tokenizer.json", big.dump());
+  auto too_big = fireline("synth --like tiny-gemma4-moe -o " + dir.file("x.fire") + " --tokenizer " + big_dir);
+  EXPECT_NE(too_big.exit_code, 0);
+  EXPECT_NE(too_big.err.find("2112 tokens, more than the 1024 rows"), std::string::npos) << too_big.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("x.fire")));
 }
 
 }  // namespace
