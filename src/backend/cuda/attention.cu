@@ -3,7 +3,7 @@
 //
 // Work split (flash-decoding): grid = (token x head, n_splits). Each block takes one contiguous
 // slice of the query's visible keys; its 4 warps stride over the slice with an online softmax
-// (running max, running sum, running weighted V), merge in shared memory, and either write the
+// (running max, running sum, running weighted V), 4 keys per step (attend_keys), merge in shared memory, and either write the
 // normalised output (n_splits == 1) or a partial (max, sum, V) that attention_merge_kernel
 // combines. Splitting along the context keeps all SMs busy at batch 1 with long contexts, where
 // (token x head) alone gives only 16-32 blocks.
@@ -16,26 +16,82 @@ namespace fl::cuda {
 namespace {
 
 constexpr int kAttnWarps = 4;
-constexpr int kMaxPerLane = 512 / kWarp;  // head_dim <= 512
+constexpr int kMaxChunks = 2;    // 8-element chunks of a head row per lane: head_dim <= 2 * 8 * kWarp
 
-// Where key/value j of KV head g lives: the step's fresh rows (f32) or a cache row (any format).
-// Resolved once per key, so the per-element loads do no 64-bit index arithmetic.
-struct KvRow {
-  const float* fresh;    // non-null: read fresh[d]
-  const uint8_t* cached;  // otherwise: element d of this packed row
-};
+// Element d = c * 8 * kWarp + lane * 8 + e of a head row lives in lane `lane`, chunk c, slot e:
+// eight consecutive elements per lane, so a Q8_0 row yields a lane's chunk with four halfword
+// loads and one scale load (RawChunk), where element-wise loads took three byte loads each.
+__device__ __forceinline__ int chunk_start(int c, int lane) { return c * 8 * kWarp + lane * 8; }
 
-__device__ __forceinline__ KvRow kv_row(const AttentionArgs& a, const float* fresh, const uint8_t* cache, int64_t j,
-                                        int64_t p0, int g) {
-  if (j >= p0) return {fresh + ((j - p0) * a.n_kv_heads + g) * a.head_dim, nullptr};
-  return {nullptr, cache + ((j % a.cache_rows) * a.n_kv_heads + g) * a.cache_row_bytes};
-}
-
-// The cache's element type is a template parameter: a run-time switch per element cost more than
-// the load itself.
-template <DType C>
-__device__ __forceinline__ float kv_load(const KvRow& row, int d) {
-  return row.fresh ? row.fresh[d] : load_weight_t<C>(row.cached, d);
+// The online softmax over keys [b, e) whose rows have format S (the cache's type, or f32 for the
+// step's fresh rows); row(j) gives key j's K or V row as bytes. Each warp takes every
+// kAttnWarps-th key, kKeysPerStep at a time: the K and V loads of all of them are issued before the
+// first shuffle, so a warp waits for memory once per step instead of once per key (the serial
+// load -> warp sum -> exp chain per key was what kept decode attention near 38 GB/s). Registers
+// bound kKeysPerStep: a Q8_0 chunk is held as 5 halfwords, an f32/bf16 chunk as 8 floats.
+template <DType S, int kKeysPerStep, class KRowFn, class VRowFn>
+__device__ __forceinline__ void attend_keys(int64_t b, int64_t e, int D, float scale, const float (&q)[kMaxChunks][8],
+                                            float (&acc)[kMaxChunks][8], float& m, float& l, KRowFn k_row, VRowFn v_row) {
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  for (int64_t j = b + warp; j < e; j += kAttnWarps * kKeysPerStep) {
+    RawChunk<S> kr[kKeysPerStep][kMaxChunks], vr[kKeysPerStep][kMaxChunks];
+#pragma unroll
+    for (int u = 0; u < kKeysPerStep; ++u) {
+      const int64_t key = j + u * kAttnWarps;
+      if (key >= e) break;
+      const uint8_t* krow = k_row(key);
+      const uint8_t* vrow = v_row(key);
+#pragma unroll
+      for (int c = 0; c < kMaxChunks; ++c)
+        if (chunk_start(c, lane) < D) {
+          kr[u][c].load(krow, chunk_start(c, lane), D);
+          vr[u][c].load(vrow, chunk_start(c, lane), D);
+        }
+    }
+    float s[kKeysPerStep];
+#pragma unroll
+    for (int u = 0; u < kKeysPerStep; ++u) {
+      float dot = 0.0f;
+      if (j + u * kAttnWarps < e) {
+#pragma unroll
+        for (int c = 0; c < kMaxChunks; ++c)
+          if (chunk_start(c, lane) < D) {
+            float w[8];
+            kr[u][c].decode(w);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) dot += q[c][i] * w[i];  // q is 0 past D
+          }
+      }
+      s[u] = dot;
+    }
+    float m_new = m;
+#pragma unroll
+    for (int u = 0; u < kKeysPerStep; ++u) {
+      s[u] = warp_sum(s[u]) * scale;  // every lane shuffles: the loop bounds are uniform per warp
+      if (j + u * kAttnWarps < e) m_new = fmaxf(m_new, s[u]);
+    }
+    const float correction = expf(m - m_new);
+    l *= correction;
+#pragma unroll
+    for (int c = 0; c < kMaxChunks; ++c)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[c][i] *= correction;
+#pragma unroll
+    for (int u = 0; u < kKeysPerStep; ++u) {
+      if (j + u * kAttnWarps >= e) break;
+      const float p = expf(s[u] - m_new);
+      l += p;
+#pragma unroll
+      for (int c = 0; c < kMaxChunks; ++c)
+        if (chunk_start(c, lane) < D) {
+          float v[8];
+          vr[u][c].decode(v);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[c][i] += p * v[i];
+        }
+    }
+    m = m_new;
+  }
 }
 
 template <DType C>
@@ -52,44 +108,43 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(Attention
   const int64_t begin = first + blockIdx.y * chunk;
   const int64_t end = min(begin + chunk, query_pos + 1);
 
-  float q[kMaxPerLane], acc[kMaxPerLane];
+  float q[kMaxChunks][8], acc[kMaxChunks][8];
   const float* qv = a.q + (static_cast<int64_t>(t) * a.n_heads + h) * D;
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
-    const int d = lane + i * kWarp;
-    q[i] = d < D ? qv[d] : 0.0f;
-    acc[i] = 0.0f;
-  }
+  for (int c = 0; c < kMaxChunks; ++c)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int d = chunk_start(c, lane) + i;
+      q[c][i] = d < D ? qv[d] : 0.0f;
+      acc[c][i] = 0.0f;
+    }
   float m = -FLT_MAX, l = 0.0f;
-  for (int64_t j = begin + warp; j < end; j += kAttnWarps) {
-    const KvRow krow = kv_row(a, a.k_new, a.k_cache, j, p0, g);
-    const KvRow vrow = kv_row(a, a.v_new, a.v_cache, j, p0, g);
-    float dot = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
-      const int d = lane + i * kWarp;
-      if (d < D) dot += q[i] * kv_load<C>(krow, d);
-    }
-    const float s = warp_sum(dot) * a.scale;
-    const float m_new = fmaxf(m, s);
-    const float correction = expf(m - m_new), p = expf(s - m_new);
-    l = l * correction + p;
-#pragma unroll
-    for (int i = 0; i < kMaxPerLane; ++i) {
-      const int d = lane + i * kWarp;
-      if (d < D) acc[i] = acc[i] * correction + p * kv_load<C>(vrow, d);
-    }
-    m = m_new;
-  }
+  // Keys before p0 are in the cache (ring row j % cache_rows); keys from p0 on are this step's
+  // fresh f32 rows.
+  const int64_t row_stride = static_cast<int64_t>(a.n_kv_heads) * a.cache_row_bytes;
+  const uint8_t* k_cache = a.k_cache + g * a.cache_row_bytes;
+  const uint8_t* v_cache = a.v_cache + g * a.cache_row_bytes;
+  // Decode reads many cached keys and one fresh one; prefill's fresh keys take the 1-key path.
+  attend_keys<C, C == DType::q8_0 ? 4 : 2>(begin, min(end, p0), D, a.scale, q, acc, m, l,
+                 [&](int64_t j) { return k_cache + (j % a.cache_rows) * row_stride; },
+                 [&](int64_t j) { return v_cache + (j % a.cache_rows) * row_stride; });
+  const int64_t fresh_stride = static_cast<int64_t>(a.n_kv_heads) * D;
+  const float* k_fresh = a.k_new + g * D;
+  const float* v_fresh = a.v_new + g * D;
+  attend_keys<DType::f32, 1>(max(begin, p0), end, D, a.scale, q, acc, m, l,
+                          [&](int64_t j) { return reinterpret_cast<const uint8_t*>(k_fresh + (j - p0) * fresh_stride); },
+                          [&](int64_t j) { return reinterpret_cast<const uint8_t*>(v_fresh + (j - p0) * fresh_stride); });
 
   // Merge the warps: shared [warp][D + 2] = (acc..., m, l).
   extern __shared__ float smem[];
   float* mine = smem + warp * (D + 2);
 #pragma unroll
-  for (int i = 0; i < kMaxPerLane; ++i) {
-    const int d = lane + i * kWarp;
-    if (d < D) mine[d] = acc[i];
-  }
+  for (int c = 0; c < kMaxChunks; ++c)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const int d = chunk_start(c, lane) + i;
+      if (d < D) mine[d] = acc[c][i];
+    }
   if (lane == 0) mine[D] = m, mine[D + 1] = l;
   __syncthreads();
   float m_all = -FLT_MAX;
@@ -193,7 +248,7 @@ __global__ void kv_write_kernel(uint8_t* k_cache, uint8_t* v_cache, DType type, 
 
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.n_tokens == 0) return cudaSuccess;
-  if (a.head_dim > kMaxPerLane * kWarp || a.n_heads % a.n_kv_heads) return cudaErrorInvalidValue;
+  if (a.head_dim > kMaxChunks * 8 * kWarp || a.n_heads % a.n_kv_heads) return cudaErrorInvalidValue;
   dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_heads), static_cast<unsigned>(a.n_splits));
   const size_t smem = static_cast<size_t>(kAttnWarps) * (a.head_dim + 2) * sizeof(float);
   switch (a.cache_type) {
