@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backend/sampling.h"
 #include "core/tensor.h"
 
 namespace fl {
@@ -183,11 +184,22 @@ class Backend {
   // out_ids[r] = argmax over logits[r, :] (lowest index on ties).   out_ids [R] i32; logits [R, V]
   virtual void argmax(Tensor out_ids, const Tensor& logits) = 0;
 
+  // Samples one token from logits [V] f32 by the chain of backend/sampling.h and writes it to
+  // out_id [1] i32, or -1 when every token is banned; `logits` are adjusted and divided in
+  // place. Returns nothing to the host: sample_token below reads the id back. The default goes
+  // through the host (copy out, the reference, copy the id in); the CUDA backend samples on the
+  // device, so that only the id crosses. Not inside capture() (the spec is copied in).
+  virtual void sample(Tensor out_id, Tensor logits, const SampleSpec& spec);
+
   // Per-op timing of eagerly launched ops (graph capture is never timed). Off by default: it adds
   // two events per op. Backends without it return nothing.
   virtual void set_profiling(bool on) { (void)on; }
   virtual std::vector<OpProfile> take_profile() { return {}; }  // per op family, in first-call order; resets
 };
+
+// backend.sample(out_id, logits, spec), then the id read back; throws fl::Error when every
+// token is banned. out_id: a device i32 [1] the caller keeps (no allocation per token).
+int32_t sample_token(Backend& backend, Tensor out_id, Tensor logits, const SampleSpec& spec);
 
 // The CPU oracle backend.
 std::unique_ptr<Backend> make_cpu_backend();

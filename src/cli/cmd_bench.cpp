@@ -82,7 +82,7 @@ void run_bench(const BenchOptions& opt) {
   auto start = std::chrono::steady_clock::now();
   auto backend = make_backend(opt.backend);
   std::unique_ptr<ModelSource> source =
-      opt.like.empty() ? open_model_source(resolve_model_arg(opt.model)) : make_synthetic_source({opt.like, opt.format, 1});
+      opt.like.empty() ? open_model_source(resolve_model_arg(opt.model)) : make_synthetic_source({opt.like, opt.format, 1, {}});
   const DType kv = kv_type(opt.kv);
   LoadOptions load;
   load.max_seq = std::max<int64_t>(opt.context + opt.gen_tokens + 3, opt.prompt_tokens + 1);
@@ -107,7 +107,11 @@ void run_bench(const BenchOptions& opt) {
 
   // Decode at `context`: the sequence is advanced to the context without running a prompt (its KV
   // rows stay zero), which reads exactly the bytes a real context would; then one token per step,
-  // replayed from a captured graph (and, for comparison, launched eagerly).
+  // replayed from a captured graph with the next token chosen on the device, as `run` decodes
+  // (only the id crosses to the host), and, for comparison, launched eagerly with the logits
+  // copied to the host.
+  SampleSpec greedy;
+  greedy.temperature = 0.0f;
   auto measure_decode = [&](bool graph) {
     std::vector<double> tps;
     for (int r = 0; r < opt.runs + 1; ++r) {
@@ -116,8 +120,11 @@ void run_bench(const BenchOptions& opt) {
       auto steps = graph ? model->make_decode_graph(*seq) : nullptr;
       int32_t next = token(rng);
       auto decode_one = [&] {
-        std::vector<float> logits =
-            graph ? steps->step(next) : model->forward(*seq, std::span<const int32_t>(&next, 1), LogitsMode::last);
+        if (graph) {
+          next = steps->step_sample(next, greedy);
+          return;
+        }
+        std::vector<float> logits = model->forward(*seq, std::span<const int32_t>(&next, 1), LogitsMode::last);
         next = static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       };
       if (graph) decode_one(), decode_one();  // eager step and capture step are not timed

@@ -7,9 +7,10 @@ ReplayedDecode::ReplayedDecode(Backend& backend, Sequence& seq, CheckStep check,
   inputs_ = backend.allocate(256);
   id_ = make_tensor(inputs_->data(), DType::i32, {1}, backend.device());
   position_ = make_tensor(static_cast<char*>(inputs_->data()) + 128, DType::i32, {1}, backend.device());
+  chosen_ = make_tensor(static_cast<char*>(inputs_->data()) + 64, DType::i32, {1}, backend.device());
 }
 
-std::vector<float> ReplayedDecode::step(int32_t token) {
+void ReplayedDecode::advance(int32_t token) {
   check_(seq_, std::span<const int32_t>(&token, 1));
   const int32_t position = static_cast<int32_t>(seq_.n_past);
   backend_.copy_to_device(id_, &token);
@@ -25,10 +26,19 @@ std::vector<float> ReplayedDecode::step(int32_t token) {
     graph_->replay();
   }
   ++steps_;
+  seq_.n_past += 1;
+}
+
+std::vector<float> ReplayedDecode::step(int32_t token) {
+  advance(token);
   std::vector<float> out(static_cast<size_t>(logits_.numel()));
   backend_.copy_to_host(out.data(), logits_);
-  seq_.n_past += 1;
   return out;
+}
+
+int32_t ReplayedDecode::step_sample(int32_t token, const SampleSpec& spec) {
+  advance(token);
+  return sample_token(backend_, chosen_, logits_.reshape({logits_.numel()}), spec);
 }
 
 }  // namespace fl

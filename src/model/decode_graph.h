@@ -23,16 +23,19 @@ class ReplayedDecode final : public DecodeGraph {
   ReplayedDecode(Backend& backend, Sequence& seq, CheckStep check, Run run);
 
   std::vector<float> step(int32_t token) override;
+  int32_t step_sample(int32_t token, const SampleSpec& spec) override;  // samples with backend.sample
   bool captured() const override { return graph_ != nullptr; }
 
  private:
+  void advance(int32_t token);  // runs (or replays) the step; the logits stay in logits_
+
   Backend& backend_;
   Sequence& seq_;
   CheckStep check_;
   Run run_;
   ScratchArena arena_;
   std::unique_ptr<DeviceBuffer> inputs_;
-  Tensor id_, position_, logits_;
+  Tensor id_, position_, chosen_, logits_;
   std::unique_ptr<CapturedSteps> graph_;
   int64_t steps_ = 0;
 };

@@ -31,6 +31,11 @@ double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
 }  // namespace
 
+int32_t DecodeGraph::step_sample(int32_t token, const SampleSpec& spec) {
+  std::vector<float> logits = step(token);
+  return sample_logits_reference(logits, spec);
+}
+
 std::vector<float> Model::forward_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids) {
   if (seqs.size() != ids.size()) fail("forward_batch: {} sequences but {} token ids", seqs.size(), ids.size());
   std::vector<float> out;

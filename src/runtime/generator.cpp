@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "core/error.h"
 
@@ -108,12 +109,16 @@ GenerationResult Generator::run(const Prompt& prompt, const GenerateRequest& req
   // ---- decode ----
   Clock::time_point t_first{};
   int64_t n_generated = 0;
+  // After a decode step the next token is already chosen where the logits are (on a GPU: only
+  // its id crossed); after the prompt and after forced tokens, the host samples the logits.
+  std::optional<int32_t> sampled;
   while (cause == StopCause::none) {
     if (cancelled(cancel)) {
       cause = StopCause::cancelled;
       break;
     }
-    const int32_t token = sampler.sample(engine_.logits());
+    const int32_t token = sampled ? *sampled : sampler.sample(engine_.logits());
+    sampled.reset();
     sampler.accept(token);
     result.tokens.push_back(token);
     ++n_generated;
@@ -130,7 +135,10 @@ GenerationResult Generator::run(const Prompt& prompt, const GenerateRequest& req
       break;
     }
     if (cause != StopCause::none) break;
-    engine_.append(token);
+    if (text.reasoning_cap_reached())
+      engine_.append(token);  // forced tokens follow: nothing to sample yet
+    else
+      sampled = engine_.append_and_sample(token, sampler.next_spec());
     ++result.timings.decode_steps;
 
     if (text.reasoning_cap_reached()) {

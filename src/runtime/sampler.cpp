@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <unordered_map>
+#include <map>
 
 #include "core/error.h"
 
@@ -50,95 +50,33 @@ double Sampler::next_uniform() {
   return static_cast<double>(z >> 11) * 0x1.0p-53;
 }
 
+SampleSpec Sampler::next_spec() {
+  SampleSpec spec;
+  spec.temperature = params_.temperature;
+  spec.top_k = params_.top_k;
+  spec.top_p = params_.top_p;
+  spec.min_p = params_.min_p;
+  spec.repetition_penalty = params_.repetition_penalty;
+  spec.presence_penalty = params_.presence_penalty;
+  spec.frequency_penalty = params_.frequency_penalty;
+  // One entry per id: its summed bias and its count in the window (when a penalty is on).
+  std::map<int32_t, SampleAdjust> adjust;
+  for (auto [id, bias] : params_.logit_bias) {
+    SampleAdjust& a = adjust.try_emplace(id, SampleAdjust{id, 0.0f, 0}).first->second;
+    a.bias += bias;
+  }
+  if (params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f)
+    for (int32_t t : recent_) ++adjust.try_emplace(t, SampleAdjust{t, 0.0f, 0}).first->second.count;
+  spec.adjust.reserve(adjust.size());
+  for (const auto& [id, a] : adjust) spec.adjust.push_back(a);
+  if (spec.temperature != 0.0f) spec.uniform = next_uniform();  // the greedy path draws nothing
+  return spec;
+}
+
 int32_t Sampler::sample(std::span<const float> logits) {
-  const int64_t V = static_cast<int64_t>(logits.size());
-  if (V == 0) fail("sampler: empty logits");
-  candidates_.resize(V);
-  for (int64_t i = 0; i < V; ++i) candidates_[i] = {static_cast<int32_t>(i), logits[i], 0.0f};
-
-  // 1. logit bias
-  for (auto [id, bias] : params_.logit_bias)
-    if (id < V) candidates_[id].logit += bias;
-
-  // 2. penalties over the recent window
-  if (!recent_.empty() &&
-      (params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f)) {
-    std::unordered_map<int32_t, int> counts;
-    for (int32_t t : recent_) ++counts[t];
-    for (auto [id, count] : counts) {
-      if (id < 0 || id >= V) continue;
-      float& l = candidates_[id].logit;
-      if (params_.repetition_penalty != 1.0f) l = l > 0 ? l / params_.repetition_penalty : l * params_.repetition_penalty;
-      l -= params_.presence_penalty + params_.frequency_penalty * static_cast<float>(count);
-    }
-  }
-
-  // 3. greedy
-  auto by_logit = [](const Candidate& a, const Candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); };
-  if (params_.temperature == 0.0f) {
-    const Candidate* best = &candidates_[0];
-    for (const Candidate& c : candidates_)
-      if (by_logit(c, *best)) best = &c;
-    if (best->logit == -std::numeric_limits<float>::infinity()) fail("sampler: every token is banned");
-    return best->id;
-  }
-
-  // 4. temperature, top-k, softmax, top-p, min-p. Only as much of the vocabulary is sorted as
-  // the cuts can reach (a full sort of Gemma's 262k entries costs more than a GPU decode step):
-  // the top k; else, for top-p / min-p, a sorted prefix grown until the cut falls inside it;
-  // else nothing (the draw then walks the tokens in id order: the same distribution).
-  for (Candidate& c : candidates_) c.logit /= params_.temperature;
-  const bool top_k = params_.top_k > 0 && params_.top_k < V;
-  if (top_k) {
-    std::partial_sort(candidates_.begin(), candidates_.begin() + params_.top_k, candidates_.end(), by_logit);
-    candidates_.resize(params_.top_k);
-  }
-  float max_logit = -std::numeric_limits<float>::infinity();
-  for (const Candidate& c : candidates_) max_logit = std::max(max_logit, c.logit);
-  if (max_logit == -std::numeric_limits<float>::infinity()) fail("sampler: every token is banned");
-  double sum = 0;
-  for (Candidate& c : candidates_) sum += (c.p = std::exp(c.logit - max_logit));
-  for (Candidate& c : candidates_) c.p = static_cast<float>(c.p / sum);
-  if (!top_k && (params_.top_p < 1.0f || params_.min_p > 0.0f)) {
-    const auto n = static_cast<int64_t>(candidates_.size());
-    for (int64_t m = std::min<int64_t>(n, 256);; m = std::min<int64_t>(n, m * 4)) {
-      std::partial_sort(candidates_.begin(), candidates_.begin() + m, candidates_.end(), by_logit);
-      bool inside = m == n;
-      if (params_.top_p < 1.0f) {  // the nucleus fits (min-p then acts inside it)
-        double mass = 0;
-        for (int64_t i = 0; i < m; ++i) mass += candidates_[i].p;
-        inside = inside || mass >= params_.top_p;
-      } else {  // the prefix reaches below the min-p floor
-        inside = inside || candidates_[m - 1].p < params_.min_p * candidates_.front().p;
-      }
-      if (inside) {
-        candidates_.resize(m);
-        break;
-      }
-    }
-  }
-  if (params_.top_p < 1.0f) {
-    double mass = 0;
-    size_t keep = 0;
-    while (keep < candidates_.size() && mass < params_.top_p) mass += candidates_[keep++].p;
-    candidates_.resize(std::max<size_t>(keep, 1));
-  }
-  if (params_.min_p > 0.0f) {
-    const float floor = params_.min_p * candidates_.front().p;
-    size_t keep = 1;
-    while (keep < candidates_.size() && candidates_[keep].p >= floor) ++keep;
-    candidates_.resize(keep);
-  }
-
-  // 5. draw
-  double total = 0;
-  for (const Candidate& c : candidates_) total += c.p;
-  double r = next_uniform() * total;
-  for (const Candidate& c : candidates_) {
-    r -= c.p;
-    if (r < 0) return c.id;
-  }
-  return candidates_.back().id;
+  if (logits.empty()) fail("sampler: empty logits");
+  scratch_.assign(logits.begin(), logits.end());
+  return sample_logits_reference(scratch_, next_spec());
 }
 
 }  // namespace fl

@@ -1,21 +1,24 @@
 #pragma once
-// The sampler chain: logits -> one token id. Each step is a small function over a candidate list
-// (id, logit, probability), applied in this order:
-//   1. logit bias (OpenAI logit_bias; -inf bans a token)
-//   2. penalties over the last `penalty_last_n` accepted tokens: repetition (transformers /
-//      llama.cpp: positive logits divided by r, negative multiplied), then presence and frequency
-//      (OpenAI: logit -= presence * [count > 0] + frequency * count)
-//   3. temperature 0: greedy (highest logit, lowest id on ties) and stop here
-//   4. temperature (logits / T), then top-k, top-p (smallest set whose probability reaches p),
-//      min-p (keep p >= min_p * p_max), in transformers' warper order
-//   5. a draw from what is left, with a seeded generator: the same seed and the same logits give
-//      the same tokens on every machine (the generator and the uniform draw are our own code).
-// `accept(token)` records a token (prompt or generated) for the penalties.
+// The sampler chain: logits -> one token id. The chain itself (logit bias and penalties,
+// greedy, temperature, top-k, top-p, min-p, the draw) is defined once, in backend/sampling.h, so
+// that the host, the CPU backend and the GPU kernel choose the same token bit for bit; this
+// class holds what it needs between tokens:
+//   - the penalty window: the last `penalty_last_n` accepted tokens (prompt or generated),
+//     turned into per-id counts for repetition (transformers / llama.cpp: positive logits
+//     divided by r, negative multiplied), presence and frequency (OpenAI: logit -= presence *
+//     [count > 0] + frequency * count)
+//   - the seeded generator of the draw: the same seed and the same logits give the same tokens
+//     on every machine (the generator and the uniform draw are our own code).
+// `sample(logits)` samples on the host; `next_spec()` gives the same step's inputs to a backend's
+// sample op (device sampling: only the chosen id leaves the GPU). Either consumes the generator
+// in the same way, so the two paths can be mixed within one generation.
 #include <cstdint>
 #include <deque>
 #include <span>
 #include <utility>
 #include <vector>
+
+#include "backend/sampling.h"
 
 namespace fl {
 
@@ -39,23 +42,20 @@ class Sampler {
   explicit Sampler(const SamplingParams& params);
 
   int32_t sample(std::span<const float> logits);
+  // The next step's SampleSpec (adjustments from the bias and the window, the draw's uniform).
+  SampleSpec next_spec();
   void accept(int32_t token);
   void reset();  // forget accepted tokens and restart the generator from the seed
 
   const SamplingParams& params() const { return params_; }
 
  private:
-  struct Candidate {
-    int32_t id;
-    float logit;
-    float p;
-  };
   double next_uniform();  // [0, 1)
 
   SamplingParams params_;
   std::deque<int32_t> recent_;
   uint64_t rng_state_ = 0;
-  std::vector<Candidate> candidates_;
+  std::vector<float> scratch_;
 };
 
 }  // namespace fl

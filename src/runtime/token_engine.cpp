@@ -54,13 +54,22 @@ bool TokenEngine::prefill(std::span<const int32_t> prompt, const std::atomic<boo
   return true;
 }
 
-void TokenEngine::append(int32_t token) {
+void TokenEngine::append(int32_t token) { step(token, nullptr); }
+
+int32_t TokenEngine::append_and_sample(int32_t token, const SampleSpec& spec) { return step(token, &spec); }
+
+int32_t TokenEngine::step(int32_t token, const SampleSpec* spec) {
   if (tokens_.empty()) fail("append: no prompt has been run");
   if (full()) fail("append: the context of {} tokens is full", options_.context);
+  int32_t next = -1;
   try {
+    logits_.clear();
     if (options_.decode_graph) {
       if (!graph_) graph_ = model_.make_decode_graph(*seq_);
-      logits_ = graph_->step(token);
+      if (spec)
+        next = graph_->step_sample(token, *spec);
+      else
+        logits_ = graph_->step(token);
     } else {
       logits_ = model_.forward(*seq_, std::span<const int32_t>(&token, 1), LogitsMode::last);
     }
@@ -69,6 +78,11 @@ void TokenEngine::append(int32_t token) {
     throw;
   }
   tokens_.push_back(token);
+  if (spec && next < 0) {  // the eager path: sample the host logits (the same chain)
+    std::vector<float> logits = logits_;
+    next = sample_logits_reference(logits, *spec);
+  }
+  return next;
 }
 
 }  // namespace fl

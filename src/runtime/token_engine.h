@@ -38,6 +38,10 @@ class TokenEngine {
   bool prefill(std::span<const int32_t> prompt, const std::atomic<bool>* cancel = nullptr);
   // Feeds one token at the next position; logits() then follow it. Throws when the context is full.
   void append(int32_t token);
+  // The same, and samples the next token by `spec` (Sampler::next_spec()) where the logits are:
+  // through the decode graph on the device, so that only the id crosses to the host. logits()
+  // is then empty; the returned token is the one Sampler::sample(logits) would have chosen.
+  int32_t append_and_sample(int32_t token, const SampleSpec& spec);
 
   std::span<const float> logits() const { return logits_; }
   int64_t n_past() const { return static_cast<int64_t>(tokens_.size()); }
@@ -50,6 +54,8 @@ class TokenEngine {
   void reset();  // empties the sequence (keeps its memory)
 
  private:
+  int32_t step(int32_t token, const SampleSpec* spec);
+
   Model& model_;
   EngineOptions options_;
   std::unique_ptr<Sequence> seq_;

@@ -270,7 +270,7 @@ class Qwen35Synthetic : public ::testing::Test {
  protected:
   void SetUp() override {
     backend_ = make_cpu_backend();
-    source_ = make_synthetic_source({"tiny-qwen35-moe", "f32", 7});
+    source_ = make_synthetic_source({"tiny-qwen35-moe", "f32", 7, {}});
     model_ = load_model(*source_, *backend_);
     std::mt19937 rng(5);
     ids_.resize(150);

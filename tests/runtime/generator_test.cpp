@@ -2,7 +2,9 @@
 // tokenizer (tests/util/tiny_chat_model.h): greedy output equals argmax over Model::forward step
 // by step; seeds reproduce; stop strings, max tokens, a full context, EOS ids, the thinking cap,
 // cancellation and prefix reuse behave as documented; prompts never carry two BOS tokens.
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -188,6 +190,12 @@ TEST_F(GeneratorTest, SameSeedSameTokensOtherSeedOtherTokens) {
   auto c = generator()->generate(req).tokens;
   EXPECT_EQ(a, b);
   EXPECT_NE(a, c);
+  // Through the decode graph each next token is sampled by the backend's sample op
+  // (append_and_sample); without it, by the host Sampler on the returned logits: the same tokens.
+  req.sampling.top_k = 50;
+  req.sampling.top_p = 0.9f;
+  req.sampling.frequency_penalty = 0.5f;
+  EXPECT_EQ(generator(256, 64, true)->generate(req).tokens, generator(256, 64, false)->generate(req).tokens);
 }
 
 TEST_F(GeneratorTest, StopStringAcrossTokensEndsTheAnswerAndIsNotEmitted) {
@@ -461,7 +469,7 @@ TEST(GeneratorCuda, GraphDecodeEqualsForwardDecodeAcrossRestartsAndExtensions) {
   req.sampling.repetition_penalty = 10.0f;
   req.max_tokens = 48;
   req.ignore_eos = true;
-  auto run_turns = [&](Model& model, bool graph) {
+  auto run_turns = [&](Model& model, bool graph, const GenerateRequest& req) {
     EngineOptions o;
     o.context = 512;
     o.prefill_chunk = 16;
@@ -479,12 +487,33 @@ TEST(GeneratorCuda, GraphDecodeEqualsForwardDecodeAcrossRestartsAndExtensions) {
     turns.push_back(extended.tokens);
     return turns;
   };
-  auto graph = run_turns(*cuda_model, true);
-  auto eager = run_turns(*cuda_model, false);
-  auto oracle = run_turns(*cpu_model, false);
+  auto graph = run_turns(*cuda_model, true, req);
+  auto eager = run_turns(*cuda_model, false, req);
+  auto oracle = run_turns(*cpu_model, false, req);
   EXPECT_EQ(graph, eager);
   EXPECT_EQ(graph[0], graph[1]);
   EXPECT_EQ(graph, oracle);
+
+  // Sampling with every stage on: with the graph, each token is chosen on the GPU (only its id
+  // crosses); eager decode copies the same logits to the host Sampler. The chain is one
+  // definition computed bit for bit alike, so the tokens must be identical; the CPU backend's
+  // logits differ in the last bits, and its tokens match too unless a draw lands on a boundary.
+  GenerateRequest sampled = req;
+  sampled.sampling.temperature = 0.8f;
+  sampled.sampling.top_k = 40;
+  sampled.sampling.top_p = 0.95f;
+  sampled.sampling.min_p = 0.02f;
+  sampled.sampling.repetition_penalty = 1.3f;
+  sampled.sampling.presence_penalty = 0.2f;
+  sampled.sampling.frequency_penalty = 0.1f;
+  sampled.sampling.logit_bias = {{5, 2.0f}, {7, -INFINITY}};
+  sampled.sampling.seed = 42;
+  auto device_sampled = run_turns(*cuda_model, true, sampled);
+  auto host_sampled = run_turns(*cuda_model, false, sampled);
+  EXPECT_EQ(device_sampled, host_sampled);
+  EXPECT_EQ(device_sampled[0], device_sampled[1]);  // the seed restarts with each generation
+  EXPECT_EQ(device_sampled, run_turns(*cpu_model, false, sampled));
+  for (const auto& turn : device_sampled) EXPECT_EQ(std::count(turn.begin(), turn.end(), 7), 0);  // banned
 }
 
 }  // namespace

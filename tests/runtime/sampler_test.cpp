@@ -2,11 +2,14 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "backend/backend.h"
+#include "backend/sampling.h"
 #include "core/error.h"
 #include "runtime/sampler.h"
 
@@ -98,7 +101,9 @@ TEST(Sampler, CutsOnALargeVocabularyMatchAFullSort) {
     p.seed = 11;
     const auto counts = draw_counts(p, logits, 800);
     for (auto [id, n] : counts) EXPECT_TRUE(nucleus.count(id)) << "top_p " << top_p << ": token " << id;
-    if (top_p > 0.9f) EXPECT_GT(counts.size(), 256u) << "the draws must reach past the first sorted prefix";
+    if (top_p > 0.9f) {
+      EXPECT_GT(counts.size(), 256u) << "the draws must reach past the first sorted prefix";
+    }
     // The most likely token's share is its probability within the nucleus.
     const double share = probs[order[0]] / mass;
     EXPECT_NEAR(counts.count(order[0]) ? counts.at(order[0]) / 800.0 : 0.0, share, 5 * std::sqrt(share / 800) + 0.01)
@@ -178,6 +183,60 @@ TEST(Sampler, SameSeedSameTokensOtherSeedOtherTokens) {
   std::set<int32_t> distinct;
   for (int32_t t : run(42)) distinct.insert(t);
   EXPECT_GT(distinct.size(), 10u);  // it really samples
+}
+
+// exp_exact (sampling_math.h) replaces expf so that host and GPU agree bit for bit: it must
+// still be exp, to float accuracy, over the whole range a weight can take.
+TEST(Sampler, ExpExactIsExpToFloatAccuracy) {
+  double worst = 0;
+  for (float x = -86.9f; x < 0.0f; x += 0.0137f) {
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(exp_exact(x) - want) / want);
+  }
+  EXPECT_LT(worst, 4e-7);
+  EXPECT_EQ(exp_exact(0.0f), 1.0f);  // the top token's weight, exactly
+  EXPECT_EQ(exp_exact(-100.0f), 0.0f);
+  EXPECT_EQ(exp_exact(-INFINITY), 0.0f);
+  EXPECT_EQ(exp_exact(NAN), 0.0f);
+}
+
+// The device path: Sampler::next_spec() through a backend's sample op (here the CPU backend's
+// host route) chooses what Sampler::sample chooses, token after token, penalties included.
+TEST(Sampler, NextSpecThroughABackendEqualsSample) {
+  auto cpu = make_backend("cpu");
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const int V = 3000;
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_k = 200;
+  p.top_p = 0.9f;
+  p.min_p = 0.01f;
+  p.repetition_penalty = 1.2f;
+  p.presence_penalty = 0.3f;
+  p.frequency_penalty = 0.2f;
+  p.logit_bias = {{11, 4.0f}, {12, -INFINITY}};
+  p.seed = 9;
+  for (int variant = 0; variant < 4; ++variant) {
+    if (variant == 1) p.top_k = 0;    // top-p alone: a grown sorted prefix on the host
+    if (variant == 2) p.top_p = 1.0f;  // min-p alone
+    if (variant == 3) p.temperature = 0.0f;
+    Sampler host(p), device(p);
+    auto buffer = cpu->allocate(V * sizeof(float) + 64);
+    Tensor logits = make_tensor(buffer->data(), DType::f32, {V}, Device::cpu);
+    Tensor chosen = make_tensor(static_cast<char*>(buffer->data()) + V * sizeof(float), DType::i32, {1}, Device::cpu);
+    for (int step = 0; step < 60; ++step) {
+      std::vector<float> l(V);
+      for (float& x : l) x = normal(rng);
+      const int32_t want = host.sample(l);
+      cpu->copy_to_device(logits, l.data());
+      const int32_t got = sample_token(*cpu, chosen, logits, device.next_spec());
+      ASSERT_EQ(got, want) << "variant " << variant << " step " << step;
+      EXPECT_NE(got, 12);
+      host.accept(want);
+      device.accept(got);
+    }
+  }
 }
 
 TEST(Sampler, InvalidParametersNameThemselves) {

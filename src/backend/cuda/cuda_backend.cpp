@@ -12,6 +12,7 @@
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gpu_runtime.h"
 #include "backend/cuda/linear_attention.cuh"
+#include "backend/cuda/sampling.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/norm.cuh"
@@ -527,6 +528,33 @@ class CudaBackend final : public Backend {
     check(cuda::launch_argmax(out_ids.ptr<int32_t>(), l.data, l.stride, l.rows, l.cols, stream_), "argmax");
   }
 
+  void sample(Tensor out_id, Tensor logits, const SampleSpec& spec) override {
+    OpTimer timer(*this, "sample", 4.0 * logits.numel());
+    if (!logits.is_contiguous() || logits.dtype != DType::f32 || logits.numel() == 0 || out_id.dtype != DType::i32 ||
+        out_id.numel() != 1)
+      fail("sample: expected logits f32 [V] and out_id i32 [1], got {} and {}", logits.describe(), out_id.describe());
+    require_device(logits, "sample");
+    require_device(out_id, "sample");
+    if (capturing_) fail("sample: not inside a captured graph (its inputs are copied in per call)");
+    // The adjustments travel with the launch: a pageable-memory copy is staged before it returns.
+    const size_t adjust_bytes = spec.adjust.size() * sizeof(SampleAdjust);
+    if (!sample_adjust_ || sample_adjust_->size() < adjust_bytes) {
+      check(cudaStreamSynchronize(stream_), "sample");
+      sample_adjust_ = std::make_unique<CudaBuffer>(std::max<size_t>(adjust_bytes, 4096), stream_);
+    }
+    if (adjust_bytes)
+      check(cudaMemcpyAsync(sample_adjust_->data(), spec.adjust.data(), adjust_bytes, cudaMemcpyHostToDevice, stream_),
+            "sample");
+    cuda::SampleArgs a;
+    a.logits = logits.ptr<float>();
+    a.vocab = logits.numel();
+    a.out = out_id.ptr<int32_t>();
+    a.adjust = static_cast<const SampleAdjust*>(sample_adjust_->data());
+    a.n_adjust = static_cast<int>(spec.adjust.size());
+    a.p = spec;
+    check(cuda::launch_sample(a, stream_), "sample");
+  }
+
   size_t weight_bytes() const { return weight_bytes_; }
 
   void set_profiling(bool on) override { profiling_ = on; }
@@ -621,6 +649,7 @@ class CudaBackend final : public Backend {
   size_t weight_used_ = 0;
   size_t weight_bytes_ = 0;
   std::unique_ptr<CudaBuffer> workspace_;
+  std::unique_ptr<CudaBuffer> sample_adjust_;
   bool profiling_ = false;
   bool capturing_ = false;
   std::vector<TimedOp> timed_;

@@ -131,6 +131,8 @@ __device__ __forceinline__ T shfl_xor(T v, int lane_mask) { return __shfl_xor(v,
 template <typename T>
 __device__ __forceinline__ T shfl_down(T v, unsigned delta) { return __shfl_down(v, delta); }
 template <typename T>
+__device__ __forceinline__ T shfl_up(T v, unsigned delta) { return __shfl_up(v, delta); }
+template <typename T>
 __device__ __forceinline__ T shfl(T v, int src_lane) { return __shfl(v, src_lane); }
 __device__ __forceinline__ LaneMask ballot(bool pred) { return __ballot(pred); }
 __device__ __forceinline__ bool any(bool pred) { return __any(pred); }
@@ -141,6 +143,8 @@ template <typename T>
 __device__ __forceinline__ T shfl_xor(T v, int lane_mask) { return __shfl_xor_sync(kAllLanes, v, lane_mask); }
 template <typename T>
 __device__ __forceinline__ T shfl_down(T v, unsigned delta) { return __shfl_down_sync(kAllLanes, v, delta); }
+template <typename T>
+__device__ __forceinline__ T shfl_up(T v, unsigned delta) { return __shfl_up_sync(kAllLanes, v, delta); }
 template <typename T>
 __device__ __forceinline__ T shfl(T v, int src_lane) { return __shfl_sync(kAllLanes, v, src_lane); }
 __device__ __forceinline__ LaneMask ballot(bool pred) { return __ballot_sync(kAllLanes, pred); }

@@ -1,0 +1,21 @@
+#pragma once
+// Sampling one token on the device (sampling.cu): the chain of backend/sampling.h, so that only
+// the chosen id crosses to the host. No fmt or other heavy host headers: nvcc compiles this file.
+#include <cstdint>
+
+#include "backend/cuda/gpu_runtime.h"
+#include "backend/sampling_math.h"
+
+namespace fl::cuda {
+
+struct SampleArgs {
+  float* logits = nullptr;  // [V], adjusted and divided in place, as the reference does
+  int64_t vocab = 0;
+  int32_t* out = nullptr;   // [1]: the token, or -1 when every token is banned
+  const SampleAdjust* adjust = nullptr;  // [n_adjust] device copy, ids unique
+  int n_adjust = 0;
+  SampleScalars p;
+};
+cudaError_t launch_sample(const SampleArgs& args, cudaStream_t stream);
+
+}  // namespace fl::cuda
