@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -111,6 +112,21 @@ class Backend {
   // out = rms(x) (* gain): rms(x) = x * (mean(x^2) + eps)^-1/2 over the last dim.
   // x, out [R, N] (in place allowed); weight [N] or null for NormGain::none.
   virtual void rms_norm(Tensor out, const Tensor& x, const Tensor* weight, NormGain gain, float eps) = 0;
+
+  // Fused forms (each equal to the ops it replaces, which the defaults run; a GPU backend saves
+  // launches):
+  // h += rms_norm(x) (* gain), x = the normed value: a block's output norm and residual add.
+  // h, x [R, N].
+  virtual void add_rms_norm(Tensor h, Tensor x, const Tensor* weight, NormGain gain, float eps) {
+    rms_norm(x, x, weight, gain, eps);
+    add(h, h, x);
+  }
+  // rms_norm over each head row of x [T, heads, D] in place, then rope(x, positions, inv_freq).
+  virtual void rms_norm_rope(Tensor x, const Tensor* weight, NormGain gain, float eps, const Tensor& positions,
+                             const Tensor& inv_freq) {
+    rms_norm(x, x, weight, gain, eps);
+    rope(x, positions, inv_freq);
+  }
 
   // out[t, m] = sum_k x[t, k] * weight[m, k].          out [T, M]; x [T, K]; weight [M, K]
   virtual void matmul(Tensor out, const Tensor& x, const Tensor& weight) = 0;

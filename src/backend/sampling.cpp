@@ -1,7 +1,5 @@
 #include "backend/sampling.h"
 
-#include "backend/backend.h"
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -90,29 +88,6 @@ int32_t sample_logits_reference(std::span<float> logits, const SampleSpec& spec)
   for (const Candidate& x : c)
     if ((running += x.mass) > r) return x.id;
   return c.back().id;  // unreachable: r < kept
-}
-
-void Backend::sample(Tensor out_id, Tensor logits, const SampleSpec& spec) {
-  if (!logits.is_contiguous() || logits.dtype != DType::f32 || logits.numel() == 0 || out_id.dtype != DType::i32 ||
-      out_id.numel() != 1)
-    fail("sample: expected logits f32 [V] and out_id i32 [1], got {} and {}", logits.describe(), out_id.describe());
-  std::vector<float> host(static_cast<size_t>(logits.numel()));
-  copy_to_host(host.data(), logits);
-  int32_t id = -1;
-  try {
-    id = sample_logits_reference(host, spec);
-  } catch (const Error&) {  // every token banned: reported through the id, as on the GPU
-  }
-  copy_to_device(logits, host.data());
-  copy_to_device(out_id, &id);
-}
-
-int32_t sample_token(Backend& backend, Tensor out_id, Tensor logits, const SampleSpec& spec) {
-  backend.sample(out_id, logits, spec);
-  int32_t id = -1;
-  backend.copy_to_host(&id, out_id);
-  if (id < 0) fail("sampler: every token is banned");
-  return id;
 }
 
 }  // namespace fl

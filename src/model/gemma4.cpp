@@ -252,8 +252,7 @@ class Gemma4Model final : public Model {
       b.rms_norm(x, h, &layer.input_norm, NormGain::weight, c_.rms_norm_eps);
       Tensor q = arena.alloc(DType::f32, {T, nH, D});
       b.matmul(q.reshape({T, nH * D}), x, layer.q_proj);
-      b.rms_norm(q, q, &layer.q_norm, NormGain::weight, c_.rms_norm_eps);
-      b.rope(q, positions, layer.inv_freq);
+      b.rms_norm_rope(q, &layer.q_norm, NormGain::weight, c_.rms_norm_eps, positions, layer.inv_freq);
 
       int64_t kv_layer = l;
       if (lc.kv_source_layer >= 0) {
@@ -264,8 +263,7 @@ class Gemma4Model final : public Model {
         b.matmul(k.reshape({T, nKV * D}), x, layer.k_proj);
         // With attention_k_eq_v, V is the raw K projection (before k_norm and RoPE).
         b.matmul(v.reshape({T, nKV * D}), x, lc.value_from_key ? layer.k_proj : layer.v_proj);
-        b.rms_norm(k, k, &layer.k_norm, NormGain::weight, c_.rms_norm_eps);
-        b.rope(k, positions, layer.inv_freq);
+        b.rms_norm_rope(k, &layer.k_norm, NormGain::weight, c_.rms_norm_eps, positions, layer.inv_freq);
         b.rms_norm(v, v, nullptr, NormGain::none, c_.rms_norm_eps);  // v_norm has no gain
         fresh_k[l] = k;
         fresh_v[l] = v;
@@ -286,8 +284,7 @@ class Gemma4Model final : public Model {
           b.kv_write(part.seq->kv[l], fresh_k[l].slice(r0, r1), fresh_v[l].slice(r0, r1), pos_rows);
       }
       b.matmul(tmp, attn.reshape({T, nH * D}), layer.o_proj);
-      b.rms_norm(tmp, tmp, &layer.post_attention_norm, NormGain::weight, c_.rms_norm_eps);
-      b.add(h, h, tmp);
+      b.add_rms_norm(h, tmp, &layer.post_attention_norm, NormGain::weight, c_.rms_norm_eps);
 
       // ---- feed-forward: dense MLP, plus the expert block on MoE models ----
       const int64_t I = lc.intermediate_size;
@@ -313,11 +310,9 @@ class Gemma4Model final : public Model {
         b.rms_norm(x, h, &layer.pre_feedforward_norm_2, NormGain::weight, c_.rms_norm_eps);
         b.moe_experts(tmp, x, layer.experts_gate_up, layer.experts_down, expert_ids, expert_weights,
                       Activation::gelu_tanh);
-        b.rms_norm(tmp, tmp, &layer.post_feedforward_norm_2, NormGain::weight, c_.rms_norm_eps);
-        b.add(mlp, mlp, tmp);
+        b.add_rms_norm(mlp, tmp, &layer.post_feedforward_norm_2, NormGain::weight, c_.rms_norm_eps);
       }
-      b.rms_norm(mlp, mlp, &layer.post_feedforward_norm, NormGain::weight, c_.rms_norm_eps);
-      b.add(h, h, mlp);
+      b.add_rms_norm(h, mlp, &layer.post_feedforward_norm, NormGain::weight, c_.rms_norm_eps);
 
       // ---- per-layer embedding input (E2B/E4B) ----
       if (P > 0) {
@@ -325,8 +320,7 @@ class Gemma4Model final : public Model {
         b.matmul(g, h, layer.per_layer_input_gate);
         b.gated_activation(g, g, ple.narrow(1, l * P, P), Activation::gelu_tanh);
         b.matmul(tmp, g, layer.per_layer_projection);
-        b.rms_norm(tmp, tmp, &layer.post_per_layer_input_norm, NormGain::weight, c_.rms_norm_eps);
-        b.add(h, h, tmp);
+        b.add_rms_norm(h, tmp, &layer.post_per_layer_input_norm, NormGain::weight, c_.rms_norm_eps);
       }
       b.scale_by(h, layer.layer_scalar);
     }

@@ -297,9 +297,8 @@ class Qwen35Model final : public Model {
     Tensor v = arena.alloc(DType::f32, {T, nKV, D});
     b.matmul(k.reshape({T, nKV * D}), x, layer.k_proj);
     b.matmul(v.reshape({T, nKV * D}), x, layer.v_proj);
-    b.rms_norm(k, k, &layer.k_norm, NormGain::one_plus_weight, c_.rms_norm_eps);
     b.rope(q, positions, inv_freq_);  // the first rope_dim dims of each head
-    b.rope(k, positions, inv_freq_);
+    b.rms_norm_rope(k, &layer.k_norm, NormGain::one_plus_weight, c_.rms_norm_eps, positions, inv_freq_);
     AttentionParams params;
     params.n_heads = static_cast<int>(nH);
     params.n_kv_heads = static_cast<int>(nKV);

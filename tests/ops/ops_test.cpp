@@ -171,6 +171,9 @@ TEST_F(CudaOps, MatmulSingleInputRowsPerWarpAndUnalignedX) {
     for (int64_t M : {4100, 8453})  // 2 rows per warp, 4 rows per warp; neither a multiple of 32
       for (int64_t K : {704, 2112})
         for (bool aligned : {true, false}) {
+          // The plain formats share the chunk code path: one K is enough (the CPU oracle's f32
+          // loops over 18M weights cost seconds).
+          if (K != 704 && (type == DType::f32 || type == DType::f16 || type == DType::bf16)) continue;
           Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {1, K + 1});
           Twin out = twin_output(DType::f32, {1, M});
           const int64_t offset = aligned ? 0 : 1;
@@ -259,6 +262,38 @@ TEST_F(CudaOps, RmsNormGainsAndStridedRows) {
           gpu_->rms_norm(out.gpu, x.gpu.narrow(1, cols, cols), &w.gpu, gain, 1e-6f);
           expect_close(out, kSumBudget, "rms_norm rows=" + std::to_string(rows) + " cols=" + std::to_string(cols));
         }
+}
+
+// The fused forms against the CPU's two separate ops (norm then add; norm then RoPE). The norm's
+// f32 sum order differs (block tree vs left to right), hence kSumBudget; RoPE's sin/cos add an
+// ulp or two on top.
+TEST_F(CudaOps, FusedAddRmsNormAndRmsNormRope) {
+  for (int64_t rows : {1, 3, 17})
+    for (int64_t cols : {64, 2816})
+      for (NormGain gain : {NormGain::none, NormGain::weight, NormGain::one_plus_weight}) {
+        Twin h = twin_random(DType::f32, {rows, cols}, 2.0f), x = twin_random(DType::f32, {rows, cols}, 3.0f);
+        Twin w = twin_random(DType::f32, {cols});
+        cpu_->add_rms_norm(h.cpu, x.cpu, &w.cpu, gain, 1e-6f);
+        gpu_->add_rms_norm(h.gpu, x.gpu, &w.gpu, gain, 1e-6f);
+        const std::string what = "add_rms_norm rows=" + std::to_string(rows) + " cols=" + std::to_string(cols);
+        expect_close(x, kSumBudget, what + " (normed x)");
+        expect_close(h, kSumBudget, what + " (residual)");
+      }
+  for (int64_t D : {16, 256, 512})
+    for (int64_t half : {D / 2, D / 8})  // full span, or a partial rotated span (Qwen: 64 of 256)
+      for (NormGain gain : {NormGain::weight, NormGain::one_plus_weight}) {
+        std::vector<float> freq(half);
+        for (int64_t i = 0; i < half; ++i) freq[i] = 1.0f / std::pow(1e6f, static_cast<float>(2 * i) / D);
+        Twin inv = twin_bytes(DType::f32, {half}, freq.data());
+        Twin w = twin_random(DType::bf16, {D});
+        for (int64_t T : {1, 3}) {
+          Twin x = twin_random(DType::f32, {T, 8, D}, 3.0f);
+          Twin pos = twin_positions(4000 + 13 * T, T);
+          cpu_->rms_norm_rope(x.cpu, &w.cpu, gain, 1e-6f, pos.cpu, inv.cpu);
+          gpu_->rms_norm_rope(x.gpu, &w.gpu, gain, 1e-6f, pos.gpu, inv.gpu);
+          expect_close(x, kSumBudget + kUlpBudget * 8, "rms_norm_rope D=" + std::to_string(D) + " half=" + std::to_string(half));
+        }
+      }
 }
 
 TEST_F(CudaOps, RopeStandardProportionalAndPartial) {

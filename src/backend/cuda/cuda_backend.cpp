@@ -274,6 +274,40 @@ class CudaBackend final : public Backend {
     check(cuda::launch_matvec(a, stream_), "matmul");
   }
 
+  void add_rms_norm(Tensor h, Tensor x, const Tensor* weight, NormGain gain, float eps) override {
+    OpTimer timer(*this, "add_rms_norm", 4.0 * x.numel() * 4);
+    F32Rows res = f32_rows(h, "add_rms_norm"), in = f32_rows(x, "add_rms_norm");
+    same_shape(res, in, "add_rms_norm");
+    if (gain != NormGain::none) {
+      if (!weight || weight->numel() != in.cols) fail("add_rms_norm: gain weight must have {} elements", in.cols);
+      require_device(*weight, "add_rms_norm");
+    }
+    check(cuda::launch_rms_norm(in.data, in.stride, in.data, in.stride, in.rows, in.cols, weight ? weight->data : nullptr,
+                                weight ? weight->dtype : DType::f32, static_cast<cuda::Gain>(gain), eps, stream_,
+                                res.data, res.stride),
+          "add_rms_norm");
+  }
+
+  void rms_norm_rope(Tensor x, const Tensor* weight, NormGain gain, float eps, const Tensor& positions,
+                     const Tensor& inv_freq) override {
+    OpTimer timer(*this, "rms_norm_rope", 2.0 * x.numel() * 4);
+    if (x.ndim != 3 || !x.is_contiguous()) fail("rms_norm_rope: expected a contiguous x [T, heads, D], got {}", x.describe());
+    f32_rows(x, "rms_norm_rope");
+    require_device(positions, "rms_norm_rope");
+    require_device(inv_freq, "rms_norm_rope");
+    if (gain != NormGain::none) {
+      if (!weight || weight->numel() != x.dim(2)) fail("rms_norm_rope: gain weight must have {} elements", x.dim(2));
+      require_device(*weight, "rms_norm_rope");
+    }
+    if (positions.dtype != DType::i32 || positions.numel() != x.dim(0))
+      fail("rms_norm_rope: positions must be i32[{}]", x.dim(0));
+    if (inv_freq.numel() * 2 > x.dim(2)) fail("rms_norm_rope: inv_freq must be f32[<= {}]", x.dim(2) / 2);
+    check(cuda::launch_rms_norm_rope(x.ptr<float>(), x.dim(0), x.dim(1), x.dim(2), weight ? weight->data : nullptr,
+                                     weight ? weight->dtype : DType::f32, static_cast<cuda::Gain>(gain), eps,
+                                     positions.ptr<int32_t>(), inv_freq.ptr<float>(), inv_freq.numel(), stream_),
+          "rms_norm_rope");
+  }
+
   void rope(Tensor x, const Tensor& positions, const Tensor& inv_freq) override {
     OpTimer timer(*this, "rope", 2.0 * x.numel() * 4);
     if (x.ndim != 3 || !x.is_contiguous()) fail("rope: expected a contiguous x [T, heads, D], got {}", x.describe());
