@@ -8,6 +8,11 @@
 
 namespace fl {
 
+void Backend::matmul_group(std::span<const Tensor> outs, const Tensor& x, std::span<const Tensor* const> weights) {
+  if (outs.size() != weights.size()) fail("matmul_group: {} outputs for {} weights", outs.size(), weights.size());
+  for (size_t i = 0; i < outs.size(); ++i) matmul(outs[i], x, *weights[i]);
+}
+
 void Backend::sample(Tensor out_id, Tensor logits, const SampleSpec& spec) {
   if (!logits.is_contiguous() || logits.dtype != DType::f32 || logits.numel() == 0 || out_id.dtype != DType::i32 ||
       out_id.numel() != 1)

@@ -115,6 +115,9 @@ class Backend {
 
   // Fused forms (each equal to the ops it replaces, which the defaults run; a GPU backend saves
   // launches):
+  // outs[i] = x * weights[i]^T for several weights of the same input (Gemma's q/k/v and gate/up
+  // projections). outs[i] [T, M_i]; x [T, K]; weights[i] [M_i, K].
+  virtual void matmul_group(std::span<const Tensor> outs, const Tensor& x, std::span<const Tensor* const> weights);
   // h += rms_norm(x) (* gain), x = the normed value: a block's output norm and residual add.
   // h, x [R, N].
   virtual void add_rms_norm(Tensor h, Tensor x, const Tensor* weight, NormGain gain, float eps) {

@@ -251,18 +251,19 @@ class Gemma4Model final : public Model {
       // ---- attention ----
       b.rms_norm(x, h, &layer.input_norm, NormGain::weight, c_.rms_norm_eps);
       Tensor q = arena.alloc(DType::f32, {T, nH, D});
-      b.matmul(q.reshape({T, nH * D}), x, layer.q_proj);
-      b.rms_norm_rope(q, &layer.q_norm, NormGain::weight, c_.rms_norm_eps, positions, layer.inv_freq);
-
       int64_t kv_layer = l;
       if (lc.kv_source_layer >= 0) {
         kv_layer = lc.kv_source_layer;  // attend over the source layer's keys and values
+        b.matmul(q.reshape({T, nH * D}), x, layer.q_proj);
+        b.rms_norm_rope(q, &layer.q_norm, NormGain::weight, c_.rms_norm_eps, positions, layer.inv_freq);
       } else {
         Tensor k = writes_deferred_[l] ? fresh_k[l] : arena.alloc(DType::f32, {T, nKV, D});
         Tensor v = writes_deferred_[l] ? fresh_v[l] : arena.alloc(DType::f32, {T, nKV, D});
-        b.matmul(k.reshape({T, nKV * D}), x, layer.k_proj);
         // With attention_k_eq_v, V is the raw K projection (before k_norm and RoPE).
-        b.matmul(v.reshape({T, nKV * D}), x, lc.value_from_key ? layer.k_proj : layer.v_proj);
+        const Tensor outs[] = {q.reshape({T, nH * D}), k.reshape({T, nKV * D}), v.reshape({T, nKV * D})};
+        const Tensor* weights[] = {&layer.q_proj, &layer.k_proj, lc.value_from_key ? &layer.k_proj : &layer.v_proj};
+        b.matmul_group(outs, x, weights);
+        b.rms_norm_rope(q, &layer.q_norm, NormGain::weight, c_.rms_norm_eps, positions, layer.inv_freq);
         b.rms_norm_rope(k, &layer.k_norm, NormGain::weight, c_.rms_norm_eps, positions, layer.inv_freq);
         b.rms_norm(v, v, nullptr, NormGain::none, c_.rms_norm_eps);  // v_norm has no gain
         fresh_k[l] = k;
@@ -291,8 +292,9 @@ class Gemma4Model final : public Model {
       b.rms_norm(x, h, &layer.pre_feedforward_norm, NormGain::weight, c_.rms_norm_eps);
       Tensor gate = arena.alloc(DType::f32, {T, I});
       Tensor up = arena.alloc(DType::f32, {T, I});
-      b.matmul(gate, x, layer.gate_proj);
-      b.matmul(up, x, layer.up_proj);
+      const Tensor gate_up[] = {gate, up};
+      const Tensor* gate_up_weights[] = {&layer.gate_proj, &layer.up_proj};
+      b.matmul_group(gate_up, x, gate_up_weights);
       b.gated_activation(gate, gate, up, Activation::gelu_tanh);
       Tensor mlp = arena.alloc(DType::f32, {T, H});
       b.matmul(mlp, gate, layer.down_proj);

@@ -257,10 +257,9 @@ class Qwen35Model final : public Model {
     Tensor z = arena.alloc(DType::f32, {T, nV * dv});
     Tensor beta = arena.alloc(DType::f32, {T, nV});  // b, then sigmoid(b)
     Tensor g = arena.alloc(DType::f32, {T, nV});     // a, then the log-decay g
-    b.matmul(qkv, x, layer.in_proj_qkv);
-    b.matmul(z, x, layer.in_proj_z);
-    b.matmul(beta, x, layer.in_proj_b);
-    b.matmul(g, x, layer.in_proj_a);
+    const Tensor projections[] = {qkv, z, beta, g};
+    const Tensor* projection_weights[] = {&layer.in_proj_qkv, &layer.in_proj_z, &layer.in_proj_b, &layer.in_proj_a};
+    b.matmul_group(projections, x, projection_weights);
     Tensor conv = arena.alloc(DType::f32, {T, C});
     b.causal_conv1d(conv, qkv, layer.conv_taps, state.conv, Activation::silu);  // z, a, b skip the conv
     b.delta_rule_gates(g, beta, g, beta, layer.a_log, layer.dt_bias);
@@ -290,13 +289,13 @@ class Qwen35Model final : public Model {
     const int64_t T = x.dim(0), nH = c_.num_heads, nKV = c_.num_kv_heads, D = c_.head_dim;
     // q_proj rows per head: D query rows, then D gate rows.
     Tensor query_gate = arena.alloc(DType::f32, {T, nH, 2 * D});
-    b.matmul(query_gate.reshape({T, nH * 2 * D}), x, layer.q_proj);
-    Tensor q = arena.alloc(DType::f32, {T, nH, D});
-    b.rms_norm(q, query_gate.narrow(2, 0, D), &layer.q_norm, NormGain::one_plus_weight, c_.rms_norm_eps);
     Tensor k = arena.alloc(DType::f32, {T, nKV, D});
     Tensor v = arena.alloc(DType::f32, {T, nKV, D});
-    b.matmul(k.reshape({T, nKV * D}), x, layer.k_proj);
-    b.matmul(v.reshape({T, nKV * D}), x, layer.v_proj);
+    const Tensor outs[] = {query_gate.reshape({T, nH * 2 * D}), k.reshape({T, nKV * D}), v.reshape({T, nKV * D})};
+    const Tensor* weights[] = {&layer.q_proj, &layer.k_proj, &layer.v_proj};
+    b.matmul_group(outs, x, weights);
+    Tensor q = arena.alloc(DType::f32, {T, nH, D});
+    b.rms_norm(q, query_gate.narrow(2, 0, D), &layer.q_norm, NormGain::one_plus_weight, c_.rms_norm_eps);
     b.rope(q, positions, inv_freq_);  // the first rope_dim dims of each head
     b.rms_norm_rope(k, &layer.k_norm, NormGain::one_plus_weight, c_.rms_norm_eps, positions, inv_freq_);
     AttentionParams params;
@@ -318,8 +317,9 @@ class Qwen35Model final : public Model {
     auto swiglu = [&](Tensor y, const Tensor& gate_w, const Tensor& up_w, const Tensor& down_w, int64_t I) {
       Tensor gate = arena.alloc(DType::f32, {T, I});
       Tensor up = arena.alloc(DType::f32, {T, I});
-      b.matmul(gate, x, gate_w);
-      b.matmul(up, x, up_w);
+      const Tensor gate_up[] = {gate, up};
+      const Tensor* gate_up_weights[] = {&gate_w, &up_w};
+      b.matmul_group(gate_up, x, gate_up_weights);
       b.gated_activation(gate, gate, up, Activation::silu);
       b.matmul(y, gate, down_w);
     };

@@ -264,6 +264,48 @@ TEST_F(CudaOps, RmsNormGainsAndStridedRows) {
         }
 }
 
+// matmul_group: one launch for several weights of one input at batch 1 (segments of different
+// heights, 1 to 4 of them); other shapes fall back to one matmul each. Against the CPU's
+// separate matmuls, within the matmul budget.
+TEST_F(CudaOps, MatmulGroupOneLaunchForSeveralWeights) {
+  const std::vector<std::vector<int64_t>> groups = {{4096, 1024, 1024}, {2112, 2112}, {17}, {300, 5, 2048, 129}};
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128, DType::q8_0, DType::f32}) {
+    if (!has_quant_format(type)) continue;
+    for (int64_t K : {768, 2816})
+      for (const auto& heights : groups)
+        for (int64_t T : {1, 3}) {
+          std::vector<Twin> weights, outs;
+          for (int64_t M : heights) {
+            weights.push_back(twin_random(type, {M, K}, 0.5f));
+            outs.push_back(twin_output(DType::f32, {T, M}));
+          }
+          Twin x = twin_random(DType::f32, {T, K});
+          std::vector<Tensor> cpu_outs, gpu_outs;
+          std::vector<const Tensor*> cpu_w, gpu_w;
+          for (size_t i = 0; i < heights.size(); ++i) {
+            cpu_outs.push_back(outs[i].cpu), gpu_outs.push_back(outs[i].gpu);
+            cpu_w.push_back(&weights[i].cpu), gpu_w.push_back(&weights[i].gpu);
+          }
+          cpu_->matmul_group(cpu_outs, x.cpu, cpu_w);
+          gpu_->matmul_group(gpu_outs, x.gpu, gpu_w);
+          for (size_t i = 0; i < heights.size(); ++i)
+            expect_close(outs[i], kSumBudget * std::sqrt(static_cast<float>(K) / 256.0f),
+                         std::string(dtype_name(type)) + " segment " + std::to_string(i) + " of " +
+                             std::to_string(heights.size()) + " K=" + std::to_string(K) + " T=" + std::to_string(T));
+        }
+  }
+  // Mixed formats take the fallback: still right.
+  Twin a = twin_random(DType::hfq4_g256, {64, 512}), b = twin_random(DType::q8_0, {32, 512}), x = twin_random(DType::f32, {1, 512});
+  Twin oa = twin_output(DType::f32, {1, 64}), ob = twin_output(DType::f32, {1, 32});
+  const Tensor cpu_o[] = {oa.cpu, ob.cpu}, gpu_o[] = {oa.gpu, ob.gpu};
+  const Tensor* cpu_w[] = {&a.cpu, &b.cpu};
+  const Tensor* gpu_w[] = {&a.gpu, &b.gpu};
+  cpu_->matmul_group(cpu_o, x.cpu, cpu_w);
+  gpu_->matmul_group(gpu_o, x.gpu, gpu_w);
+  expect_close(oa, kSumBudget * 2, "mixed formats, first");
+  expect_close(ob, kSumBudget * 2, "mixed formats, second");
+}
+
 // The fused forms against the CPU's two separate ops (norm then add; norm then RoPE). The norm's
 // f32 sum order differs (block tree vs left to right), hence kSumBudget; RoPE's sin/cos add an
 // ulp or two on top.
@@ -407,6 +449,18 @@ TEST_F(CudaOps, AttentionAndKvWriteAcrossRingRollovers) {
 }
 
 TEST_F(CudaOps, MoeRouteAndExperts) {
+  // Routing alone over the kernels' size classes: one warp per token holding 4 (<= 128 experts)
+  // or 16 (<= 512, Qwen3.5's 256) per lane, and the block kernel beyond; T = 17 leaves a block
+  // of the warp kernel part-empty.
+  for (int64_t T : {1, 17})
+    for (int64_t E : {256, 600}) {
+      Twin logits = twin_random(DType::f32, {T, E}, 2.0f), scale = twin_random(DType::bf16, {E});
+      Twin w = twin_output(DType::f32, {T, 8}), ids = twin_output(DType::i32, {T, 8});
+      cpu_->moe_route(w.cpu, ids.cpu, logits.cpu, &scale.cpu);
+      gpu_->moe_route(w.gpu, ids.gpu, logits.gpu, &scale.gpu);
+      expect_identical(ids, "moe_route ids E=" + std::to_string(E));
+      expect_close(w, kUlpBudget * 8, "moe_route weights E=" + std::to_string(E));
+    }
   for (int64_t T : {1, 3, 17}) {
     for (int64_t E : {8, 128}) {
       const int64_t K = E == 8 ? 2 : 8;

@@ -308,6 +308,37 @@ class CudaBackend final : public Backend {
           "rms_norm_rope");
   }
 
+  void matmul_group(std::span<const Tensor> outs, const Tensor& x, std::span<const Tensor* const> weights) override {
+    // One launch for a decode step's projections of one input; anything else, one matmul each.
+    bool grouped = outs.size() == weights.size() && !outs.empty() && outs.size() <= cuda::kMaxMatvecSegments &&
+                   x.ndim == 2 && x.dim(0) == 1;
+    for (size_t i = 0; grouped && i < weights.size(); ++i)
+      grouped = weights[i]->ndim == 2 && weights[i]->dtype == weights[0]->dtype && weights[i]->dim(1) == x.dim(1) &&
+                outs[i].ndim == 2 && outs[i].dim(0) == 1 && outs[i].dim(1) == weights[i]->dim(0) &&
+                outs[i].dtype == DType::f32 && outs[i].is_contiguous();
+    if (!grouped) return Backend::matmul_group(outs, x, weights);
+    double bytes = 4.0 * x.numel();
+    for (size_t i = 0; i < weights.size(); ++i) bytes += static_cast<double>(weights[i]->nbytes()) + 4.0 * outs[i].numel();
+    OpTimer timer(*this, "matmul", bytes);
+    F32Rows in = f32_rows(x, "matmul_group");
+    cuda::MatvecArgs a;
+    a.x = in.data;
+    a.x_stride = in.stride;
+    a.weight_type = weights[0]->dtype;
+    a.K = x.dim(1);
+    a.n_inputs = 1;
+    a.n_segments = static_cast<int>(weights.size());
+    for (size_t i = 0; i < weights.size(); ++i) {
+      require_device(*weights[i], "matmul_group");
+      require_device(outs[i], "matmul_group");
+      a.segments[i].out = outs[i].ptr<float>();
+      a.segments[i].weight = static_cast<const uint8_t*>(weights[i]->data);
+      a.segments[i].M = weights[i]->dim(0);
+      a.segments[i].row_bytes = weights[i]->stride[0];
+    }
+    check(cuda::launch_matvec_group(a, stream_), "matmul_group");
+  }
+
   void rope(Tensor x, const Tensor& positions, const Tensor& inv_freq) override {
     OpTimer timer(*this, "rope", 2.0 * x.numel() * 4);
     if (x.ndim != 3 || !x.is_contiguous()) fail("rope: expected a contiguous x [T, heads, D], got {}", x.describe());

@@ -84,16 +84,30 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_kernel(MatvecAr
 template <DType F, int kRows, int kUnroll>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_rows_kernel(MatvecArgs a, bool vector_x) {
   const int lane = threadIdx.x % kWarp;
-  const int64_t m_first = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp) * kRows;
-  if (m_first >= a.M) return;
+  // A grouped launch: this block's segment (few, so a linear search), and the block within it.
+  int64_t block = blockIdx.x;
+  float* out = a.out;
+  const uint8_t* matrix = a.weight;
+  int64_t M = a.M, row_bytes = a.row_bytes;
+  if (a.n_segments > 0) {
+    int s = 0;
+    while (s + 1 < a.n_segments && block >= a.segments[s + 1].first_block) ++s;
+    block -= a.segments[s].first_block;
+    out = a.segments[s].out;
+    matrix = a.segments[s].weight;
+    M = a.segments[s].M;
+    row_bytes = a.segments[s].row_bytes;
+  }
+  const int64_t m_first = (block * kWarpsPerBlock + threadIdx.x / kWarp) * kRows;
+  if (m_first >= M) return;
   for (int64_t g = blockIdx.y; g < a.n_inputs; g += gridDim.y) {
-    const uint8_t* weight = a.weight;
+    const uint8_t* weight = matrix;
     if (a.expert_ids) weight += static_cast<int64_t>(a.expert_ids[g]) * a.expert_bytes;
     const uint8_t* rows[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {  // rows past M re-read the last row and are not stored
-      const int64_t m = m_first + r < a.M ? m_first + r : a.M - 1;
-      rows[r] = weight + m * a.row_bytes;
+      const int64_t m = m_first + r < M ? m_first + r : M - 1;
+      rows[r] = weight + m * row_bytes;
     }
     const float* x = a.x + (g / a.x_row_div) * a.x_stride;
     float acc[kRows];
@@ -138,15 +152,23 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_rows_kernel(Mat
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const float sum = warp_sum(acc[r]);
-      if (lane == 0 && m_first + r < a.M) a.out[g * a.out_stride + m_first + r] = sum;
+      if (lane == 0 && m_first + r < M) out[g * a.out_stride + m_first + r] = sum;
     }
   }
 }
 
 template <DType F, int kRows>
-cudaError_t launch_rows(const MatvecArgs& a, cudaStream_t stream) {
+cudaError_t launch_rows(MatvecArgs a, cudaStream_t stream) {
   const int64_t rows_per_block = static_cast<int64_t>(kWarpsPerBlock) * kRows;
-  const unsigned row_blocks = static_cast<unsigned>((a.M + rows_per_block - 1) / rows_per_block);
+  int64_t blocks = (a.M + rows_per_block - 1) / rows_per_block;
+  if (a.n_segments > 0) {  // the segments' blocks one after another
+    blocks = 0;
+    for (int s = 0; s < a.n_segments; ++s) {
+      a.segments[s].first_block = blocks;
+      blocks += (a.segments[s].M + rows_per_block - 1) / rows_per_block;
+    }
+  }
+  const unsigned row_blocks = static_cast<unsigned>(blocks);
   const unsigned y = static_cast<unsigned>(a.n_inputs < 65535 ? a.n_inputs : 65535);
   // 16-byte x loads need every input row 16-byte aligned: an aligned base and, with several
   // input rows, a stride of whole float4s.
@@ -158,6 +180,15 @@ cudaError_t launch_rows(const MatvecArgs& a, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// Row blocks the rows kernel would launch with kRows rows per warp (all segments, all inputs).
+int64_t row_blocks_at(const MatvecArgs& a, int k_rows) {
+  const int64_t per_block = static_cast<int64_t>(kWarpsPerBlock) * k_rows;
+  if (a.n_segments == 0) return (a.M + per_block - 1) / per_block * a.n_inputs;
+  int64_t blocks = 0;
+  for (int s = 0; s < a.n_segments; ++s) blocks += (a.segments[s].M + per_block - 1) / per_block;
+  return blocks;
+}
+
 template <DType F>
 cudaError_t launch_format(const MatvecArgs& a, cudaStream_t stream) {
   // One input per matrix (decode, expert pairs): rows share each lane's x registers. Four rows per
@@ -165,10 +196,8 @@ cudaError_t launch_format(const MatvecArgs& a, cudaStream_t stream) {
   // layer: 1024 rows) would leave most of the 132 SMs idle; fewer rows per warp while the grid
   // would have under two blocks per SM.
   if (a.expert_ids || a.n_inputs == 1) {
-    const int64_t blocks_at_4 = (a.M + 4 * kWarpsPerBlock - 1) / (4 * kWarpsPerBlock) * a.n_inputs;
-    const int64_t blocks_at_2 = (a.M + 2 * kWarpsPerBlock - 1) / (2 * kWarpsPerBlock) * a.n_inputs;
-    if (blocks_at_4 >= 264) return launch_rows<F, 4>(a, stream);
-    if (blocks_at_2 >= 132) return launch_rows<F, 2>(a, stream);
+    if (row_blocks_at(a, 4) >= 264) return launch_rows<F, 4>(a, stream);
+    if (row_blocks_at(a, 2) >= 132) return launch_rows<F, 2>(a, stream);
     return launch_rows<F, 1>(a, stream);
   }
   // Several inputs (prefill, batched decode) share each weight load across kTokens accumulators,
@@ -182,7 +211,16 @@ cudaError_t launch_format(const MatvecArgs& a, cudaStream_t stream) {
 
 }  // namespace
 
+cudaError_t launch_matvec_group(const MatvecArgs& a, cudaStream_t stream) {
+  if (a.n_segments <= 0 || a.n_segments > kMaxMatvecSegments || a.n_inputs != 1 || a.expert_ids)
+    return cudaErrorInvalidValue;
+  cudaError_t result = cudaErrorInvalidValue;
+  dispatch_weight_format(a.weight_type, [&](auto format) { result = launch_format<decltype(format)::value>(a, stream); });
+  return result;
+}
+
 cudaError_t launch_matvec(const MatvecArgs& a, cudaStream_t stream) {
+  if (a.n_segments != 0) return cudaErrorInvalidValue;  // launch_matvec_group
   if (a.M == 0 || a.n_inputs == 0) return cudaSuccess;
   cudaError_t result = cudaErrorInvalidValue;
   dispatch_weight_format(a.weight_type, [&](auto format) { result = launch_format<decltype(format)::value>(a, stream); });

@@ -13,6 +13,15 @@ namespace fl::cuda {
 // out[i, m] = sum_k x[xrow(i), k] * W_i[m, k] for i < n_inputs, m < M, where W_i is `weight`, or,
 // when expert_ids is given, the expert matrix weight + expert_ids[i] * expert_bytes, and
 // xrow(i) = i / x_row_div (x_row_div = 1 for plain matmul).
+// One weight of a grouped product (launch_matvec_group): its own output, matrix and rows.
+struct MatvecSegment {
+  float* out = nullptr;
+  const uint8_t* weight = nullptr;
+  int64_t M = 0, row_bytes = 0;
+  int64_t first_block = 0;  // set by the launcher
+};
+constexpr int kMaxMatvecSegments = 4;
+
 struct MatvecArgs {
   float* out = nullptr;
   int64_t out_stride = 0;
@@ -26,7 +35,14 @@ struct MatvecArgs {
   const int32_t* expert_ids = nullptr;
   int64_t expert_bytes = 0;
   int64_t x_row_div = 1;
+  // Grouped: with n_segments > 0 the out/weight/M/row_bytes above are ignored and each segment
+  // is multiplied by the one input row (n_inputs == 1, no experts), all in one launch.
+  int n_segments = 0;
+  MatvecSegment segments[kMaxMatvecSegments];
 };
 cudaError_t launch_matvec(const MatvecArgs& args, cudaStream_t stream);
+// Several weights of one format and width K times one input row x [K], one launch: Gemma's
+// q/k/v and gate/up projections at batch 1, where each alone is too small to fill the GPU.
+cudaError_t launch_matvec_group(const MatvecArgs& args, cudaStream_t stream);
 
 }  // namespace fl::cuda
