@@ -43,6 +43,7 @@ int32_t sample_logits_reference(std::span<float> logits, const SampleSpec& spec)
   for (float& l : logits) {
     l /= spec.temperature;
     if (std::isnan(l)) l = kNegInf;  // NaN never wins, never has mass
+    if (l > std::numeric_limits<float>::max()) l = std::numeric_limits<float>::max();  // +inf: l - m stays finite
     if (l == 0.0f) l = 0.0f;          // -0 == +0 in the order below, as on the GPU's integer keys
     max_logit = std::max(max_logit, l);
   }

@@ -6,7 +6,8 @@
 //   1. adjustments: for each listed id, logit += bias, then the penalties of its count in the
 //      recent window (repetition: positive logits / r, negative * r; then presence + frequency)
 //   2. temperature 0: greedy (highest logit, lowest id on ties; NaN counts as -inf), done
-//   3. l = logit / temperature (NaN becomes -inf, -0 becomes +0, so that order is total);
+//   3. l = logit / temperature (NaN becomes -inf, +inf the largest float, -0 becomes +0, so that
+//      the order is total and l - m is never NaN);
 //      m = max l (all -inf: every token is banned)
 //   4. top-k: the k first in (l descending, id ascending) order
 //   5. weights w = exp_exact(l - m) in [0, 1] (w = 1 for the top token) and integer masses

@@ -61,8 +61,9 @@ class DecodeGraph {
   // Appends `token` to the sequence; returns the logits [vocab] that follow it.
   virtual std::vector<float> step(int32_t token) = 0;
   // Appends `token` and samples the next token from the logits that follow it, by `spec`
-  // (backend/sampling.h; the same token the host Sampler would choose). On a GPU the logits stay
-  // there and only the id crosses; the default steps and samples on the host.
+  // (backend/sampling.h; the same token the host Sampler would choose), or -1 when every token
+  // is banned. On a GPU the logits stay there and only the id crosses; the default steps and
+  // samples on the host.
   virtual int32_t step_sample(int32_t token, const SampleSpec& spec);
   virtual bool captured() const = 0;  // true once steps replay a graph
 };

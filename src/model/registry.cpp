@@ -33,7 +33,11 @@ double gib(double bytes) { return bytes / (1024.0 * 1024.0 * 1024.0); }
 
 int32_t DecodeGraph::step_sample(int32_t token, const SampleSpec& spec) {
   std::vector<float> logits = step(token);
-  return sample_logits_reference(logits, spec);
+  try {
+    return sample_logits_reference(logits, spec);
+  } catch (const Error&) {  // every token banned
+    return -1;
+  }
 }
 
 std::vector<float> Model::forward_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids) {

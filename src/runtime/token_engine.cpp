@@ -62,26 +62,31 @@ int32_t TokenEngine::step(int32_t token, const SampleSpec* spec) {
   if (tokens_.empty()) fail("append: no prompt has been run");
   if (full()) fail("append: the context of {} tokens is full", options_.context);
   int32_t next = -1;
+  bool sampled = false;
   try {
     logits_.clear();
     if (options_.decode_graph) {
       if (!graph_) graph_ = model_.make_decode_graph(*seq_);
-      if (spec)
+      if (spec) {
         next = graph_->step_sample(token, *spec);
-      else
+        sampled = true;
+      } else {
         logits_ = graph_->step(token);
+      }
     } else {
       logits_ = model_.forward(*seq_, std::span<const int32_t>(&token, 1), LogitsMode::last);
     }
-  } catch (...) {
+  } catch (...) {  // a failed step leaves the sequence unknown: start over next time
     reset();
     throw;
   }
   tokens_.push_back(token);
-  if (spec && next < 0) {  // the eager path: sample the host logits (the same chain)
+  // A sampling error (every token banned) leaves the sequence as it is, on either path.
+  if (spec && !sampled) {  // the eager path: sample the host logits (the same chain)
     std::vector<float> logits = logits_;
     next = sample_logits_reference(logits, *spec);
   }
+  if (spec && next < 0) fail("sampler: every token is banned");
   return next;
 }
 

@@ -239,6 +239,25 @@ TEST(Sampler, NextSpecThroughABackendEqualsSample) {
   }
 }
 
+// Logits that overflow to +inf (a tiny temperature, an infinite bias) stand at the largest float:
+// the top token keeps weight 1 and wins, instead of every weight becoming exp(NaN) = 0.
+TEST(Sampler, InfiniteLogitsStillSample) {
+  std::vector<float> logits = {1.0f, 40.0f, 3.0f, -INFINITY};
+  for (float min_p : {0.0f, 0.5f})
+    for (float top_p : {1.0f, 0.5f}) {
+      SamplingParams p;
+      p.temperature = 1e-37f;  // 40 / 1e-37 overflows; 3 / 1e-37 does not
+      p.min_p = min_p;
+      p.top_p = top_p;
+      Sampler s(p);
+      EXPECT_EQ(s.sample(logits), 1) << "min_p " << min_p << " top_p " << top_p;
+    }
+  SamplingParams biased;
+  biased.logit_bias = {{2, INFINITY}};
+  Sampler s(biased);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(s.sample(logits), 2);
+}
+
 TEST(Sampler, InvalidParametersNameThemselves) {
   auto error_of = [](SamplingParams p) {
     try {

@@ -168,12 +168,13 @@ cudaError_t launch_rows(MatvecArgs a, cudaStream_t stream) {
       blocks += (a.segments[s].M + rows_per_block - 1) / rows_per_block;
     }
   }
+  if (blocks == 0) return cudaSuccess;  // every segment empty
   const unsigned row_blocks = static_cast<unsigned>(blocks);
   const unsigned y = static_cast<unsigned>(a.n_inputs < 65535 ? a.n_inputs : 65535);
   // 16-byte x loads need every input row 16-byte aligned: an aligned base and, with several
   // input rows, a stride of whole float4s.
   const bool vector_x = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
-                        (a.x_stride % 4 == 0 || a.n_inputs / a.x_row_div <= 1);
+                        (a.x_stride % 4 == 0 || (a.n_inputs - 1) / a.x_row_div == 0);
   // 8 chunks in flight per lane whatever kRows: 4 rows x 4 chunks took 178 registers (one
   // block per SM); 4 x 2 keeps two blocks resident.
   matvec_rows_kernel<F, kRows, 8 / kRows><<<dim3(row_blocks, y), kWarpsPerBlock * kWarp, 0, stream>>>(a, vector_x);

@@ -128,6 +128,7 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
   for (int64_t i = threadIdx.x; i < V; i += blockDim.x) {
     float v = l[i] / a.p.temperature;
     if (v != v) v = kNegInf;
+    if (v > 3.40282347e38f) v = 3.40282347e38f;  // +inf (an overflowing divide or bias): FLT_MAX
     if (v == 0.0f) v = 0.0f;
     l[i] = v;
     local_max = fmaxf(local_max, v);
