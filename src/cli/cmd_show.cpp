@@ -1,9 +1,11 @@
-// fireline show MODEL [--json]: what a model is — architecture, key config values, bytes and tensor
-// counts per storage format, where it came from (.fire: quantizer, checksum) and its chat template.
+// fireline show MODEL [--json] [--tp N [--ep]]: what a model is — architecture, key config values,
+// bytes and tensor counts per storage format, where it came from (.fire: quantizer, checksum), its
+// chat template, and with --tp how its weights would split over N GPUs.
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <string>
+#include <variant>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -14,6 +16,8 @@
 #include "io/fire_file.h"
 #include "io/model_source.h"
 #include "cli/model_arg.h"
+#include "model/parallel_plan.h"
+#include "model/weight_loader.h"
 
 namespace fl::cli {
 namespace {
@@ -21,7 +25,31 @@ namespace {
 struct ShowOptions {
   std::string model;
   bool json = false;
+  int tensor_parallel = 0;  // 0: no plan shown
+  bool expert_parallel = false;
 };
+
+// The tensor/expert-parallel plan over `tp` GPUs, with each weight's format as stored.
+nlohmann::ordered_json parallel_summary(const ModelSource& source, int tp, bool ep) {
+  const auto* gemma = std::get_if<Gemma4Config>(&source.config().arch);
+  if (!gemma) fail("--tp: the parallel plan covers Gemma 4 so far, not {}", source.config().architecture);
+  const std::string prefix = find_weight_prefix(source, "embed_tokens.weight").value_or("");
+  const ParallelPlan plan = plan_gemma4_parallel(*gemma, {tp, ep}, [&](const std::string& name, const std::vector<int64_t>&) {
+    const std::optional<Tensor> t = source.find(prefix + name);
+    if (!t) fail("{}: the model has no tensor {}", source.path(), prefix + name);
+    return t->dtype;
+  });
+  nlohmann::ordered_json j;
+  j["gpus"] = tp;
+  j["expert_parallel"] = ep;
+  j["all_reduces_per_layer"] = plan.all_reduces_per_layer;
+  j["rank_bytes"] = plan.rank_bytes;
+  int split = 0;
+  for (const TensorShard& t : plan.tensors) split += t.split != ShardSplit::replicated;
+  j["tensors_split"] = split;
+  j["tensors_replicated"] = static_cast<int>(plan.tensors.size()) - split;
+  return j;
+}
 
 std::vector<FormatTotals> tally_formats(const ModelSource& source) {
   std::map<DType, FormatTotals> totals;
@@ -57,6 +85,9 @@ void run_show(const ShowOptions& opt) {
     if (quantizer.is_discarded()) quantizer = fire->quantizer_json();  // not JSON: show the text
   }
 
+  nlohmann::ordered_json parallel;  // null without --tp
+  if (opt.tensor_parallel > 0) parallel = parallel_summary(*source, opt.tensor_parallel, opt.expert_parallel);
+
   if (opt.json) {
     nlohmann::ordered_json j;
     j["path"] = source->path();
@@ -83,6 +114,7 @@ void run_show(const ShowOptions& opt) {
     j["has_tokenizer"] = !tokenizer_kind.empty();
     j["tokenizer"] = tokenizer_kind.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(tokenizer_kind);
     j["chat_template"] = chat_template.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(chat_template);
+    if (!parallel.is_null()) j["parallel"] = parallel;
     std::string out = j.dump(2) + "\n";
     std::fwrite(out.data(), 1, out.size(), stdout);
     return;
@@ -99,6 +131,14 @@ void run_show(const ShowOptions& opt) {
   if (fire) out += fmt::format("tensor sha256 {}\n", fire->recorded_sha256().empty() ? "none" : fire->recorded_sha256());
   out += fmt::format("tokenizer     {}\n", tokenizer_kind.empty() ? "none" : tokenizer_kind);
   out += "tensors\n" + format_table(formats);
+  if (!parallel.is_null()) {
+    out += fmt::format("parallel      {} GPUs{}, {} tensors split, {} replicated, {} all-reduces per layer\n",
+                       opt.tensor_parallel, opt.expert_parallel ? " (experts dealt out)" : "",
+                       parallel["tensors_split"].get<int>(), parallel["tensors_replicated"].get<int>(),
+                       parallel["all_reduces_per_layer"].get<int>());
+    for (size_t r = 0; r < parallel["rank_bytes"].size(); ++r)
+      out += fmt::format("  GPU {:<3} {:.2f} GB of weights\n", r, parallel["rank_bytes"][r].get<double>() / 1e9);
+  }
   if (chat_template.empty()) {
     out += "chat template: none\n";
   } else {
@@ -115,6 +155,10 @@ void add_show_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("show", "Describe a model: architecture, config, formats, chat template");
   cmd->add_option("model", opt->model, "Model: a name in the store (see `fireline list`), a .fire file or a Hugging Face directory")->required();
   cmd->add_flag("--json", opt->json, "Print JSON instead of text");
+  cmd->add_option("--tp", opt->tensor_parallel,
+                  "Also show how the weights would split over N GPUs (tensor parallel; Gemma 4) and each GPU's bytes")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--ep", opt->expert_parallel, "With --tp: deal the MoE experts out over the GPUs (expert parallel)");
   cmd->callback([opt] { run_show(*opt); });
 }
 

@@ -5,9 +5,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <limits>
 
 #include "core/error.h"
@@ -491,9 +493,10 @@ uint64_t GgufWriter::data_offset() const { return serialize_header().size(); }
 
 // ---- streaming file writer ----
 
-GgufStreamWriter::GgufStreamWriter(const std::string& path, const GgufWriter& layout)
-    : path_(path), partial_path_(path + ".partial"), layout_(layout) {
-  fd_ = ::open(partial_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+GgufStreamWriter::GgufStreamWriter(const std::string& path, const GgufWriter& layout) : path_(path), layout_(layout) {
+  static std::atomic<uint64_t> writers{0};
+  partial_path_ = path + ".partial." + std::to_string(::getpid()) + "." + std::to_string(writers++);
+  fd_ = ::open(partial_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("cannot create {}: {}", partial_path_, std::strerror(errno));
   std::string header = layout.serialize_header();
   data_offset_ = header.size();

@@ -169,8 +169,10 @@ class GgufWriter {
   uint64_t data_size_ = 0;               // data section bytes so far (padded)
 };
 
-// Writes a GGUF file to `path` + ".partial" and renames it into place on finish(), so that an
-// interrupted run never leaves a file that looks complete. Tensors must be written in order.
+// Writes a GGUF file to `path` + ".partial.<pid>.<n>" (a name of its own: two writers of one path
+// must not truncate each other's bytes) and renames it into place on finish(), so that an
+// interrupted run never leaves a file that looks complete; of concurrent writers the last to
+// finish wins, each file whole. Tensors must be written in order.
 class GgufStreamWriter {
  public:
   GgufStreamWriter(const std::string& path, const GgufWriter& layout);

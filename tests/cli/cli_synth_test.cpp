@@ -71,6 +71,36 @@ TEST(CliSynth, QwenHybridRunsFromAFireFileInHf4) {
   EXPECT_TRUE(std::isfinite(out["top"][0][0]["logit"].get<double>()));
 }
 
+// show --tp N [--ep]: the parallel plan's summary (model/parallel_plan.h; tested in depth in
+// tests/unit/parallel_plan_test.cpp): per-GPU bytes, and clear errors where it cannot split.
+TEST(CliSynth, ShowTpSummarisesTheParallelPlan) {
+  auto parallel = [&](const std::string& args) {
+    auto r = fireline("show fireline-tiny --json " + args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return json::parse(r.out);
+  };
+  const json one = parallel("--tp 1");
+  EXPECT_EQ(one["parallel"]["rank_bytes"][0], one["tensor_bytes"]);  // one GPU holds everything
+  const json two = parallel("--tp 2");
+  ASSERT_EQ(two["parallel"]["rank_bytes"].size(), 2u);
+  EXPECT_EQ(two["parallel"]["all_reduces_per_layer"], 2);
+  const uint64_t total = two["tensor_bytes"].get<uint64_t>(), r0 = two["parallel"]["rank_bytes"][0].get<uint64_t>(),
+                 r1 = two["parallel"]["rank_bytes"][1].get<uint64_t>();
+  EXPECT_LT(r0, total);  // something is split...
+  EXPECT_GT(r0 + r1, total);  // ...and something (embeddings, norms) replicated
+  EXPECT_FALSE(parallel("")["parallel"].is_object());
+  auto text = fireline("show fireline-tiny --tp 2");
+  EXPECT_NE(text.out.find("parallel      2 GPUs"), std::string::npos) << text.out;
+  auto bad = fireline("show fireline-tiny --tp 3");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("do not divide into 3"), std::string::npos) << bad.err;
+  test::TempDir dir;
+  ASSERT_EQ(fireline("synth --like tiny-qwen35-moe -o " + dir.file("q.fire")).exit_code, 0);
+  auto qwen = fireline("show " + dir.file("q.fire") + " --tp 2");
+  EXPECT_NE(qwen.exit_code, 0);
+  EXPECT_NE(qwen.err.find("covers Gemma 4 so far"), std::string::npos) << qwen.err;
+}
+
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
 // --tokenizer DIR embeds a tokenizer and chat template: the synthetic model then chats (random

@@ -92,7 +92,8 @@ TEST(Gguf, RoundTripsMetadataOfEveryTypeAndRowSafeTensors) {
     EXPECT_FALSE(std::filesystem::exists(path)) << "the file appears only when finished";
     out.finish(w);
   }
-  EXPECT_FALSE(std::filesystem::exists(path + ".partial"));
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(entry.path().filename().string().find(".partial"), std::string::npos) << entry.path();
 
   GgufFile f(path);
   EXPECT_EQ(f.version(), 3u);
@@ -149,6 +150,32 @@ TEST(Gguf, RoundTripsMetadataOfEveryTypeAndRowSafeTensors) {
   Bytes info;
   info.str("d.experts").put<uint32_t>(3).put<uint64_t>(256).put<uint64_t>(3).put<uint64_t>(2).put<uint32_t>(1006);
   EXPECT_NE(raw.find(info.data), std::string::npos);
+}
+
+// Two writers of one path (two `quantize` or `synth` runs with the same -o) each write a partial
+// file of their own: the one that finishes last wins, whole; neither truncates the other's bytes.
+TEST(Gguf, ConcurrentWritersOfOnePathEachProduceAWholeFile) {
+  test::TempDir dir;
+  const std::string path = dir.file("same.gguf");
+  GgufWriter a, b;
+  a.add_metadata("who", GgufValue::of_string("a"));
+  b.add_metadata("who", GgufValue::of_string("b"));
+  const size_t ta = a.add_tensor("t", 0, {64}), tb = b.add_tensor("t", 0, {64});
+  std::vector<float> ones(64, 1.0f), twos(64, 2.0f);
+  {
+    GgufStreamWriter wa(path, a), wb(path, b);  // both open before either writes
+    wa.write_tensor_bytes(ta, ones.data(), 64 * 4);
+    wb.write_tensor_bytes(tb, twos.data(), 64 * 4);
+    wb.finish(b);
+    wa.finish(a);  // last to finish
+  }
+  GgufFile f(path);
+  EXPECT_EQ(f.metadata_string("who"), "a");
+  float first = 0;
+  std::memcpy(&first, f.tensor_data(f.tensors().at(0)), 4);
+  EXPECT_EQ(first, 1.0f);
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
+    EXPECT_EQ(entry.path().filename().string().find(".partial"), std::string::npos) << entry.path();
 }
 
 TEST(Gguf, DefaultAlignmentIs32AndNeedsNoKey) {
