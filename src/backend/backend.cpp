@@ -13,10 +13,14 @@ void Backend::matmul_group(std::span<const Tensor> outs, const Tensor& x, std::s
   for (size_t i = 0; i < outs.size(); ++i) matmul(outs[i], x, *weights[i]);
 }
 
-void Backend::sample(Tensor out_id, Tensor logits, const SampleSpec& spec) {
+void Backend::check_sample_args(const Tensor& out_id, const Tensor& logits) {
   if (!logits.is_contiguous() || logits.dtype != DType::f32 || logits.numel() == 0 || out_id.dtype != DType::i32 ||
       out_id.numel() != 1)
     fail("sample: expected logits f32 [V] and out_id i32 [1], got {} and {}", logits.describe(), out_id.describe());
+}
+
+void Backend::sample(Tensor out_id, Tensor logits, const SampleSpec& spec) {
+  check_sample_args(out_id, logits);
   std::vector<float> host(static_cast<size_t>(logits.numel()));
   copy_to_host(host.data(), logits);
   int32_t id = -1;
@@ -28,10 +32,15 @@ void Backend::sample(Tensor out_id, Tensor logits, const SampleSpec& spec) {
   copy_to_device(out_id, &id);
 }
 
-int32_t sample_token(Backend& backend, Tensor out_id, Tensor logits, const SampleSpec& spec) {
+int32_t sample_id(Backend& backend, Tensor out_id, Tensor logits, const SampleSpec& spec) {
   backend.sample(out_id, logits, spec);
   int32_t id = -1;
   backend.copy_to_host(&id, out_id);
+  return id;
+}
+
+int32_t sample_token(Backend& backend, Tensor out_id, Tensor logits, const SampleSpec& spec) {
+  const int32_t id = sample_id(backend, out_id, logits, spec);
   if (id < 0) fail("sampler: every token is banned");
   return id;
 }

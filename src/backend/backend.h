@@ -210,14 +210,21 @@ class Backend {
   // device, so that only the id crosses. Not inside capture() (the spec is copied in).
   virtual void sample(Tensor out_id, Tensor logits, const SampleSpec& spec);
 
+ protected:
+  static void check_sample_args(const Tensor& out_id, const Tensor& logits);  // sample's shapes and types
+
+ public:
+
   // Per-op timing of eagerly launched ops (graph capture is never timed). Off by default: it adds
   // two events per op. Backends without it return nothing.
   virtual void set_profiling(bool on) { (void)on; }
   virtual std::vector<OpProfile> take_profile() { return {}; }  // per op family, in first-call order; resets
 };
 
-// backend.sample(out_id, logits, spec), then the id read back; throws fl::Error when every
-// token is banned. out_id: a device i32 [1] the caller keeps (no allocation per token).
+// backend.sample(out_id, logits, spec), then the id read back (-1: every token banned).
+// out_id: a device i32 [1] the caller keeps (no allocation per token).
+int32_t sample_id(Backend& backend, Tensor out_id, Tensor logits, const SampleSpec& spec);
+// The same, throwing fl::Error when every token is banned.
 int32_t sample_token(Backend& backend, Tensor out_id, Tensor logits, const SampleSpec& spec);
 
 // The CPU oracle backend.

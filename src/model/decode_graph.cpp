@@ -38,10 +38,7 @@ std::vector<float> ReplayedDecode::step(int32_t token) {
 
 int32_t ReplayedDecode::step_sample(int32_t token, const SampleSpec& spec) {
   advance(token);
-  backend_.sample(chosen_, logits_.reshape({logits_.numel()}), spec);
-  int32_t id = -1;
-  backend_.copy_to_host(&id, chosen_);
-  return id;
+  return sample_id(backend_, chosen_, logits_.reshape({logits_.numel()}), spec);
 }
 
 }  // namespace fl

@@ -44,11 +44,9 @@ std::vector<int64_t> shard_shape(const TensorShard& shard, int rank) {
   const int64_t n = shard.end.at(rank) - shard.begin.at(rank);
   switch (shard.split) {
     case ShardSplit::replicated: break;
-    case ShardSplit::rows:
-      shape[shape.size() == 3 ? 1 : 0] = n;
-      break;
-    case ShardSplit::columns: shape.back() = n; break;
+    case ShardSplit::rows:  // of a matrix; an expert stack splits by whole experts
     case ShardSplit::experts: shape[0] = n; break;
+    case ShardSplit::columns: shape.back() = n; break;
   }
   return shape;
 }
@@ -147,8 +145,7 @@ std::vector<uint8_t> extract_shard(const TensorShard& shard, int rank, const uin
       break;
     case ShardSplit::rows:
     case ShardSplit::experts: {
-      // Rows of a matrix, whole experts of a stack, or rows of every expert (not planned yet).
-      if (shard.shape.size() == 3 && shard.split == ShardSplit::rows) fail("{}: row splits of an expert stack", shard.name);
+      // Rows of a matrix, or whole experts of a stack [E, out, in]: a contiguous run of units.
       const int64_t unit = shard.split == ShardSplit::experts ? shard.shape[1] * row : row;
       std::memcpy(out.data(), data + b * unit, static_cast<size_t>((e - b) * unit));
       break;

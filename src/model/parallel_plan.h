@@ -27,7 +27,7 @@ namespace fl {
 
 enum class ShardSplit {
   replicated,  // every rank holds the whole tensor
-  rows,        // dim 0 (dim 1 of an expert stack [E, out, in] is not split: experts go whole)
+  rows,        // dim 0 of a matrix (expert stacks [E, out, in] split only by whole experts)
   columns,     // dim 1 (the K of a [out, in] matrix), at block boundaries
   experts,     // dim 0 of an expert stack
 };

@@ -107,6 +107,23 @@ void same_shape(const F32Rows& a, const F32Rows& b, const char* op) {
   if (a.rows != b.rows || a.cols != b.cols) fail("{}: shape mismatch ({} x {} vs {} x {})", op, a.rows, a.cols, b.rows, b.cols);
 }
 
+// A norm's gain weight: `cols` elements on the device, unless the norm has no gain.
+void check_gain(const Tensor* weight, NormGain gain, int64_t cols, const char* op) {
+  if (gain == NormGain::none) return;
+  if (!weight || weight->numel() != cols) fail("{}: gain weight must have {} elements", op, cols);
+  require_device(*weight, op);
+}
+
+// RoPE's inputs: x contiguous f32 [T, heads, D], positions i32 [T], inv_freq f32 [<= D / 2].
+void check_rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, const char* op) {
+  if (x.ndim != 3 || !x.is_contiguous()) fail("{}: expected a contiguous x [T, heads, D], got {}", op, x.describe());
+  f32_rows(x, op);
+  require_device(positions, op);
+  require_device(inv_freq, op);
+  if (positions.dtype != DType::i32 || positions.numel() != x.dim(0)) fail("{}: positions must be i32[{}]", op, x.dim(0));
+  if (inv_freq.numel() * 2 > x.dim(2)) fail("{}: inv_freq must be f32[<= {}]", op, x.dim(2) / 2);
+}
+
 class CudaBackend;
 
 // Brackets one op with a pair of events when profiling is on (and the stream is not capturing).
@@ -245,10 +262,7 @@ class CudaBackend final : public Backend {
     OpTimer timer(*this, "rms_norm", 2.0 * x.numel() * 4);
     F32Rows o = f32_rows(out, "rms_norm"), in = f32_rows(x, "rms_norm");
     same_shape(o, in, "rms_norm");
-    if (gain != NormGain::none) {
-      if (!weight || weight->numel() != in.cols) fail("rms_norm: gain weight must have {} elements", in.cols);
-      require_device(*weight, "rms_norm");
-    }
+    check_gain(weight, gain, in.cols, "rms_norm");
     check(cuda::launch_rms_norm(o.data, o.stride, in.data, in.stride, in.rows, in.cols, weight ? weight->data : nullptr,
                                 weight ? weight->dtype : DType::f32, static_cast<cuda::Gain>(gain), eps, stream_),
           "rms_norm");
@@ -278,10 +292,7 @@ class CudaBackend final : public Backend {
     OpTimer timer(*this, "add_rms_norm", 4.0 * x.numel() * 4);
     F32Rows res = f32_rows(h, "add_rms_norm"), in = f32_rows(x, "add_rms_norm");
     same_shape(res, in, "add_rms_norm");
-    if (gain != NormGain::none) {
-      if (!weight || weight->numel() != in.cols) fail("add_rms_norm: gain weight must have {} elements", in.cols);
-      require_device(*weight, "add_rms_norm");
-    }
+    check_gain(weight, gain, in.cols, "add_rms_norm");
     check(cuda::launch_rms_norm(in.data, in.stride, in.data, in.stride, in.rows, in.cols, weight ? weight->data : nullptr,
                                 weight ? weight->dtype : DType::f32, static_cast<cuda::Gain>(gain), eps, stream_,
                                 res.data, res.stride),
@@ -291,17 +302,8 @@ class CudaBackend final : public Backend {
   void rms_norm_rope(Tensor x, const Tensor* weight, NormGain gain, float eps, const Tensor& positions,
                      const Tensor& inv_freq) override {
     OpTimer timer(*this, "rms_norm_rope", 2.0 * x.numel() * 4);
-    if (x.ndim != 3 || !x.is_contiguous()) fail("rms_norm_rope: expected a contiguous x [T, heads, D], got {}", x.describe());
-    f32_rows(x, "rms_norm_rope");
-    require_device(positions, "rms_norm_rope");
-    require_device(inv_freq, "rms_norm_rope");
-    if (gain != NormGain::none) {
-      if (!weight || weight->numel() != x.dim(2)) fail("rms_norm_rope: gain weight must have {} elements", x.dim(2));
-      require_device(*weight, "rms_norm_rope");
-    }
-    if (positions.dtype != DType::i32 || positions.numel() != x.dim(0))
-      fail("rms_norm_rope: positions must be i32[{}]", x.dim(0));
-    if (inv_freq.numel() * 2 > x.dim(2)) fail("rms_norm_rope: inv_freq must be f32[<= {}]", x.dim(2) / 2);
+    check_rope(x, positions, inv_freq, "rms_norm_rope");
+    check_gain(weight, gain, x.dim(2), "rms_norm_rope");
     check(cuda::launch_rms_norm_rope(x.ptr<float>(), x.dim(0), x.dim(1), x.dim(2), weight ? weight->data : nullptr,
                                      weight ? weight->dtype : DType::f32, static_cast<cuda::Gain>(gain), eps,
                                      positions.ptr<int32_t>(), inv_freq.ptr<float>(), inv_freq.numel(), stream_),
@@ -341,12 +343,7 @@ class CudaBackend final : public Backend {
 
   void rope(Tensor x, const Tensor& positions, const Tensor& inv_freq) override {
     OpTimer timer(*this, "rope", 2.0 * x.numel() * 4);
-    if (x.ndim != 3 || !x.is_contiguous()) fail("rope: expected a contiguous x [T, heads, D], got {}", x.describe());
-    f32_rows(x, "rope");
-    require_device(positions, "rope");
-    require_device(inv_freq, "rope");
-    if (positions.dtype != DType::i32 || positions.numel() != x.dim(0)) fail("rope: positions must be i32[{}]", x.dim(0));
-    if (inv_freq.numel() * 2 > x.dim(2)) fail("rope: inv_freq must be f32[<= {}]", x.dim(2) / 2);
+    check_rope(x, positions, inv_freq, "rope");
     check(cuda::launch_rope(x.ptr<float>(), x.dim(0), x.dim(1), x.dim(2), positions.ptr<int32_t>(),
                             inv_freq.ptr<float>(), inv_freq.numel(), stream_),
           "rope");
@@ -595,9 +592,7 @@ class CudaBackend final : public Backend {
 
   void sample(Tensor out_id, Tensor logits, const SampleSpec& spec) override {
     OpTimer timer(*this, "sample", 4.0 * logits.numel());
-    if (!logits.is_contiguous() || logits.dtype != DType::f32 || logits.numel() == 0 || out_id.dtype != DType::i32 ||
-        out_id.numel() != 1)
-      fail("sample: expected logits f32 [V] and out_id i32 [1], got {} and {}", logits.describe(), out_id.describe());
+    check_sample_args(out_id, logits);
     require_device(logits, "sample");
     require_device(out_id, "sample");
     if (capturing_) fail("sample: not inside a captured graph (its inputs are copied in per call)");
