@@ -186,6 +186,31 @@ TEST_F(CudaOps, MatmulSingleInputRowsPerWarpAndUnalignedX) {
   }
 }
 
+// Many inputs on HFQ4 weights take the tensor-core GEMM (matmul_mma.cu: 64 inputs x 128 rows per
+// block, bf16 pieces of the inputs times the exact 4-bit codes, the group's scale and min in f32).
+// It must meet the matvec's budget: with the default three pieces the products are the f32 ones.
+// Shapes cross every tile edge: T = 15 (the matvec kernel, just below the GEMM), 16, 64, 65, 200
+// inputs; M = 1, 130 and 300 rows (partial row tiles); K = 176 (not a multiple of a 64-wide
+// stage, the G128 tail block half used), 704 and 2816 (G256 tail blocks); an x view one float
+// into its buffer takes the scalar input loads.
+TEST_F(CudaOps, MatmulTensorCoreGemmManyInputs) {
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
+    for (int64_t T : {15, 16, 64, 65, 200})
+      for (int64_t M : {1, 130, 300})
+        for (int64_t K : {176, 704, 2816})
+          for (bool aligned : {true, false}) {
+            if (!aligned && (M != 130 || T != 65)) continue;
+            Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {T, K + 1});
+            Twin out = twin_output(DType::f32, {T, M});
+            const int64_t offset = aligned ? 0 : 1;
+            cpu_->matmul(out.cpu, x.cpu.narrow(1, offset, K), w.cpu);
+            gpu_->matmul(out.gpu, x.gpu.narrow(1, offset, K), w.gpu);
+            expect_close(out, kSumBudget * std::max(1.0f, std::sqrt(static_cast<float>(K) / 256.0f)),
+                         std::string(dtype_name(type)) + " T=" + std::to_string(T) + " M=" + std::to_string(M) +
+                             " K=" + std::to_string(K) + (aligned ? "" : " unaligned x"));
+          }
+}
+
 // Sampling on the device against the host reference (backend/sampling.h): the chain is defined
 // to be computed bit for bit alike, so the budget is 0: the same token and the same adjusted,
 // divided logits. Vocabularies from 7 to Gemma's 262144; every stage alone and together; ties
@@ -484,6 +509,30 @@ TEST_F(CudaOps, MoeRouteAndExperts) {
         expect_close(out, kSumBudget, std::string("moe_experts ") + std::string(dtype_name(type)));
       }
     }
+  }
+}
+
+// Prefill-sized routing (64 tokens x top-8 over 128 experts: 4 pairs per expert on average)
+// takes the grouped tensor-core GEMM: the pairs are sorted by expert on the device (atomics, so
+// in no fixed order) and each expert's matrices are read once per 64 pairs. Checked against the
+// CPU, and twice on the GPU for identical bytes: a pair's output must not depend on the order.
+TEST_F(CudaOps, MoeExpertsGroupedGemm) {
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128}) {
+    const int64_t T = 64, E = 128, K = 8, H = 256, I = 176;
+    Twin logits = twin_random(DType::f32, {T, E}, 2.0f);
+    Twin w = twin_output(DType::f32, {T, K}), ids = twin_output(DType::i32, {T, K});
+    cpu_->moe_route(w.cpu, ids.cpu, logits.cpu, nullptr);
+    gpu_->copy_to_device(w.gpu, w.host.data());
+    gpu_->copy_to_device(ids.gpu, ids.host.data());
+    Twin gate_up = twin_random(type, {E, 2 * I, H}, 0.3f), down = twin_random(type, {E, H, I}, 0.3f);
+    Twin x = twin_random(DType::f32, {T, H});
+    Twin out = twin_output(DType::f32, {T, H});
+    cpu_->moe_experts(out.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, Activation::gelu_tanh);
+    gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
+    expect_close(out, kSumBudget, std::string("grouped moe_experts ") + std::string(dtype_name(type)));
+    const std::vector<uint8_t> first = gpu_bytes(out);
+    gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
+    EXPECT_EQ(first, gpu_bytes(out)) << "the grouped GEMM's output depends on the order of the sorted pairs";
   }
 }
 

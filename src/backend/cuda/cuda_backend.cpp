@@ -14,6 +14,7 @@
 #include "backend/cuda/linear_attention.cuh"
 #include "backend/cuda/sampling.cuh"
 #include "backend/cuda/matmul.cuh"
+#include "backend/cuda/matmul_mma.cuh"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/norm.cuh"
 #include "core/error.h"
@@ -479,12 +480,35 @@ class CudaBackend final : public Backend {
       fail("moe_experts: gate_up {} and down {} do not fit hidden size {}", gate_up.describe(), down.describe(), H);
     if (w.rows != T || w.cols != K || w.stride != K || !ids.is_contiguous()) fail("moe_experts: bad routing shapes");
     const int64_t pairs = T * K;
-    OpTimer timer(*this, "moe_experts", static_cast<double>(pairs) * (gate_up.stride[0] + down.stride[0]), 4);
-    // Scratch: hidden [pairs, 2I], activated [pairs, I], expert outputs [pairs, H].
-    float* scratch = workspace_floats(static_cast<size_t>(pairs) * (I2 + I + H));
+    // Many pairs per expert (prefill, batched decode): the pairs are sorted by expert on the
+    // device and each expert's matrices are read once per 64 pairs by the tensor-core GEMM;
+    // otherwise (decode) each pair runs the matvec kernel over its expert's rows.
+    const bool mma = cuda::matmul_mma_supports(gate_up.dtype) && cuda::matmul_mma_supports(down.dtype) &&
+                     pairs >= cuda::kMmaMinInputs && pairs >= 2 * E;
+    // Bytes: each pair's expert matrices (the matvec path), or each expert's once per work item
+    // (the GEMM, counted as if every expert got pairs: an upper bound).
+    const double expert_bytes = static_cast<double>(gate_up.stride[0] + down.stride[0]);
+    OpTimer timer(*this, "moe_experts", expert_bytes * (mma ? static_cast<double>(std::min(pairs, E)) : pairs), mma ? 5 : 4);
+    const int64_t max_items = mma ? cuda::max_work_items(pairs, E) : 0;
+    // Scratch: hidden [pairs, 2I], activated [pairs, I], expert outputs [pairs, H]; with the GEMM
+    // also the work items (4 int32 each), their count and the sorted pair ids.
+    const size_t sort_floats = mma ? static_cast<size_t>(max_items * 4 + 1 + pairs) : 0;
+    float* scratch = workspace_floats(static_cast<size_t>(pairs) * (I2 + I + H) + sort_floats);
     float* hidden = scratch;
     float* activated = hidden + pairs * I2;
     float* y = activated + pairs * I;
+    cuda::MmaGroupedRows grouped;
+    if (mma) {
+      static_assert(sizeof(cuda::MmaWorkItem) == 4 * sizeof(float));
+      auto* items = reinterpret_cast<cuda::MmaWorkItem*>(y + pairs * H);
+      auto* n_items = reinterpret_cast<int32_t*>(items + max_items);
+      check(cuda::launch_moe_sort_pairs(grouped, items, n_items, n_items + 1, ids.ptr<int32_t>(), pairs, E, stream_),
+            "moe_experts sort");
+    }
+    auto expert_product = [&](const cuda::MatvecArgs& args, const char* what) {
+      check(mma ? cuda::launch_matmul_mma(args, args.act_pieces, stream_, &grouped) : cuda::launch_matvec(args, stream_),
+            what);
+    };
 
     cuda::MatvecArgs a;
     a.out = hidden;
@@ -500,7 +524,7 @@ class CudaBackend final : public Backend {
     a.expert_ids = ids.ptr<int32_t>();
     a.expert_bytes = gate_up.stride[0];
     a.x_row_div = K;
-    check(cuda::launch_matvec(a, stream_), "moe_experts gate_up");
+    expert_product(a, "moe_experts gate_up");
     check(cuda::launch_gated_activation(activated, I, hidden, I2, hidden + I, I2, pairs, I, static_cast<cuda::Act>(act),
                                         stream_),
           "moe_experts activation");
@@ -515,7 +539,7 @@ class CudaBackend final : public Backend {
     a.row_bytes = down.stride[1];
     a.expert_bytes = down.stride[0];
     a.x_row_div = 1;
-    check(cuda::launch_matvec(a, stream_), "moe_experts down");
+    expert_product(a, "moe_experts down");
     check(cuda::launch_moe_combine(o.data, o.stride, y, w.data, ids.ptr<int32_t>(), T, K, H, stream_), "moe_experts combine");
   }
 

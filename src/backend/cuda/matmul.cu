@@ -13,9 +13,10 @@
 // matvec_kernel (several inputs: prefill and batched decode): one warp per row, each weight chunk
 // decoded once and used for up to kTokens inputs.
 //
-// Still to come (issue 7): a tensor-core GEMM for prefill, norm prologues and residual epilogues.
+// Many inputs on HFQ4 weights go to the tensor-core GEMM instead (matmul_mma.cu).
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/matmul.cuh"
+#include "backend/cuda/matmul_mma.cuh"
 
 namespace fl::cuda {
 namespace {
@@ -223,6 +224,8 @@ cudaError_t launch_matvec_group(const MatvecArgs& a, cudaStream_t stream) {
 cudaError_t launch_matvec(const MatvecArgs& a, cudaStream_t stream) {
   if (a.n_segments != 0) return cudaErrorInvalidValue;  // launch_matvec_group
   if (a.M == 0 || a.n_inputs == 0) return cudaSuccess;
+  if (!a.expert_ids && a.n_inputs >= kMmaMinInputs && matmul_mma_supports(a.weight_type))
+    return launch_matmul_mma(a, a.act_pieces, stream);
   cudaError_t result = cudaErrorInvalidValue;
   dispatch_weight_format(a.weight_type, [&](auto format) { result = launch_format<decltype(format)::value>(a, stream); });
   return result;

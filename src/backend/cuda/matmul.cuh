@@ -35,11 +35,18 @@ struct MatvecArgs {
   const int32_t* expert_ids = nullptr;
   int64_t expert_bytes = 0;
   int64_t x_row_div = 1;
+  // Several inputs on HFQ4 weights go through the tensor-core GEMM (matmul_mma.cu), which splits
+  // each f32 input into this many bf16 pieces: 3 is exact (see kMmaExactParts), 1 and 2 trade
+  // precision for tensor work.
+  int act_pieces = 3;
   // Grouped: with n_segments > 0 the out/weight/M/row_bytes above are ignored and each segment
   // is multiplied by the one input row (n_inputs == 1, no experts), all in one launch.
   int n_segments = 0;
   MatvecSegment segments[kMaxMatvecSegments];
 };
+// With n_inputs >= kMmaMinInputs (and no expert ids) on a format the tensor-core GEMM takes, the
+// product runs there; otherwise on the matvec kernels.
+constexpr int64_t kMmaMinInputs = 16;
 cudaError_t launch_matvec(const MatvecArgs& args, cudaStream_t stream);
 // Several weights of one format and width K times one input row x [K], one launch: Gemma's
 // q/k/v and gate/up projections at batch 1, where each alone is too small to fill the GPU.

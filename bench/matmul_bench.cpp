@@ -1,0 +1,209 @@
+// The matmul op family's kernels alone on the H200, at the shapes of Gemma 4 26B-A4B and 31B:
+// the tensor-core GEMM (plain and grouped over experts) for prefill-sized inputs, for each
+// number of bf16 pieces per input (3 = exact), and the batch-1 matvec. Prints time, TFLOP/s and
+// the weight bytes' rate per case; `--json` adds one JSON object per line.
+//   matmul_bench [--quick]
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "backend/cuda/gpu_runtime.h"
+#include "backend/cuda/matmul.cuh"
+#include "backend/cuda/matmul_mma.cuh"
+
+namespace {
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    fmt::print(stderr, "matmul_bench: {}: {}\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// Random HFQ4-G256 rows: random codes, scale 1/64 and min -1/8 in every block (any finite
+// values time the same).
+void* random_hfq4(int64_t rows, int64_t K, int64_t* row_bytes) {
+  const int64_t blocks = (K + 255) / 256;
+  *row_bytes = blocks * 136;
+  std::vector<uint8_t> host(static_cast<size_t>(rows * *row_bytes));
+  std::mt19937 rng(7);
+  for (auto& b : host) b = static_cast<uint8_t>(rng());
+  const float scale = 1.0f / 64, min = -0.125f;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* block = host.data() + r * *row_bytes + b * 136;
+      std::memcpy(block, &scale, 4);
+      std::memcpy(block + 4, &min, 4);
+    }
+  void* dev = nullptr;
+  cuda_ok(cudaMalloc(&dev, host.size()), "cudaMalloc weights");
+  cuda_ok(cudaMemcpy(dev, host.data(), host.size(), cudaMemcpyHostToDevice), "copy weights");
+  return dev;
+}
+
+float* random_f32(int64_t n) {
+  std::vector<float> host(static_cast<size_t>(n));
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  for (float& v : host) v = dist(rng);
+  float* dev = nullptr;
+  cuda_ok(cudaMalloc(&dev, host.size() * 4), "cudaMalloc x");
+  cuda_ok(cudaMemcpy(dev, host.data(), host.size() * 4, cudaMemcpyHostToDevice), "copy x");
+  return dev;
+}
+
+// Median of `runs` timings of f() in microseconds, after one warm-up call.
+template <typename Fn>
+double time_us(cudaStream_t stream, int runs, Fn&& f) {
+  cudaEvent_t start, stop;
+  cuda_ok(cudaEventCreate(&start), "event");
+  cuda_ok(cudaEventCreate(&stop), "event");
+  f();
+  std::vector<double> times;
+  for (int i = 0; i < runs; ++i) {
+    cuda_ok(cudaEventRecord(start, stream), "record");
+    f();
+    cuda_ok(cudaEventRecord(stop, stream), "record");
+    cuda_ok(cudaEventSynchronize(stop), "sync");
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    times.push_back(ms * 1000.0);
+  }
+  std::sort(times.begin(), times.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return times[times.size() / 2];
+}
+
+struct Shape {
+  const char* name;
+  int64_t M, K;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreate(&stream), "stream");
+  const int runs = quick ? 3 : 10;
+  fmt::print("{:<28} {:>6} {:>6} {:>10} {:>9} {:>9}\n", "case", "T", "pieces", "us", "TFLOP/s", "W GB/s");
+
+  const Shape shapes[] = {{"26b q_proj 4096x2816", 4096, 2816},
+                          {"26b gate_up 4224x2816", 4224, 2816},
+                          {"26b down 2816x2112", 2816, 2112},
+                          {"31b gate_up 43008x5376", 43008, 5376},
+                          {"31b down 5376x21504", 5376, 21504}};
+  const int64_t max_T = 4096;
+  float* x = random_f32(max_T * 21504);
+  float* out = nullptr;
+  cuda_ok(cudaMalloc(&out, static_cast<size_t>(max_T) * 43008 * 4), "cudaMalloc out");
+  for (const Shape& s : shapes) {
+    int64_t row_bytes = 0;
+    void* w = random_hfq4(s.M, s.K, &row_bytes);
+    fl::cuda::MatvecArgs a;
+    a.out = out;
+    a.out_stride = s.M;
+    a.x = x;
+    a.x_stride = s.K;
+    a.weight = static_cast<const uint8_t*>(w);
+    a.weight_type = fl::DType::hfq4_g256;
+    a.M = s.M;
+    a.K = s.K;
+    a.row_bytes = row_bytes;
+    const double weight_bytes = static_cast<double>(s.M) * row_bytes;
+    for (int64_t T : {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{512}, int64_t{4096}}) {
+      if (quick && T != 1 && T != 512) continue;
+      if (T > 1024 && s.M * s.K > 100'000'000) continue;  // the 31B shapes at 4k inputs take seconds
+      a.n_inputs = T;
+      for (int pieces : {1, 2, 3}) {
+        if (T == 1 && pieces != 3) continue;  // the matvec has no pieces
+        a.act_pieces = pieces;
+        const double us = time_us(stream, runs, [&] { cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec"); });
+        const double flops = 2.0 * T * s.M * s.K;
+        fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, T == 1 ? 0 : pieces, us,
+                   flops / us / 1e6, weight_bytes / us / 1e3);
+      }
+    }
+    cudaFree(w);
+  }
+
+  // Grouped experts (26B-A4B: 128 experts, top-8, gate_up [1408, 2816], down [2816, 704]): the
+  // pairs sorted by expert, then both products.
+  {
+    const int64_t E = 128, top_k = 8, H = 2816, I = 704;
+    int64_t gu_row = 0, down_row = 0;
+    void* gate_up = random_hfq4(E * 2 * I, H, &gu_row);
+    void* down = random_hfq4(E * H, I, &down_row);
+    for (int64_t T : {int64_t{64}, int64_t{512}, int64_t{4096}}) {
+      if (quick && T != 512) continue;
+      const int64_t pairs = T * top_k;
+      std::vector<int32_t> ids(static_cast<size_t>(pairs));
+      std::mt19937 rng(3);
+      for (int64_t t = 0; t < T; ++t) {  // top_k distinct experts per token
+        std::vector<int32_t> all(E);
+        for (int32_t e = 0; e < E; ++e) all[e] = e;
+        std::shuffle(all.begin(), all.end(), rng);
+        for (int64_t j = 0; j < top_k; ++j) ids[t * top_k + j] = all[j];
+      }
+      int32_t* d_ids = nullptr;
+      const int64_t max_items = fl::cuda::max_work_items(pairs, E);
+      fl::cuda::MmaWorkItem* items = nullptr;
+      int32_t* ints = nullptr;
+      cuda_ok(cudaMalloc(&d_ids, pairs * 4), "ids");
+      cuda_ok(cudaMalloc(&items, max_items * sizeof(fl::cuda::MmaWorkItem)), "items");
+      cuda_ok(cudaMalloc(&ints, (1 + pairs) * 4), "pair ids");
+      cuda_ok(cudaMemcpy(d_ids, ids.data(), pairs * 4, cudaMemcpyHostToDevice), "copy ids");
+      float* hidden = nullptr;
+      cuda_ok(cudaMalloc(&hidden, pairs * 2 * I * 4), "hidden");
+      for (int pieces : {1, 2, 3}) {
+        fl::cuda::MmaGroupedRows grouped;
+        const double us = time_us(stream, runs, [&] {
+          cuda_ok(fl::cuda::launch_moe_sort_pairs(grouped, items, ints, ints + 1, d_ids, pairs, E, stream), "sort");
+          fl::cuda::MatvecArgs a;
+          a.out = hidden;
+          a.out_stride = 2 * I;
+          a.x = x;
+          a.x_stride = H;
+          a.weight = static_cast<const uint8_t*>(gate_up);
+          a.weight_type = fl::DType::hfq4_g256;
+          a.M = 2 * I;
+          a.K = H;
+          a.row_bytes = gu_row;
+          a.expert_bytes = 2 * I * gu_row;
+          a.x_row_div = top_k;
+          cuda_ok(fl::cuda::launch_matmul_mma(a, pieces, stream, &grouped), "gate_up");
+          a.out = out;
+          a.out_stride = H;
+          a.x = hidden;  // its first I columns as the activated input: the timing is the same
+          a.x_stride = 2 * I;
+          a.weight = static_cast<const uint8_t*>(down);
+          a.M = H;
+          a.K = I;
+          a.row_bytes = down_row;
+          a.expert_bytes = H * down_row;
+          a.x_row_div = 1;
+          cuda_ok(fl::cuda::launch_matmul_mma(a, pieces, stream, &grouped), "down");
+        });
+        const double flops = 2.0 * pairs * (2 * I * H + H * I);
+        const double bytes = static_cast<double>(E) * (2 * I * gu_row + H * down_row);
+        fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", "26b experts (sort+2 GEMM)", T, pieces, us,
+                   flops / us / 1e6, bytes / us / 1e3);
+      }
+      cudaFree(d_ids);
+      cudaFree(items);
+      cudaFree(ints);
+      cudaFree(hidden);
+    }
+    cudaFree(gate_up);
+    cudaFree(down);
+  }
+  cudaFree(x);
+  cudaFree(out);
+  return 0;
+}

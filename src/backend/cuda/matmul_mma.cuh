@@ -1,0 +1,54 @@
+#pragma once
+// The tensor-core GEMM behind launch_matvec for many inputs (prefill, batched decode, routed
+// expert pairs) on HFQ4 weights (matmul_mma.cu). Internal to the matmul op family: callers go
+// through launch_matvec / launch_moe_experts_mma, which decide when it applies.
+#include <cstdint>
+
+#include "backend/cuda/gpu_runtime.h"
+#include "backend/cuda/matmul.cuh"
+#include "core/dtype.h"
+
+namespace fl::cuda {
+
+// Whether this build has the mma.sync GEMM (CUDA, sm_80 and later; not HIP) and it takes `type`.
+bool matmul_mma_supports(DType type);
+
+// How many bf16 pieces each f32 activation is split into before the bf16 tensor-core products
+// (the weights' 4-bit codes are exact in bf16, and each group's scale and min are applied in
+// f32 afterwards, so the activations are the only rounding):
+//   3: hi + mid + lo carry all 24 bits of an f32 significand: the product is the f32 dot product
+//      up to summation order (what the op harness's 1e-5 budget and the golden tests need);
+//   2: ~16 bits (relative error ~1e-5 per input), 2/3 of the tensor work of 3;
+//   1: plain bf16 inputs (~3e-3 relative per input), as most engines run prefill.
+constexpr int kMmaExactParts = 3;
+
+// The rows of a grouped (mixture-of-experts) GEMM: each work item is up to 64 routed pairs of one
+// expert, listed in `pair_ids` from `first`; pair p reads input row p / x_row_div and writes
+// output row p. Built on the device by launch_moe_sort_pairs, so routing never visits the host.
+struct MmaWorkItem {
+  int32_t expert;
+  int32_t first;  // into pair_ids
+  int32_t count;  // 1 .. 64
+  int32_t pad;
+};
+
+struct MmaGroupedRows {
+  const MmaWorkItem* items = nullptr;
+  const int32_t* n_items = nullptr;  // device: how many items are real (the grid is an upper bound)
+  const int32_t* pair_ids = nullptr;
+  int64_t max_items = 0;
+};
+
+// out[i, m] = sum_k x[i, k] * W[m, k] for i < n_inputs (a.expert_ids must be null), or with
+// `grouped`, the routed pairs of each work item times its expert's matrix.
+cudaError_t launch_matmul_mma(const MatvecArgs& a, int parts, cudaStream_t stream,
+                              const MmaGroupedRows* grouped = nullptr);
+
+// Sorts the routed pairs (ids [n_pairs], expert ids < n_experts) by expert into pair_ids and cuts
+// them into work items of at most 64 pairs (items: max_work_items(n_pairs, n_experts) of them,
+// pair_ids: n_pairs, n_items: one int32, all device memory), and fills `out` to use them.
+int64_t max_work_items(int64_t n_pairs, int64_t n_experts);
+cudaError_t launch_moe_sort_pairs(MmaGroupedRows& out, MmaWorkItem* items, int32_t* n_items, int32_t* pair_ids,
+                                  const int32_t* ids, int64_t n_pairs, int64_t n_experts, cudaStream_t stream);
+
+}  // namespace fl::cuda
