@@ -103,6 +103,10 @@ int main(int argc, char** argv) {
   float* x = random_f32(max_T * 21504);
   float* out = nullptr;
   cuda_ok(cudaMalloc(&out, static_cast<size_t>(max_T) * 43008 * 4), "cudaMalloc out");
+  // The GEMM's scratch (the inputs cut into bf16 pieces): enough for every case below.
+  const size_t scratch_bytes = std::max(fl::cuda::mma_scratch_bytes(max_T, 21504, 3), fl::cuda::mma_scratch_bytes(max_T * 8, 2816, 3));
+  void* scratch = nullptr;
+  cuda_ok(cudaMalloc(&scratch, scratch_bytes), "cudaMalloc scratch");
   for (const Shape& s : shapes) {
     int64_t row_bytes = 0;
     void* w = random_hfq4(s.M, s.K, &row_bytes);
@@ -116,6 +120,8 @@ int main(int argc, char** argv) {
     a.M = s.M;
     a.K = s.K;
     a.row_bytes = row_bytes;
+    a.scratch = scratch;
+    a.scratch_bytes = scratch_bytes;
     const double weight_bytes = static_cast<double>(s.M) * row_bytes;
     for (int64_t T : {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{512}, int64_t{4096}}) {
       if (quick && T != 1 && T != 512) continue;
@@ -166,6 +172,8 @@ int main(int argc, char** argv) {
         const double us = time_us(stream, runs, [&] {
           cuda_ok(fl::cuda::launch_moe_sort_pairs(grouped, items, ints, ints + 1, d_ids, pairs, E, stream), "sort");
           fl::cuda::MatvecArgs a;
+          a.scratch = scratch;
+          a.scratch_bytes = scratch_bytes;
           a.out = hidden;
           a.out_stride = 2 * I;
           a.x = x;
@@ -177,6 +185,7 @@ int main(int argc, char** argv) {
           a.row_bytes = gu_row;
           a.expert_bytes = 2 * I * gu_row;
           a.x_row_div = top_k;
+          a.n_inputs = pairs;
           cuda_ok(fl::cuda::launch_matmul_mma(a, pieces, stream, &grouped), "gate_up");
           a.out = out;
           a.out_stride = H;
@@ -205,5 +214,6 @@ int main(int argc, char** argv) {
   }
   cudaFree(x);
   cudaFree(out);
+  cudaFree(scratch);
   return 0;
 }

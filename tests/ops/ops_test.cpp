@@ -423,6 +423,8 @@ TEST_F(CudaOps, EmbedScaleAddActivationsSoftcap) {
 
 // History is written through kv_write on both backends, then attention runs for T new tokens; the
 // caches must agree byte for byte and the outputs within the sum budget.
+// Decode and short steps run the SIMT kernel (split along the context); steps of >= 16 tokens the
+// tensor-core kernel (attention_mma.cu), whose f32-exact piece products keep the same budget.
 TEST_F(CudaOps, AttentionAndKvWriteAcrossRingRollovers) {
   struct Case {
     int64_t D;
@@ -432,7 +434,12 @@ TEST_F(CudaOps, AttentionAndKvWriteAcrossRingRollovers) {
   const Case cases[] = {
       {16, 4, 2, 8, 0, 5},      {16, 4, 2, 8, 40, 1},     {16, 4, 1, 8, 37, 17},   {256, 16, 8, 64, 300, 1},
       {256, 16, 8, 64, 150, 3}, {512, 16, 2, 0, 700, 1},  {512, 16, 2, 0, 100, 17}, {512, 32, 4, 0, 2500, 1},
-      {256, 8, 1, 0, 0, 33},    {256, 16, 8, 1024, 3000, 2}};
+      {256, 8, 1, 0, 0, 33},    {256, 16, 8, 1024, 3000, 2},
+      // prefill-sized steps (>= 16 tokens, head dims in 16s) take the tensor-core kernel: the
+      // window inside one step, a step continuing a cached prefix across the window, partial
+      // query tiles, D = 512 in 16-key tiles; D = 72 is not a multiple of 16 (the SIMT kernel)
+      {256, 16, 8, 64, 0, 100}, {256, 16, 8, 1024, 1000, 70}, {512, 16, 2, 0, 0, 130}, {512, 8, 2, 0, 45, 40},
+      {128, 8, 2, 0, 5, 64},    {80, 4, 4, 16, 20, 31},   {72, 4, 2, 0, 3, 20}};
   for (DType cache_type : {DType::f32, DType::bf16, DType::q8_0}) {
     if (!has_quant_format(cache_type)) continue;
     for (const Case& c : cases) {

@@ -23,6 +23,43 @@ constexpr int kMaxChunks = 2;    // 8-element chunks of a head row per lane: hea
 // loads and one scale load (RawChunk), where element-wise loads took three byte loads each.
 __device__ __forceinline__ int chunk_start(int c, int lane) { return c * 8 * kWarp + lane * 8; }
 
+// N (1, 2 or 4) warp sums at once, every lane getting all N: a butterfly whose first one or two
+// exchanges halve the values each lane carries, then a plain reduction and N broadcasts; 10
+// shuffles for N = 4 where N separate warp_sum calls take 20. Decode attention is a chain of
+// these per 4 keys, and the shuffles were most of its latency.
+template <int N>
+__device__ __forceinline__ void warp_sums(float (&v)[N]) {
+  static_assert(N == 1 || N == 2 || N == 4, "warp_sums takes 1, 2 or 4 values");
+  const int lane = threadIdx.x % kWarp;
+  if constexpr (N == 1) {
+    v[0] = warp_sum(v[0]);
+  } else {
+    constexpr int kHalf = kWarp / 2, kQuarter = kWarp / 4;
+    const bool upper = lane & kHalf;
+    float r;
+    int first_reduced;  // the offset below which the plain reduction continues
+    if constexpr (N == 2) {
+      r = (upper ? v[1] : v[0]) + gpu::shfl_xor(upper ? v[0] : v[1], kHalf);  // lane holds value `upper`
+      first_reduced = kQuarter;
+    } else {
+      const float t0 = (upper ? v[2] : v[0]) + gpu::shfl_xor(upper ? v[0] : v[2], kHalf);
+      const float t1 = (upper ? v[3] : v[1]) + gpu::shfl_xor(upper ? v[1] : v[3], kHalf);
+      const bool odd = lane & kQuarter;  // lane holds value 2 * upper + odd
+      r = (odd ? t1 : t0) + gpu::shfl_xor(odd ? t0 : t1, kQuarter);
+      first_reduced = kWarp / 8;
+    }
+#pragma unroll
+    for (int offset = first_reduced; offset > 0; offset /= 2) r += gpu::shfl_xor(r, offset);
+    if constexpr (N == 2) {
+      v[0] = gpu::shfl(r, 0);
+      v[1] = gpu::shfl(r, kHalf);
+    } else {
+#pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = gpu::shfl(r, (u >> 1) * kHalf + (u & 1) * kQuarter);
+    }
+  }
+}
+
 // The online softmax over keys [b, e) whose rows have format S (the cache's type, or f32 for the
 // step's fresh rows); row(j) gives key j's K or V row as bytes. Each warp takes every
 // kAttnWarps-th key, kKeysPerStep at a time: the K and V loads of all of them are issued before the
@@ -64,10 +101,11 @@ __device__ __forceinline__ void attend_keys(int64_t b, int64_t e, int D, float s
       }
       s[u] = dot;
     }
+    warp_sums<kKeysPerStep>(s);  // every lane shuffles: the loop bounds are uniform per warp
     float m_new = m;
 #pragma unroll
     for (int u = 0; u < kKeysPerStep; ++u) {
-      s[u] = warp_sum(s[u]) * scale;  // every lane shuffles: the loop bounds are uniform per warp
+      s[u] *= scale;
       if (j + u * kAttnWarps < e) m_new = fmaxf(m_new, s[u]);
     }
     const float correction = expf(m - m_new);
@@ -175,24 +213,34 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(Attention
   }
 }
 
-// Combines the n_splits partials of one (token, head).
+// Combines the n_splits partials of one (token, head): each split's weight exp(m_s - m_all) is
+// computed once, in parallel, into shared memory; then each output element is one FMA per split.
+// (With the weights recomputed per element, two expf per split per element, this kernel's 16
+// blocks took longer than the splits themselves at 132 splits.)
 __global__ void attention_merge_kernel(AttentionArgs a) {
+  extern __shared__ float weight[];  // [n_splits]
+  __shared__ float reduce[1024 / kWarp];
   const int D = a.head_dim;
   const float* parts = a.partial + static_cast<int64_t>(blockIdx.x) * a.n_splits * (D + 2);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
+  float local_max = -FLT_MAX;
+  for (int s = threadIdx.x; s < a.n_splits; s += blockDim.x)
+    if (parts[s * (D + 2) + D + 1] > 0.0f) local_max = fmaxf(local_max, parts[s * (D + 2) + D]);
+  local_max = warp_max(local_max);
+  if (lane == 0) reduce[warp] = local_max;
+  __syncthreads();
   float m_all = -FLT_MAX;
-  for (int s = 0; s < a.n_splits; ++s)
-    if (parts[s * (D + 2) + D + 1] > 0.0f) m_all = fmaxf(m_all, parts[s * (D + 2) + D]);
-  float l_all = 0.0f;
-  for (int s = 0; s < a.n_splits; ++s) {
+  for (int w = 0; w < n_warps; ++w) m_all = fmaxf(m_all, reduce[w]);
+  float local_sum = 0.0f;
+  for (int s = threadIdx.x; s < a.n_splits; s += blockDim.x) {
     const float ls = parts[s * (D + 2) + D + 1];
-    if (ls > 0.0f) l_all += ls * expf(parts[s * (D + 2) + D] - m_all);
+    weight[s] = ls > 0.0f ? expf(parts[s * (D + 2) + D] - m_all) : 0.0f;
+    local_sum += ls > 0.0f ? ls * weight[s] : 0.0f;
   }
+  const float l_all = block_sum(local_sum);  // its barriers also publish weight[]
   for (int d = threadIdx.x; d < D; d += blockDim.x) {
     float v = 0.0f;
-    for (int s = 0; s < a.n_splits; ++s) {
-      const float ls = parts[s * (D + 2) + D + 1];
-      if (ls > 0.0f) v += parts[s * (D + 2) + d] * expf(parts[s * (D + 2) + D] - m_all);
-    }
+    for (int s = 0; s < a.n_splits; ++s) v += parts[s * (D + 2) + d] * weight[s];
     a.out[static_cast<int64_t>(blockIdx.x) * D + d] = v / l_all;
   }
 }
@@ -249,6 +297,7 @@ __global__ void kv_write_kernel(uint8_t* k_cache, uint8_t* v_cache, DType type, 
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.n_tokens == 0) return cudaSuccess;
   if (a.head_dim > kMaxChunks * 8 * kWarp || a.n_heads % a.n_kv_heads) return cudaErrorInvalidValue;
+  if (a.n_splits == 1 && flash_attention_applies(a.n_tokens, a.head_dim)) return launch_flash_attention(a, stream);
   dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_heads), static_cast<unsigned>(a.n_splits));
   const size_t smem = static_cast<size_t>(kAttnWarps) * (a.head_dim + 2) * sizeof(float);
   switch (a.cache_type) {
@@ -259,7 +308,7 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   }
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || a.n_splits == 1) return err;
-  attention_merge_kernel<<<static_cast<unsigned>(a.n_tokens * a.n_heads), 128, 0, stream>>>(a);
+  attention_merge_kernel<<<static_cast<unsigned>(a.n_tokens * a.n_heads), 128, a.n_splits * sizeof(float), stream>>>(a);
   return cudaGetLastError();
 }
 

@@ -27,7 +27,14 @@ struct AttentionArgs {
   int n_splits = 1;          // blocks along the context per (token, head)
   float* partial = nullptr;  // [T, n_heads, n_splits, head_dim + 2] when n_splits > 1
 };
+// Runs the tensor-core prefill kernel (attention_mma.cu) when flash_attention_applies and
+// n_splits == 1, else the SIMT kernel (split along the context with n_splits > 1).
 cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream);
+// The tensor-core kernel takes >= kFlashMinTokens queries and head dims that are multiples of 16
+// up to 512 (CUDA builds only; HIP keeps the SIMT kernel).
+constexpr int64_t kFlashMinTokens = 16;
+bool flash_attention_applies(int64_t n_tokens, int64_t head_dim);
+cudaError_t launch_flash_attention(const AttentionArgs& args, cudaStream_t stream);
 // Writes k, v ([T, n_kv, D] f32) into cache rows positions[t] % cache_rows, converting to the
 // cache's type (f32, bf16 or q8_0).
 cudaError_t launch_kv_write(uint8_t* k_cache, uint8_t* v_cache, DType cache_type, int64_t cache_rows,

@@ -286,6 +286,8 @@ class CudaBackend final : public Backend {
     a.K = weight.dim(1);
     a.row_bytes = weight.stride[0];
     a.n_inputs = in.rows;
+    a.scratch_bytes = cuda::matvec_scratch_bytes(a);
+    if (a.scratch_bytes > 0) a.scratch = workspace_floats((a.scratch_bytes + 3) / 4);
     check(cuda::launch_matvec(a, stream_), "matmul");
   }
 
@@ -426,9 +428,10 @@ class CudaBackend final : public Backend {
     // exp), so only many warps in flight hide the latency. Each split keeps >= 16 keys. Measured
     // on the H200 (26B-A4B shape, 4k context): 64 splits at most and >= 256 keys per split left
     // attention at 0.5 ms per layer, half of the decode step.
+    // Prefill-sized steps take the tensor-core kernel, which never splits.
     int splits = 1;
     const int64_t target_blocks = 8 * static_cast<int64_t>(sm_count_);
-    if (blocks < target_blocks)
+    if (blocks < target_blocks && !cuda::flash_attention_applies(T, D))
       splits = static_cast<int>(std::clamp<int64_t>((target_blocks + blocks - 1) / blocks, 1, std::max<int64_t>(1, max_keys / 16)));
     a.n_splits = splits;
     if (splits > 1) a.partial = workspace_floats(static_cast<size_t>(blocks) * splits * (D + 2));
@@ -493,7 +496,12 @@ class CudaBackend final : public Backend {
     // Scratch: hidden [pairs, 2I], activated [pairs, I], expert outputs [pairs, H]; with the GEMM
     // also the work items (4 int32 each), their count and the sorted pair ids.
     const size_t sort_floats = mma ? static_cast<size_t>(max_items * 4 + 1 + pairs) : 0;
-    float* scratch = workspace_floats(static_cast<size_t>(pairs) * (I2 + I + H) + sort_floats);
+    // and the GEMM's split inputs (x for gate_up, then the activations for down), 16-byte aligned
+    const int act_pieces = cuda::MatvecArgs{}.act_pieces;
+    const size_t split_bytes =
+        mma ? std::max(cuda::mma_scratch_bytes(T, H, act_pieces), cuda::mma_scratch_bytes(pairs, I, act_pieces)) : 0;
+    const size_t head_floats = (static_cast<size_t>(pairs) * (I2 + I + H) + sort_floats + 3) / 4 * 4;
+    float* scratch = workspace_floats(head_floats + (split_bytes + 3) / 4);
     float* hidden = scratch;
     float* activated = hidden + pairs * I2;
     float* y = activated + pairs * I;
@@ -511,6 +519,9 @@ class CudaBackend final : public Backend {
     };
 
     cuda::MatvecArgs a;
+    a.act_pieces = act_pieces;
+    a.scratch = mma ? static_cast<void*>(scratch + head_floats) : nullptr;
+    a.scratch_bytes = split_bytes;
     a.out = hidden;
     a.out_stride = I2;
     a.x = in.data;

@@ -221,11 +221,18 @@ cudaError_t launch_matvec_group(const MatvecArgs& a, cudaStream_t stream) {
   return result;
 }
 
+bool takes_mma(const MatvecArgs& a) {
+  return !a.expert_ids && a.n_segments == 0 && a.n_inputs >= kMmaMinInputs && matmul_mma_supports(a.weight_type);
+}
+
+size_t matvec_scratch_bytes(const MatvecArgs& a) {
+  return takes_mma(a) ? mma_scratch_bytes(a.n_inputs, a.K, a.act_pieces) : 0;
+}
+
 cudaError_t launch_matvec(const MatvecArgs& a, cudaStream_t stream) {
   if (a.n_segments != 0) return cudaErrorInvalidValue;  // launch_matvec_group
   if (a.M == 0 || a.n_inputs == 0) return cudaSuccess;
-  if (!a.expert_ids && a.n_inputs >= kMmaMinInputs && matmul_mma_supports(a.weight_type))
-    return launch_matmul_mma(a, a.act_pieces, stream);
+  if (takes_mma(a)) return launch_matmul_mma(a, a.act_pieces, stream);
   cudaError_t result = cudaErrorInvalidValue;
   dispatch_weight_format(a.weight_type, [&](auto format) { result = launch_format<decltype(format)::value>(a, stream); });
   return result;

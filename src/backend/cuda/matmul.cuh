@@ -39,6 +39,10 @@ struct MatvecArgs {
   // each f32 input into this many bf16 pieces: 3 is exact (see kMmaExactParts), 1 and 2 trade
   // precision for tensor work.
   int act_pieces = 3;
+  // Device scratch for the GEMM (the inputs cut into bf16 pieces once, not once per row tile):
+  // at least matvec_scratch_bytes(*this) bytes; unused by the matvec kernels.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
   // Grouped: with n_segments > 0 the out/weight/M/row_bytes above are ignored and each segment
   // is multiplied by the one input row (n_inputs == 1, no experts), all in one launch.
   int n_segments = 0;
@@ -48,6 +52,8 @@ struct MatvecArgs {
 // product runs there; otherwise on the matvec kernels.
 constexpr int64_t kMmaMinInputs = 16;
 cudaError_t launch_matvec(const MatvecArgs& args, cudaStream_t stream);
+// The scratch launch_matvec needs for these arguments (0 when the matvec kernels run).
+size_t matvec_scratch_bytes(const MatvecArgs& args);
 // Several weights of one format and width K times one input row x [K], one launch: Gemma's
 // q/k/v and gate/up projections at batch 1, where each alone is too small to fill the GPU.
 cudaError_t launch_matvec_group(const MatvecArgs& args, cudaStream_t stream);

@@ -37,14 +37,6 @@ constexpr int kTileK = 64;                // k per stage
 constexpr int kThreads = 256;             // 8 warps
 constexpr int kAStride = kTileK + 8;      // bf16 per shared A row: 144 bytes keeps ldmatrix conflict-free
 
-template <int kParts>
-struct MmaShared {
-  uint16_t a[kParts][kTileT][kAStride];  // bf16 pieces of the inputs      [part][t][k]
-  uint4 b[2][kTileN];                    // transposed code bytes          [k32 half][n] (16 B)
-  float scale[kTileN], min[kTileN];      // the current group's affine map [n]
-  float xsum[kTileT];                    // sum of the group's inputs      [t]
-};
-
 __device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   asm volatile(
@@ -99,11 +91,95 @@ __device__ __forceinline__ void split_bf16(float v, uint16_t out[kParts]) {
   }
 }
 
+template <int kParts>
+struct MmaShared {
+  uint16_t a[2][kParts][kTileT][kAStride];  // bf16 pieces of the inputs, two stages [stage][part][t][k]
+  uint4 b[2][kTileN];                       // transposed code bytes          [k32 half][n] (16 B)
+  float scale[kTileN], min[kTileN];         // the current group's affine map [n]
+  float xsum[kTileT];                       // sum of the group's inputs      [t]
+};
+
+// The inputs cut once per call (not once per 128-row tile, as when each GEMM block split its
+// own): pieces [part][row][k_pad] bf16, zero past K, and sums [row][k_pad / 64] of each 64-wide
+// chunk of the f32 inputs. k_pad = K rounded up to 64.
+struct SplitInputs {
+  uint16_t* pieces;
+  float* sums;
+  int64_t rows, k_pad;
+};
+
+__host__ __device__ inline int64_t padded_k(int64_t K) { return (K + kTileK - 1) / kTileK * kTileK; }
+
+SplitInputs split_layout(void* scratch, int64_t rows, int64_t K, int parts) {
+  SplitInputs s;
+  s.rows = rows;
+  s.k_pad = padded_k(K);
+  s.sums = static_cast<float*>(scratch);
+  const int64_t sum_bytes = (rows * (s.k_pad / kTileK) * 4 + 15) / 16 * 16;
+  s.pieces = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(scratch) + sum_bytes);
+  (void)parts;
+  return s;
+}
+
+// Thread: 8 consecutive k of one row -> one 16-byte store per piece; 8 threads make a 64-wide
+// chunk's sum (shuffles within the 8).
+template <int kParts>
+__global__ void split_inputs_kernel(SplitInputs out, const float* x, int64_t x_stride, int64_t K) {
+  const int64_t k = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
+  for (int64_t row = blockIdx.y; row < out.rows; row += gridDim.y) {
+    float v[8];
+    const float* src = x + row * x_stride;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = k + i < K ? src[k + i] : 0.0f;
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sum += v[i];
+    sum += gpu::shfl_xor(sum, 1);
+    sum += gpu::shfl_xor(sum, 2);
+    sum += gpu::shfl_xor(sum, 4);
+    if (k >= out.k_pad) continue;  // after the shuffles: every lane takes part
+    if (threadIdx.x % 8 == 0) out.sums[row * (out.k_pad / kTileK) + k / kTileK] = sum;
+    uint32_t words[kParts][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      uint16_t even[kParts], odd[kParts];
+      split_bf16<kParts>(v[2 * i], even);
+      split_bf16<kParts>(v[2 * i + 1], odd);
+#pragma unroll
+      for (int p = 0; p < kParts; ++p) words[p][i] = static_cast<uint32_t>(even[p]) | static_cast<uint32_t>(odd[p]) << 16;
+    }
+#pragma unroll
+    for (int p = 0; p < kParts; ++p)
+      *reinterpret_cast<uint4*>(out.pieces + (p * out.rows + row) * out.k_pad + k) =
+          make_uint4(words[p][0], words[p][1], words[p][2], words[p][3]);
+  }
+}
+
+__device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(valid ? 16 : 0));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
 template <DType F, int kParts>
-__global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, MmaGroupedRows grouped, bool vector_x) {
+__global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, MmaGroupedRows grouped, SplitInputs in) {
   constexpr int kGroup = F == DType::hfq4_g256 ? 256 : 128;
   constexpr int kBlockBytes = 8 + kGroup / 2;
-  __shared__ MmaShared<kParts> s;
+  extern __shared__ uint4 smem_raw[];
+  MmaShared<kParts>& s = *reinterpret_cast<MmaShared<kParts>*>(smem_raw);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_t = warp / 4, warp_n = warp % 4;  // 2 x 4 warps
   const int g = lane / 4, q = lane % 4;            // mma fragment coordinates
@@ -123,32 +199,36 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
   }
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
 
-  // Loader roles. Inputs: thread -> row tid / 4, 16 consecutive k at (tid % 4) * 16. Codes:
-  // thread -> weight row tid % 128, k32 half tid / 128 (16 bytes). Affine map: threads < 128.
-  const int load_t = tid / 4, load_k = (tid % 4) * 16;
-  const float* x_row = nullptr;
-  if (load_t < t_count) {
-    const int64_t row = pairs ? pairs[load_t] / a.x_row_div : t0 + load_t;
-    x_row = a.x + row * a.x_stride;
+  // Loader roles. Inputs: chunk c = tid, tid + 256 of a stage's 64 rows x 8 sixteen-byte chunks
+  // per piece (cp.async into the other stage buffer). Codes: thread -> weight row tid % 128,
+  // k32 half tid / 128 (16 bytes). Affine map and group sums: threads < 128 and < 64.
+  const uint16_t* piece_row[2];
+  bool row_valid[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int r = (tid + i * kThreads) / 8;
+    row_valid[i] = r < t_count;
+    const int64_t xrow = row_valid[i] ? (pairs ? pairs[r] / a.x_row_div : t0 + r) : 0;
+    piece_row[i] = in.pieces + xrow * in.k_pad + ((tid + i * kThreads) % 8) * 8;
   }
+  const float* sum_row = nullptr;
+  if (tid < t_count) sum_row = in.sums + (pairs ? pairs[tid] / a.x_row_div : t0 + tid) * (in.k_pad / kTileK);
   const int load_n = tid % kTileN, load_half = tid / kTileN;
   const uint8_t* w_row = matrix + (n0 + load_n < a.M ? n0 + load_n : a.M - 1) * a.row_bytes;
 
-  float x_next[16];
+  auto load_inputs = [&](int64_t k0, int buffer) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int c = tid + i * kThreads, r = c / 8, kc = (c % 8) * 8;
+#pragma unroll
+      for (int p = 0; p < kParts; ++p)
+        cp_async_16(&s.a[buffer][p][r][kc], piece_row[i] + p * in.rows * in.k_pad + k0, row_valid[i]);
+    }
+    cp_async_commit();
+  };
   uint32_t code_next[4];
   float2 affine_next = make_float2(0.0f, 0.0f);
-  auto load_stage = [&](int64_t k0) {
-    const int64_t kx = k0 + load_k;
-    if (x_row && vector_x && kx + 16 <= a.K) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float4 v = __ldg(reinterpret_cast<const float4*>(x_row + kx) + i);
-        x_next[4 * i] = v.x, x_next[4 * i + 1] = v.y, x_next[4 * i + 2] = v.z, x_next[4 * i + 3] = v.w;
-      }
-    } else {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) x_next[i] = x_row && kx + i < a.K ? x_row[kx + i] : 0.0f;
-    }
+  auto load_codes = [&](int64_t k0) {
     const int64_t kc = k0 + load_half * 32;  // within the row's padded blocks (kGroup % 64 == 0)
     const uint8_t* block = w_row + (kc / kGroup) * kBlockBytes;
     const uint2* codes = reinterpret_cast<const uint2*>(block + 8 + (kc % kGroup) / 2);  // 8-byte aligned
@@ -167,42 +247,30 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
     for (int j = 0; j < 4; ++j)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][j][c] = part[i][j][c] = 0.0f;
-  float xsum = 0.0f;  // this loader row's sum over the current group
 
   const int64_t n_stages = (a.K + kTileK - 1) / kTileK;
-  load_stage(0);
+  load_inputs(0, 0);
+  load_codes(0);
   for (int64_t stage = 0; stage < n_stages; ++stage) {
     const int64_t k0 = stage * kTileK;
+    const int buffer = static_cast<int>(stage & 1);
     const bool group_first = k0 % kGroup == 0;
     const bool group_last = (k0 + kTileK) % kGroup == 0 || stage + 1 == n_stages;
-    // Registers -> shared: the inputs as bf16 pieces, the codes transposed, the group's map.
-    {
-      float sum = 0.0f;
-      uint32_t words[kParts][8];  // bf16 pairs, the even k in the low half
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        sum += x_next[2 * i] + x_next[2 * i + 1];
-        uint16_t even[kParts], odd[kParts];
-        split_bf16<kParts>(x_next[2 * i], even);
-        split_bf16<kParts>(x_next[2 * i + 1], odd);
-#pragma unroll
-        for (int j = 0; j < kParts; ++j) words[j][i] = static_cast<uint32_t>(even[j]) | static_cast<uint32_t>(odd[j]) << 16;
+    s.b[load_half][load_n] = transpose_bytes(code_next[0], code_next[1], code_next[2], code_next[3]);
+    if (group_first) {
+      if (tid < kTileN) s.scale[tid] = affine_next.x, s.min[tid] = affine_next.y;
+      if (tid < kTileT) {  // the group's input sums, from the 64-wide chunk sums
+        float sum = 0.0f;
+        for (int64_t c = k0 / kTileK; c < n_stages && c < (k0 + kGroup) / kTileK; ++c) sum += sum_row ? sum_row[c] : 0.0f;
+        s.xsum[tid] = sum;
       }
-#pragma unroll
-      for (int j = 0; j < kParts; ++j) {
-        uint4* dst = reinterpret_cast<uint4*>(&s.a[j][load_t][load_k]);
-        dst[0] = make_uint4(words[j][0], words[j][1], words[j][2], words[j][3]);
-        dst[1] = make_uint4(words[j][4], words[j][5], words[j][6], words[j][7]);
-      }
-      sum += gpu::shfl_xor(sum, 1);
-      sum += gpu::shfl_xor(sum, 2);
-      xsum = group_first ? sum : xsum + sum;
-      if (group_last && tid % 4 == 0) s.xsum[load_t] = xsum;
-      s.b[load_half][load_n] = transpose_bytes(code_next[0], code_next[1], code_next[2], code_next[3]);
-      if (tid < kTileN && group_first) s.scale[tid] = affine_next.x, s.min[tid] = affine_next.y;
     }
+    cp_async_wait_all();  // this stage's inputs (the only group in flight)
     __syncthreads();
-    if (stage + 1 < n_stages) load_stage(k0 + kTileK);  // in flight during the products below
+    if (stage + 1 < n_stages) {  // in flight during the products below
+      load_inputs(k0 + kTileK, buffer ^ 1);
+      load_codes(k0 + kTileK);
+    }
 
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // 32 k: two mma k-steps share one code word per tile
@@ -224,7 +292,7 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
 #pragma unroll
           for (int p = 0; p < kParts; ++p) {
             uint32_t frag[4];
-            ldmatrix_x4(frag, &s.a[p][warp_t * 32 + i * 16 + lane % 16][kk + (lane / 16) * 8]);
+            ldmatrix_x4(frag, &s.a[buffer][p][warp_t * 32 + i * 16 + lane % 16][kk + (lane / 16) * 8]);
 #pragma unroll
             for (int j = 0; j < 4; ++j) mma_bf16(part[i][j], frag, b[j][2 * step], b[j][2 * step + 1]);
           }
@@ -293,30 +361,52 @@ __global__ void moe_sort_pairs_kernel(MmaWorkItem* items, int32_t* n_items, int3
   }
 }
 
-template <DType F>
-cudaError_t launch_format(const MatvecArgs& a, int parts, const MmaGroupedRows* grouped, cudaStream_t stream) {
+template <DType F, int kParts>
+cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cudaStream_t stream) {
   const unsigned n_tiles = static_cast<unsigned>((a.M + kTileN - 1) / kTileN);
   const int64_t t_tiles = grouped ? grouped->max_items : (a.n_inputs + kTileT - 1) / kTileT;
   if (t_tiles > 65535) return cudaErrorInvalidValue;  // 4M inputs: the caller splits first
-  const dim3 grid(n_tiles, static_cast<unsigned>(t_tiles));
-  const bool vector_x = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && a.x_stride % 4 == 0;
+  const int64_t x_rows = grouped ? (a.n_inputs + a.x_row_div - 1) / a.x_row_div : a.n_inputs;
+  if (!a.scratch || a.scratch_bytes < mma_scratch_bytes(x_rows, a.K, kParts)) return cudaErrorInvalidValue;
+  const SplitInputs in = split_layout(a.scratch, x_rows, a.K, kParts);
+  const dim3 split_grid(static_cast<unsigned>((in.k_pad / 8 + 255) / 256),
+                        static_cast<unsigned>(x_rows < 65535 ? x_rows : 65535));
+  split_inputs_kernel<kParts><<<split_grid, 256, 0, stream>>>(in, a.x, a.x_stride, a.K);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  const size_t smem = sizeof(MmaShared<kParts>);
+  auto kernel = matmul_mma_kernel<F, kParts>;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
   const MmaGroupedRows rows = grouped ? *grouped : MmaGroupedRows{};
+  kernel<<<dim3(n_tiles, static_cast<unsigned>(t_tiles)), kThreads, smem, stream>>>(a, rows, in);
+  return cudaGetLastError();
+}
+
+template <DType F>
+cudaError_t launch_format(const MatvecArgs& a, int parts, const MmaGroupedRows* grouped, cudaStream_t stream) {
   switch (parts) {
-    case 1: matmul_mma_kernel<F, 1><<<grid, kThreads, 0, stream>>>(a, rows, vector_x); break;
-    case 2: matmul_mma_kernel<F, 2><<<grid, kThreads, 0, stream>>>(a, rows, vector_x); break;
-    case 3: matmul_mma_kernel<F, 3><<<grid, kThreads, 0, stream>>>(a, rows, vector_x); break;
+    case 1: return launch_parts<F, 1>(a, grouped, stream);
+    case 2: return launch_parts<F, 2>(a, grouped, stream);
+    case 3: return launch_parts<F, 3>(a, grouped, stream);
     default: return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace
 
 bool matmul_mma_supports(DType type) { return type == DType::hfq4_g256 || type == DType::hfq4_g128; }
 
+size_t mma_scratch_bytes(int64_t x_rows, int64_t K, int parts) {
+  const int64_t k_pad = padded_k(K);
+  const int64_t sum_bytes = (x_rows * (k_pad / kTileK) * 4 + 15) / 16 * 16;
+  return static_cast<size_t>(sum_bytes + static_cast<int64_t>(parts) * x_rows * k_pad * 2);
+}
+
 cudaError_t launch_matmul_mma(const MatvecArgs& a, int parts, cudaStream_t stream, const MmaGroupedRows* grouped) {
   if (a.n_segments != 0 || (a.expert_ids && !grouped) || a.M <= 0 || a.K <= 0) return cudaErrorInvalidValue;
   if (!grouped && a.n_inputs == 0) return cudaSuccess;
+  if (grouped && a.n_inputs <= 0) return cudaErrorInvalidValue;  // n_inputs: the routed pairs
   if (grouped && grouped->max_items == 0) return cudaSuccess;
   switch (a.weight_type) {
     case DType::hfq4_g256: return launch_format<DType::hfq4_g256>(a, parts, grouped, stream);
@@ -344,6 +434,7 @@ cudaError_t launch_moe_sort_pairs(MmaGroupedRows& out, MmaWorkItem* items, int32
 #else  // HIP: no mma.sync; launch_matvec keeps its several-input kernel
 
 bool matmul_mma_supports(DType) { return false; }
+size_t mma_scratch_bytes(int64_t, int64_t, int) { return 0; }
 cudaError_t launch_matmul_mma(const MatvecArgs&, int, cudaStream_t, const MmaGroupedRows*) {
   return cudaErrorInvalidValue;
 }

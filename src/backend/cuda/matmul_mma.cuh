@@ -40,7 +40,9 @@ struct MmaGroupedRows {
 };
 
 // out[i, m] = sum_k x[i, k] * W[m, k] for i < n_inputs (a.expert_ids must be null), or with
-// `grouped`, the routed pairs of each work item times its expert's matrix.
+// `grouped`, the routed pairs of each work item times its expert's matrix. a.scratch must hold
+// mma_scratch_bytes(x rows, K, parts) bytes, x rows being n_inputs / x_row_div rounded up.
+size_t mma_scratch_bytes(int64_t x_rows, int64_t K, int parts);
 cudaError_t launch_matmul_mma(const MatvecArgs& a, int parts, cudaStream_t stream,
                               const MmaGroupedRows* grouped = nullptr);
 

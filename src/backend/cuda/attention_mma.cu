@@ -1,0 +1,359 @@
+// Prefill attention on the tensor cores (FlashAttention-2 style): a block takes 16-64 queries of
+// one head, walks the visible keys in tiles of kKeys, and keeps the online softmax's running max,
+// sum and output in registers; S = Q K^T and O += P V are bf16 mma.sync products with f32
+// accumulators.
+//
+// Precision: Q, K, P and V are f32. Each is split into kPieces bf16 pieces (3 pieces hold all 24
+// bits of an f32 significand) and the products of pieces i, j with i + j < kPieces are summed
+// (6 products for 3 pieces: the dropped ones are below 2^-24 of the result), so the scores and
+// the output are the f32 ones up to summation order, as the op harness and the golden tests
+// require. The pieces are cut in registers from f32 tiles in shared memory.
+//
+// Head dims up to 512 (Gemma 4's global layers) do not fit one warp's output registers, so the
+// block's 4 warps are QW query groups x DW slices of the head dim (DW = 1, 2, 4 for D <= 128,
+// 256, 512): each warp computes its slice's share of S, the shares are summed through shared
+// memory in a fixed order (every warp of a group gets the same S, bit for bit), and each warp
+// accumulates its slice of O.
+#include <cfloat>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/device_common.cuh"
+
+namespace fl::cuda {
+
+#if !defined(FIRELINE_GPU_HIP)
+namespace {
+
+constexpr int kFlashWarps = 4;
+constexpr int kFlashThreads = kFlashWarps * 32;
+constexpr int kMaxOutTiles = 16;  // 8-wide output tiles per warp: a head-dim slice of <= 128
+
+__device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+  __trap();
+#endif
+}
+
+// (x0, x1) -> kPieces bf16 pairs (x0 in the low half) whose sum is the pair (exactly for 3).
+template <int kPieces>
+__device__ __forceinline__ void split_pair(float x0, float x1, uint32_t out[kPieces]) {
+#pragma unroll
+  for (int p = 0; p < kPieces; ++p) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x0, x1);
+    out[p] = *reinterpret_cast<const uint32_t*>(&v);
+    x0 -= __low2float(v);
+    x1 -= __high2float(v);
+  }
+}
+
+// c += a * b summed over the piece products that matter (i + j < kPieces).
+template <int kPieces>
+__device__ __forceinline__ void mma_pieces(float c[4], const uint32_t (&a)[kPieces][4], const uint32_t (&b)[kPieces][2]) {
+#pragma unroll
+  for (int i = 0; i < kPieces; ++i)
+#pragma unroll
+    for (int j = 0; i + j < kPieces; ++j) mma_bf16_16816(c, a[i], b[j]);
+}
+
+struct FlashLayout {
+  int D, DW, QW, rows, stride;  // stride: floats per shared row (D + 4: conflict-free fragments)
+  __host__ __device__ static FlashLayout of(int D) {
+    FlashLayout l;
+    l.D = D;
+    l.DW = D <= 128 ? 1 : D <= 256 ? 2 : 4;
+    l.QW = kFlashWarps / l.DW;
+    l.rows = 16 * l.QW;
+    l.stride = D + 4;
+    return l;
+  }
+};
+
+template <int kKeys>
+__host__ __device__ size_t flash_smem_bytes(const FlashLayout& l) {
+  return sizeof(float) * (static_cast<size_t>(l.rows + 2 * kKeys) * l.stride + (l.DW > 1 ? kFlashWarps * 16 * kKeys : 0));
+}
+
+template <DType C, int kKeys, int kPieces>
+__global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(AttentionArgs a) {
+  constexpr int kKeyTiles = kKeys / 8;
+  extern __shared__ float smem[];
+  const FlashLayout L = FlashLayout::of(a.head_dim);
+  const int D = a.head_dim;
+  float* s_q = smem;                            // [rows][stride]
+  float* s_k = s_q + L.rows * L.stride;         // [kKeys][stride]
+  float* s_v = s_k + kKeys * L.stride;          // [kKeys][stride]
+  float* s_part = s_v + kKeys * L.stride;       // [warp][16][kKeys]: S shares when DW > 1
+
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int qw = warp / L.DW, dw = warp % L.DW;
+  const int g = lane / 4, q = lane % 4;
+  const int h = blockIdx.y, kv = h / (a.n_heads / a.n_kv_heads);
+  const int t0 = blockIdx.x * L.rows;
+  const int64_t p0 = a.positions[0];
+  const int slice = D / L.DW, d0 = dw * slice, out_tiles = slice / 8;
+
+  // Queries -> shared (rows past T are zero and never stored).
+  for (int i = tid; i < L.rows * D; i += kFlashThreads) {
+    const int r = i / D, d = i % D;
+    s_q[r * L.stride + d] = t0 + r < a.n_tokens ? a.q[(static_cast<int64_t>(t0 + r) * a.n_heads + h) * D + d] : 0.0f;
+  }
+  // The keys any of this block's queries sees.
+  const int last_t = min(t0 + L.rows, a.n_tokens) - 1;
+  const int64_t first_pos = p0 + t0, last_pos = p0 + last_t;
+  const int64_t key_begin = a.window > 0 ? max(int64_t{0}, first_pos - a.window + 1) : 0;
+  const int64_t key_end = last_pos + 1;
+  // This thread's two query rows (g and g + 8 of its group) and their positions.
+  const int row0 = qw * 16 + g;
+  const int64_t pos[2] = {p0 + t0 + row0, p0 + t0 + row0 + 8};
+
+  float o[kMaxOutTiles][4];
+#pragma unroll
+  for (int j = 0; j < kMaxOutTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};
+
+  const int64_t cache_stride = static_cast<int64_t>(a.n_kv_heads) * a.cache_row_bytes;
+  const int64_t fresh_stride = static_cast<int64_t>(a.n_kv_heads) * D;
+  for (int64_t kb = key_begin; kb < key_end; kb += kKeys) {
+    __syncthreads();  // the previous tile's K/V are no longer read
+    // K/V rows -> shared f32, 8 elements per chunk: cached keys decoded from the cache's format,
+    // this step's keys copied from the fresh f32 rows (16-byte loads when aligned). Keys past the
+    // end are zero. Four chunks' loads per thread are issued before their stores: the tile load
+    // is latency-bound, and one chunk at a time left it so.
+    const int chunks = D / 8, total = kKeys * chunks;
+    const bool fresh_vector = (reinterpret_cast<uintptr_t>(a.k_new) | reinterpret_cast<uintptr_t>(a.v_new)) % 16 == 0;
+    for (int base = 0; base < total; base += 4 * kFlashThreads) {
+      float kv8[4][2][8];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int i = base + u * kFlashThreads + tid;
+        if (i >= total) break;
+        const int r = i / chunks, c = (i % chunks) * 8;
+        const int64_t j = kb + r;
+        if (j >= key_end) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) kv8[u][0][e] = kv8[u][1][e] = 0.0f;
+        } else if (j < p0) {
+          const int64_t row = (j % a.cache_rows) * cache_stride + kv * a.cache_row_bytes;
+          decode8<C>(a.k_cache + row, c, D, kv8[u][0]);
+          decode8<C>(a.v_cache + row, c, D, kv8[u][1]);
+        } else {
+          const int64_t row = (j - p0) * fresh_stride + static_cast<int64_t>(kv) * D + c;
+          if (fresh_vector) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const float4 kq = __ldg(reinterpret_cast<const float4*>(a.k_new + row) + half);
+              const float4 vq = __ldg(reinterpret_cast<const float4*>(a.v_new + row) + half);
+              kv8[u][0][4 * half] = kq.x, kv8[u][0][4 * half + 1] = kq.y, kv8[u][0][4 * half + 2] = kq.z,
+              kv8[u][0][4 * half + 3] = kq.w;
+              kv8[u][1][4 * half] = vq.x, kv8[u][1][4 * half + 1] = vq.y, kv8[u][1][4 * half + 2] = vq.z,
+              kv8[u][1][4 * half + 3] = vq.w;
+            }
+          } else {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) kv8[u][0][e] = a.k_new[row + e], kv8[u][1][e] = a.v_new[row + e];
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int i = base + u * kFlashThreads + tid;
+        if (i >= total) break;
+        const int r = i / chunks, c = (i % chunks) * 8;
+        float4* dk = reinterpret_cast<float4*>(s_k + r * L.stride + c);  // rows of D + 4 floats: 16-byte aligned
+        float4* dv = reinterpret_cast<float4*>(s_v + r * L.stride + c);
+        dk[0] = make_float4(kv8[u][0][0], kv8[u][0][1], kv8[u][0][2], kv8[u][0][3]);
+        dk[1] = make_float4(kv8[u][0][4], kv8[u][0][5], kv8[u][0][6], kv8[u][0][7]);
+        dv[0] = make_float4(kv8[u][1][0], kv8[u][1][1], kv8[u][1][2], kv8[u][1][3]);
+        dv[1] = make_float4(kv8[u][1][4], kv8[u][1][5], kv8[u][1][6], kv8[u][1][7]);
+      }
+    }
+    __syncthreads();
+
+    // S share over this warp's head-dim slice: [16 rows, kKeys].
+    float s[kKeyTiles][4];
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int kk = d0; kk < d0 + slice; kk += 16) {
+      uint32_t qa[kPieces][4];
+      {
+        const float* r0 = s_q + row0 * L.stride + kk + 2 * q;
+        const float* r1 = r0 + 8 * L.stride;
+        uint32_t p[4][kPieces];
+        split_pair<kPieces>(r0[0], r0[1], p[0]);
+        split_pair<kPieces>(r1[0], r1[1], p[1]);
+        split_pair<kPieces>(r0[8], r0[9], p[2]);
+        split_pair<kPieces>(r1[8], r1[9], p[3]);
+#pragma unroll
+        for (int i = 0; i < kPieces; ++i) qa[i][0] = p[0][i], qa[i][1] = p[1][i], qa[i][2] = p[2][i], qa[i][3] = p[3][i];
+      }
+#pragma unroll
+      for (int n = 0; n < kKeyTiles; ++n) {
+        const float* kr = s_k + (n * 8 + g) * L.stride + kk + 2 * q;
+        uint32_t p[2][kPieces], kb_frag[kPieces][2];
+        split_pair<kPieces>(kr[0], kr[1], p[0]);
+        split_pair<kPieces>(kr[8], kr[9], p[1]);
+#pragma unroll
+        for (int i = 0; i < kPieces; ++i) kb_frag[i][0] = p[0][i], kb_frag[i][1] = p[1][i];
+        mma_pieces<kPieces>(s[n], qa, kb_frag);
+      }
+    }
+    if (L.DW > 1) {  // sum the DW shares in slice order: every warp of the group gets the same S
+      float* mine = s_part + warp * 16 * kKeys;
+#pragma unroll
+      for (int n = 0; n < kKeyTiles; ++n) {
+        mine[g * kKeys + n * 8 + 2 * q] = s[n][0];
+        mine[g * kKeys + n * 8 + 2 * q + 1] = s[n][1];
+        mine[(g + 8) * kKeys + n * 8 + 2 * q] = s[n][2];
+        mine[(g + 8) * kKeys + n * 8 + 2 * q + 1] = s[n][3];
+      }
+      __syncthreads();
+#pragma unroll
+      for (int n = 0; n < kKeyTiles; ++n) {
+        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int w = 0; w < L.DW; ++w) {
+          const float* share = s_part + (qw * L.DW + w) * 16 * kKeys;
+          sum[0] += share[g * kKeys + n * 8 + 2 * q];
+          sum[1] += share[g * kKeys + n * 8 + 2 * q + 1];
+          sum[2] += share[(g + 8) * kKeys + n * 8 + 2 * q];
+          sum[3] += share[(g + 8) * kKeys + n * 8 + 2 * q + 1];
+        }
+#pragma unroll
+        for (int c = 0; c < 4; ++c) s[n][c] = sum[c];
+      }
+    }
+
+    // Online softmax: scale, mask (causal and sliding window), running max and sum per row.
+    float tile_max[2] = {-FLT_MAX, -FLT_MAX};
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int64_t j = kb + n * 8 + 2 * q + (c & 1);
+        const int64_t p = pos[c / 2];
+        const bool visible = j <= p && (a.window <= 0 || j > p - a.window) && j < key_end;
+        s[n][c] = visible ? s[n][c] * a.scale : -INFINITY;
+        tile_max[c / 2] = fmaxf(tile_max[c / 2], s[n][c]);
+      }
+    float corr[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], gpu::shfl_xor(tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], gpu::shfl_xor(tile_max[r], 2));
+      const float m_new = fmaxf(m[r], tile_max[r]);
+      corr[r] = expf(m[r] - m_new);  // 1 while no key is visible yet (both -FLT_MAX)
+      m[r] = m_new;
+      l[r] *= corr[r];
+    }
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        s[n][c] = expf(s[n][c] - m[c / 2]);  // masked: exp(-inf) = 0
+        l[c / 2] += s[n][c];
+      }
+#pragma unroll
+    for (int j = 0; j < kMaxOutTiles; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) o[j][c] *= corr[c / 2];
+
+    // O += P V over this warp's head-dim slice; P's accumulator layout is the A fragment's.
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks) {
+      uint32_t pa[kPieces][4];
+      {
+        uint32_t p[4][kPieces];
+        split_pair<kPieces>(s[2 * ks][0], s[2 * ks][1], p[0]);
+        split_pair<kPieces>(s[2 * ks][2], s[2 * ks][3], p[1]);
+        split_pair<kPieces>(s[2 * ks + 1][0], s[2 * ks + 1][1], p[2]);
+        split_pair<kPieces>(s[2 * ks + 1][2], s[2 * ks + 1][3], p[3]);
+#pragma unroll
+        for (int i = 0; i < kPieces; ++i) pa[i][0] = p[0][i], pa[i][1] = p[1][i], pa[i][2] = p[2][i], pa[i][3] = p[3][i];
+      }
+      const float* v0 = s_v + (ks * 16 + 2 * q) * L.stride + d0 + g;
+#pragma unroll
+      for (int j = 0; j < kMaxOutTiles; ++j) {
+        if (j >= out_tiles) break;
+        const float* v = v0 + j * 8;
+        uint32_t p[2][kPieces], vb[kPieces][2];
+        split_pair<kPieces>(v[0], v[L.stride], p[0]);
+        split_pair<kPieces>(v[8 * L.stride], v[9 * L.stride], p[1]);
+#pragma unroll
+        for (int i = 0; i < kPieces; ++i) vb[i][0] = p[0][i], vb[i][1] = p[1][i];
+        mma_pieces<kPieces>(o[j], pa, vb);
+      }
+    }
+  }
+
+  // Normalise and store this warp's slice of its rows.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += gpu::shfl_xor(l[r], 1);
+    l[r] += gpu::shfl_xor(l[r], 2);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int t = t0 + row0 + 8 * r;
+    if (t >= a.n_tokens) continue;
+    float* out = a.out + (static_cast<int64_t>(t) * a.n_heads + h) * D + d0;
+#pragma unroll
+    for (int j = 0; j < kMaxOutTiles; ++j) {
+      if (j >= out_tiles) break;
+      out[j * 8 + 2 * q] = o[j][2 * r] / l[r];
+      out[j * 8 + 2 * q + 1] = o[j][2 * r + 1] / l[r];
+    }
+  }
+}
+
+template <DType C, int kKeys, int kPieces>
+cudaError_t launch_flash(const AttentionArgs& a, cudaStream_t stream) {
+  const FlashLayout L = FlashLayout::of(a.head_dim);
+  const size_t smem = flash_smem_bytes<kKeys>(L);
+  auto kernel = flash_attention_kernel<C, kKeys, kPieces>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>((a.n_tokens + L.rows - 1) / L.rows), static_cast<unsigned>(a.n_heads));
+  kernel<<<grid, kFlashThreads, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <DType C>
+cudaError_t launch_flash_cache(const AttentionArgs& a, cudaStream_t stream) {
+  // 32-key tiles, or 16 for head dims over 256: K and V tiles of ~64 KB leave room for two
+  // blocks per SM.
+  if (a.head_dim > 256) return launch_flash<C, 16, 3>(a, stream);
+  return launch_flash<C, 32, 3>(a, stream);
+}
+
+}  // namespace
+
+bool flash_attention_applies(int64_t n_tokens, int64_t head_dim) {
+  if (n_tokens < kFlashMinTokens || head_dim <= 0 || head_dim > 512) return false;
+  const int DW = FlashLayout::of(static_cast<int>(head_dim)).DW;  // each warp's slice: whole 16-wide k-steps
+  return head_dim % (16 * DW) == 0 && head_dim / DW <= 8 * kMaxOutTiles;
+}
+
+cudaError_t launch_flash_attention(const AttentionArgs& a, cudaStream_t stream) {
+  if (!flash_attention_applies(a.n_tokens, a.head_dim) || a.n_splits != 1 || a.n_heads % a.n_kv_heads)
+    return cudaErrorInvalidValue;
+  switch (a.cache_type) {
+    case DType::f32: return launch_flash_cache<DType::f32>(a, stream);
+    case DType::bf16: return launch_flash_cache<DType::bf16>(a, stream);
+    case DType::q8_0: return launch_flash_cache<DType::q8_0>(a, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+#else  // HIP: no mma.sync; prefill keeps the SIMT attention kernel
+
+bool flash_attention_applies(int64_t, int64_t) { return false; }
+cudaError_t launch_flash_attention(const AttentionArgs&, cudaStream_t) { return cudaErrorInvalidValue; }
+
+#endif
+
+}  // namespace fl::cuda
