@@ -13,6 +13,23 @@ void Backend::matmul_group(std::span<const Tensor> outs, const Tensor& x, std::s
   for (size_t i = 0; i < outs.size(); ++i) matmul(outs[i], x, *weights[i]);
 }
 
+void Backend::attention_rows(Tensor out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
+                             std::span<const KvView> caches, const Tensor& positions, const AttentionParams& params) {
+  const int64_t B = static_cast<int64_t>(caches.size());
+  if (q.ndim < 1 || q.dim(0) != B || out.dim(0) != B || k_new.dim(0) != B || v_new.dim(0) != B || positions.numel() != B)
+    fail("attention_rows: {} caches for q {}, k {}, positions {}", B, q.describe(), k_new.describe(), positions.describe());
+  for (int64_t i = 0; i < B; ++i)
+    attention(out.slice(i, i + 1), q.slice(i, i + 1), k_new.slice(i, i + 1), v_new.slice(i, i + 1), caches[i],
+              positions.slice(i, i + 1), params);
+}
+
+void Backend::kv_write_rows(std::span<const KvView> caches, const Tensor& k, const Tensor& v, const Tensor& positions) {
+  const int64_t B = static_cast<int64_t>(caches.size());
+  if (k.ndim < 1 || k.dim(0) != B || v.dim(0) != B || positions.numel() != B)
+    fail("kv_write_rows: {} caches for k {}, v {}, positions {}", B, k.describe(), v.describe(), positions.describe());
+  for (int64_t i = 0; i < B; ++i) kv_write(caches[i], k.slice(i, i + 1), v.slice(i, i + 1), positions.slice(i, i + 1));
+}
+
 void Backend::check_sample_args(const Tensor& out_id, const Tensor& logits) {
   if (!logits.is_contiguous() || logits.dtype != DType::f32 || logits.numel() == 0 || out_id.dtype != DType::i32 ||
       out_id.numel() != 1)

@@ -154,6 +154,16 @@ class Backend {
   virtual void attention(Tensor out, const Tensor& q, const Tensor& k_new, const Tensor& v_new, const KvView& cache,
                          const Tensor& positions, const AttentionParams& params) = 0;
 
+  // One query each for several sequences (batched decode): row i ([B, ...] tensors) is the query
+  // at positions[i] of the sequence whose cache is caches[i]; its key/value at that position are
+  // k_new/v_new row i, earlier ones are in caches[i]. The same numbers as attention() row by row
+  // (the default); a GPU does all rows in one launch. The caches share shape and type.
+  virtual void attention_rows(Tensor out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
+                              std::span<const KvView> caches, const Tensor& positions, const AttentionParams& params);
+  // kv_write of row i of k, v into caches[i] at positions[i], for every row (the default: one
+  // kv_write per row).
+  virtual void kv_write_rows(std::span<const KvView> caches, const Tensor& k, const Tensor& v, const Tensor& positions);
+
   // Stores k, v ([T, n_kv_heads, D]) in rows positions[t] % n_rows of the cache, converting to
   // the cache's element type. Positions are consecutive; when several tokens of one call land on
   // the same ring row, the last one is what the row holds afterwards.

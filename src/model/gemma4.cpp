@@ -214,6 +214,11 @@ class Gemma4Model final : public Model {
         if (part.n_rows != 1) fail("a batched forward of several tokens per sequence needs LogitsMode::all");
     const int64_t H = c_.hidden_size, L = c_.num_layers, P = c_.hidden_size_per_layer_input, nH = c_.num_heads;
     Backend& b = backend_;
+    // Several sequences of one row each (batched decode): attention and KV writes take all rows
+    // in one op, each row over its own cache.
+    bool one_row_parts = parts.size() > 1;
+    for (const SequenceRows& part : parts) one_row_parts = one_row_parts && part.n_rows == 1;
+    std::vector<KvView> row_caches(one_row_parts ? parts.size() : 0);
     Tensor h = arena.alloc(DType::f32, {T, H});  // the residual stream
     b.embed(h, embed_tokens_, ids_t, embed_scale_);
 
@@ -276,13 +281,22 @@ class Gemma4Model final : public Model {
       params.scale = 1.0f;  // Gemma 4: q/k norms replace 1/sqrt(D)
       params.window = lc.type == AttentionType::sliding ? c_.sliding_window : 0;
       Tensor attn = arena.alloc(DType::f32, {T, nH, D});
-      for (const SequenceRows& part : parts) {  // each sequence attends over its own cache
-        const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
-        const Tensor k_rows = fresh_k[kv_layer].slice(r0, r1), v_rows = fresh_v[kv_layer].slice(r0, r1);
-        const Tensor pos_rows = positions.slice(r0, r1);
-        b.attention(attn.slice(r0, r1), q.slice(r0, r1), k_rows, v_rows, part.seq->kv[kv_layer], pos_rows, params);
-        if (lc.kv_source_layer < 0 && !writes_deferred_[l])
-          b.kv_write(part.seq->kv[l], fresh_k[l].slice(r0, r1), fresh_v[l].slice(r0, r1), pos_rows);
+      if (one_row_parts) {  // batched decode: every sequence's row in one launch
+        for (size_t i = 0; i < parts.size(); ++i) row_caches[i] = parts[i].seq->kv[kv_layer];
+        b.attention_rows(attn, q, fresh_k[kv_layer], fresh_v[kv_layer], row_caches, positions, params);
+        if (lc.kv_source_layer < 0 && !writes_deferred_[l]) {
+          for (size_t i = 0; i < parts.size(); ++i) row_caches[i] = parts[i].seq->kv[l];
+          b.kv_write_rows(row_caches, fresh_k[l], fresh_v[l], positions);
+        }
+      } else {
+        for (const SequenceRows& part : parts) {  // each sequence attends over its own cache
+          const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
+          const Tensor k_rows = fresh_k[kv_layer].slice(r0, r1), v_rows = fresh_v[kv_layer].slice(r0, r1);
+          const Tensor pos_rows = positions.slice(r0, r1);
+          b.attention(attn.slice(r0, r1), q.slice(r0, r1), k_rows, v_rows, part.seq->kv[kv_layer], pos_rows, params);
+          if (lc.kv_source_layer < 0 && !writes_deferred_[l])
+            b.kv_write(part.seq->kv[l], fresh_k[l].slice(r0, r1), fresh_v[l].slice(r0, r1), pos_rows);
+        }
       }
       b.matmul(tmp, attn.reshape({T, nH * D}), layer.o_proj);
       b.add_rms_norm(h, tmp, &layer.post_attention_norm, NormGain::weight, c_.rms_norm_eps);
@@ -326,12 +340,18 @@ class Gemma4Model final : public Model {
       }
       b.scale_by(h, layer.layer_scalar);
     }
-    for (int64_t l = 0; l < L; ++l)
-      if (writes_deferred_[l])
-        for (const SequenceRows& part : parts) {
-          const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
-          b.kv_write(part.seq->kv[l], fresh_k[l].slice(r0, r1), fresh_v[l].slice(r0, r1), positions.slice(r0, r1));
-        }
+    for (int64_t l = 0; l < L; ++l) {
+      if (!writes_deferred_[l]) continue;
+      if (one_row_parts) {
+        for (size_t i = 0; i < parts.size(); ++i) row_caches[i] = parts[i].seq->kv[l];
+        b.kv_write_rows(row_caches, fresh_k[l], fresh_v[l], positions);
+        continue;
+      }
+      for (const SequenceRows& part : parts) {
+        const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
+        b.kv_write(part.seq->kv[l], fresh_k[l].slice(r0, r1), fresh_v[l].slice(r0, r1), positions.slice(r0, r1));
+      }
+    }
 
     // ---- output: final norm, tied head, soft-cap ----
     const int64_t n_out = mode == LogitsMode::all ? T : parts.size() > 1 ? static_cast<int64_t>(parts.size()) : 1;

@@ -519,6 +519,61 @@ TEST_F(CudaOps, MoeRouteAndExperts) {
   }
 }
 
+// Batched decode: one query per sequence, each over its own cache at its own position, in one
+// launch (attention_rows / kv_write_rows: a device table of cache addresses) against the CPU's
+// row-by-row default. Positions differ per row (rows before, at and long after a ring rollover).
+TEST_F(CudaOps, AttentionRowsOneLaunchForManySequences) {
+  struct Case {
+    int64_t D;
+    int n_heads, n_kv, window;
+  };
+  for (DType cache_type : {DType::f32, DType::q8_0})
+    for (const Case& c : {Case{256, 16, 8, 64}, Case{512, 16, 2, 0}, Case{16, 4, 1, 8}}) {
+      SCOPED_TRACE(std::string(dtype_name(cache_type)) + " D=" + std::to_string(c.D) + " window=" + std::to_string(c.window));
+      const std::vector<int64_t> pasts = {0, 5, 63, 64, 65, 200, 333};
+      const int64_t B = static_cast<int64_t>(pasts.size());
+      const int64_t rows = c.window > 0 ? c.window : 400;
+      std::vector<Twin> kc, vc;
+      std::vector<KvView> cpu_caches, gpu_caches;
+      for (int64_t i = 0; i < B; ++i) {  // each sequence's history, written by both backends
+        kc.push_back(twin_output(cache_type, {rows, c.n_kv, c.D}));
+        vc.push_back(twin_output(cache_type, {rows, c.n_kv, c.D}));
+        std::vector<uint8_t> zeros(kc.back().host.size(), 0);
+        std::memset(kc.back().host.data(), 0, zeros.size());
+        std::memset(vc.back().host.data(), 0, zeros.size());
+        gpu_->copy_to_device(kc.back().gpu, zeros.data());
+        gpu_->copy_to_device(vc.back().gpu, zeros.data());
+        for (int64_t at = 0; at < pasts[i];) {
+          const int64_t n = std::min<int64_t>(29, pasts[i] - at);
+          Twin k = twin_random(DType::f32, {n, c.n_kv, c.D}), v = twin_random(DType::f32, {n, c.n_kv, c.D});
+          Twin pos = twin_positions(at, n);
+          cpu_->kv_write({kc.back().cpu, vc.back().cpu}, k.cpu, v.cpu, pos.cpu);
+          gpu_->kv_write({kc.back().gpu, vc.back().gpu}, k.gpu, v.gpu, pos.gpu);
+          at += n;
+        }
+      }
+      for (int64_t i = 0; i < B; ++i) {
+        cpu_caches.push_back({kc[i].cpu, vc[i].cpu});
+        gpu_caches.push_back({kc[i].gpu, vc[i].gpu});
+      }
+      std::vector<int32_t> pos_host(pasts.begin(), pasts.end());
+      Twin pos = twin_bytes(DType::i32, {B}, pos_host.data());
+      Twin q = twin_random(DType::f32, {B, c.n_heads, c.D});
+      Twin k = twin_random(DType::f32, {B, c.n_kv, c.D}), v = twin_random(DType::f32, {B, c.n_kv, c.D});
+      Twin out = twin_output(DType::f32, {B, c.n_heads, c.D});
+      AttentionParams p{c.n_heads, c.n_kv, static_cast<int>(c.D), 1.0f / std::sqrt(static_cast<float>(c.D)), c.window};
+      cpu_->attention_rows(out.cpu, q.cpu, k.cpu, v.cpu, cpu_caches, pos.cpu, p);
+      gpu_->attention_rows(out.gpu, q.gpu, k.gpu, v.gpu, gpu_caches, pos.gpu, p);
+      expect_close(out, kSumBudget, "attention_rows");
+      cpu_->kv_write_rows(cpu_caches, k.cpu, v.cpu, pos.cpu);
+      gpu_->kv_write_rows(gpu_caches, k.gpu, v.gpu, pos.gpu);
+      for (int64_t i = 0; i < B; ++i) {
+        expect_identical(kc[i], "K cache after kv_write_rows, row " + std::to_string(i));
+        expect_identical(vc[i], "V cache after kv_write_rows, row " + std::to_string(i));
+      }
+    }
+}
+
 // Prefill-sized routing (64 tokens x top-8 over 128 experts: 4 pairs per expert on average)
 // takes the grouped tensor-core GEMM: the pairs are sorted by expert on the device (atomics, so
 // in no fixed order) and each expert's matrices are read once per 64 pairs. Checked against the

@@ -138,8 +138,12 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(Attention
   const int t = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
   const int g = h / (a.n_heads / a.n_kv_heads);
   const int D = a.head_dim;
-  const int64_t p0 = a.positions[0];
-  const int64_t query_pos = p0 + t;
+  // One sequence: query t is at positions[0] + t and keys from positions[0] on are this step's
+  // fresh rows. Per-row caches (batched decode): query t is at positions[t] in its own cache and
+  // only its own key is fresh. Either way key j >= p0 is fresh row t + (j - query_pos).
+  const bool per_row = a.k_row_caches != nullptr;
+  const int64_t query_pos = per_row ? a.positions[t] : a.positions[0] + t;
+  const int64_t p0 = per_row ? query_pos : a.positions[0];
   const int64_t first = a.window > 0 ? max(int64_t{0}, query_pos - a.window + 1) : 0;
   const int64_t n_visible = query_pos - first + 1;
   const int64_t chunk = (n_visible + a.n_splits - 1) / a.n_splits;
@@ -160,8 +164,8 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(Attention
   // Keys before p0 are in the cache (ring row j % cache_rows); keys from p0 on are this step's
   // fresh f32 rows.
   const int64_t row_stride = static_cast<int64_t>(a.n_kv_heads) * a.cache_row_bytes;
-  const uint8_t* k_cache = a.k_cache + g * a.cache_row_bytes;
-  const uint8_t* v_cache = a.v_cache + g * a.cache_row_bytes;
+  const uint8_t* k_cache = (per_row ? a.k_row_caches[t] : a.k_cache) + g * a.cache_row_bytes;
+  const uint8_t* v_cache = (per_row ? a.v_row_caches[t] : a.v_cache) + g * a.cache_row_bytes;
   // Decode reads many cached keys and one fresh one; prefill's fresh keys take the 1-key path.
   attend_keys<C, C == DType::q8_0 ? 4 : 2>(begin, min(end, p0), D, a.scale, q, acc, m, l,
                  [&](int64_t j) { return k_cache + (j % a.cache_rows) * row_stride; },
@@ -169,9 +173,10 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(Attention
   const int64_t fresh_stride = static_cast<int64_t>(a.n_kv_heads) * D;
   const float* k_fresh = a.k_new + g * D;
   const float* v_fresh = a.v_new + g * D;
+  const int64_t fresh_base = t - query_pos;  // + j: the fresh row of key j
   attend_keys<DType::f32, 1>(max(begin, p0), end, D, a.scale, q, acc, m, l,
-                          [&](int64_t j) { return reinterpret_cast<const uint8_t*>(k_fresh + (j - p0) * fresh_stride); },
-                          [&](int64_t j) { return reinterpret_cast<const uint8_t*>(v_fresh + (j - p0) * fresh_stride); });
+                          [&](int64_t j) { return reinterpret_cast<const uint8_t*>(k_fresh + (fresh_base + j) * fresh_stride); },
+                          [&](int64_t j) { return reinterpret_cast<const uint8_t*>(v_fresh + (fresh_base + j) * fresh_stride); });
 
   // Merge the warps: shared [warp][D + 2] = (acc..., m, l).
   extern __shared__ float smem[];
@@ -246,13 +251,19 @@ __global__ void attention_merge_kernel(AttentionArgs a) {
 }
 
 // One warp per (token, KV head): converts the row to the cache's element type.
-__global__ void kv_write_kernel(uint8_t* k_cache, uint8_t* v_cache, DType type, int64_t cache_rows, int64_t row_bytes,
+__global__ void kv_write_kernel(uint8_t* k_cache, uint8_t* v_cache, uint8_t* const* k_row_caches,
+                                uint8_t* const* v_row_caches, DType type, int64_t cache_rows, int64_t row_bytes,
                                 const float* k, const float* v, const int32_t* positions, int64_t n_tokens,
                                 int64_t n_kv, int64_t D) {
   const int64_t t = blockIdx.x / n_kv, head = blockIdx.x % n_kv;
-  // Positions are consecutive, so token t + cache_rows (if in this batch) lands on the same ring
-  // row later: only the last writer of each row writes, as the sequential CPU loop ends up.
-  if (t + cache_rows < n_tokens) return;
+  if (k_row_caches) {  // one row per sequence, each into its own cache
+    k_cache = k_row_caches[t];
+    v_cache = v_row_caches[t];
+  } else if (t + cache_rows < n_tokens) {
+    // Positions are consecutive, so token t + cache_rows (if in this batch) lands on the same
+    // ring row later: only the last writer of each row writes, as the sequential CPU loop ends up.
+    return;
+  }
   const int lane = threadIdx.x;
   const int64_t row = positions[t] % cache_rows;
   for (int which = 0; which < 2; ++which) {
@@ -297,7 +308,8 @@ __global__ void kv_write_kernel(uint8_t* k_cache, uint8_t* v_cache, DType type, 
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.n_tokens == 0) return cudaSuccess;
   if (a.head_dim > kMaxChunks * 8 * kWarp || a.n_heads % a.n_kv_heads) return cudaErrorInvalidValue;
-  if (a.n_splits == 1 && flash_attention_applies(a.n_tokens, a.head_dim)) return launch_flash_attention(a, stream);
+  if (a.n_splits == 1 && !a.k_row_caches && flash_attention_applies(a.n_tokens, a.head_dim))
+    return launch_flash_attention(a, stream);
   dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_heads), static_cast<unsigned>(a.n_splits));
   const size_t smem = static_cast<size_t>(kAttnWarps) * (a.head_dim + 2) * sizeof(float);
   switch (a.cache_type) {
@@ -314,11 +326,13 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
 
 cudaError_t launch_kv_write(uint8_t* k_cache, uint8_t* v_cache, DType cache_type, int64_t cache_rows,
                             int64_t cache_row_bytes, const float* k, const float* v, const int32_t* positions,
-                            int64_t n_tokens, int64_t n_kv_heads, int64_t head_dim, cudaStream_t stream) {
+                            int64_t n_tokens, int64_t n_kv_heads, int64_t head_dim, cudaStream_t stream,
+                            uint8_t* const* k_row_caches, uint8_t* const* v_row_caches) {
   if (n_tokens == 0) return cudaSuccess;
   if (cache_type != DType::f32 && cache_type != DType::bf16 && cache_type != DType::q8_0) return cudaErrorInvalidValue;
   kv_write_kernel<<<static_cast<unsigned>(n_tokens * n_kv_heads), kWarp, 0, stream>>>(
-      k_cache, v_cache, cache_type, cache_rows, cache_row_bytes, k, v, positions, n_tokens, n_kv_heads, head_dim);
+      k_cache, v_cache, k_row_caches, v_row_caches, cache_type, cache_rows, cache_row_bytes, k, v, positions, n_tokens,
+      n_kv_heads, head_dim);
   return cudaGetLastError();
 }
 

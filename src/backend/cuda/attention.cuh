@@ -24,6 +24,11 @@ struct AttentionArgs {
   int n_tokens = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
   float scale = 1.0f;
   int window = 0;
+  // Batched decode: query row t belongs to its own sequence, whose cache rows start at
+  // k_row_caches[t] / v_row_caches[t] (device arrays; all caches share rows, layout and type);
+  // k_cache / v_cache are then unused and positions[t] is row t's own position.
+  const uint8_t* const* k_row_caches = nullptr;
+  const uint8_t* const* v_row_caches = nullptr;
   int n_splits = 1;          // blocks along the context per (token, head)
   float* partial = nullptr;  // [T, n_heads, n_splits, head_dim + 2] when n_splits > 1
 };
@@ -36,9 +41,11 @@ constexpr int64_t kFlashMinTokens = 16;
 bool flash_attention_applies(int64_t n_tokens, int64_t head_dim);
 cudaError_t launch_flash_attention(const AttentionArgs& args, cudaStream_t stream);
 // Writes k, v ([T, n_kv, D] f32) into cache rows positions[t] % cache_rows, converting to the
-// cache's type (f32, bf16 or q8_0).
+// cache's type (f32, bf16 or q8_0); with k_row_caches / v_row_caches (device arrays), row t into
+// its own cache.
 cudaError_t launch_kv_write(uint8_t* k_cache, uint8_t* v_cache, DType cache_type, int64_t cache_rows,
                             int64_t cache_row_bytes, const float* k, const float* v, const int32_t* positions,
-                            int64_t n_tokens, int64_t n_kv_heads, int64_t head_dim, cudaStream_t stream);
+                            int64_t n_tokens, int64_t n_kv_heads, int64_t head_dim, cudaStream_t stream,
+                            uint8_t* const* k_row_caches = nullptr, uint8_t* const* v_row_caches = nullptr);
 
 }  // namespace fl::cuda

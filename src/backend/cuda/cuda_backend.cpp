@@ -392,6 +392,69 @@ class CudaBackend final : public Backend {
 
   void attention(Tensor out, const Tensor& q, const Tensor& k_new, const Tensor& v_new, const KvView& cache,
                  const Tensor& positions, const AttentionParams& p) override {
+    run_attention(out, q, k_new, v_new, cache, positions, p, nullptr);
+  }
+
+  // Batched decode: one launch for all rows, each reading its own cache through a device table of
+  // cache addresses (uploaded per call: a few hundred bytes).
+  void attention_rows(Tensor out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
+                      std::span<const KvView> caches, const Tensor& positions, const AttentionParams& p) override {
+    if (caches.empty() || q.ndim != 3 || q.dim(0) != static_cast<int64_t>(caches.size()))
+      fail("attention_rows: {} caches for q {}", caches.size(), q.describe());
+    const void* const* tables = upload_cache_table(caches, "attention_rows");
+    run_attention(out, q, k_new, v_new, caches[0], positions, p, tables);
+  }
+
+  void kv_write_rows(std::span<const KvView> caches, const Tensor& k, const Tensor& v, const Tensor& positions) override {
+    OpTimer timer(*this, "kv_write", 4.0 * (k.numel() + v.numel()));
+    const int64_t B = static_cast<int64_t>(caches.size());
+    for (const Tensor* t : std::initializer_list<const Tensor*>{&k, &v, &positions}) require_device(*t, "kv_write_rows");
+    if (B == 0 || k.ndim != 3 || k.dim(0) != B || v.ndim != 3 || v.dim(0) != B || !k.is_contiguous() ||
+        !v.is_contiguous() || positions.dtype != DType::i32 || positions.numel() != B)
+      fail("kv_write_rows: {} caches for k {}, v {}, positions {}", B, k.describe(), v.describe(), positions.describe());
+    const KvView& first = caches[0];
+    if (first.k.dim(1) != k.dim(1) || first.k.dim(2) != k.dim(2))
+      fail("kv_write_rows: k {} does not fit cache {}", k.describe(), first.k.describe());
+    void* const* tables = const_cast<void* const*>(upload_cache_table(caches, "kv_write_rows"));
+    check(cuda::launch_kv_write(nullptr, nullptr, first.k.dtype, first.n_rows(), first.k.stride[1], k.ptr<float>(),
+                                v.ptr<float>(), positions.ptr<int32_t>(), B, k.dim(1), k.dim(2), stream_,
+                                reinterpret_cast<uint8_t* const*>(tables), reinterpret_cast<uint8_t* const*>(tables) + B),
+          "kv_write_rows");
+  }
+
+  // [K cache of each row..., V cache of each row...] in device memory, for one batched launch.
+  // Every cache must match the first (rows, layout, type): the kernels size the grid and read
+  // rows from one description.
+  const void* const* upload_cache_table(std::span<const KvView> caches, const char* op) {
+    if (capturing_) fail("{}: not inside a captured graph (the cache table is uploaded per call)", op);
+    const KvView& first = caches[0];
+    std::vector<const void*> table(2 * caches.size());
+    for (size_t i = 0; i < caches.size(); ++i) {
+      const KvView& c = caches[i];
+      require_device(c.k, op);
+      require_device(c.v, op);
+      if (c.k.ndim != 3 || c.k.dtype != first.k.dtype || c.v.dtype != first.k.dtype ||
+          c.k.dim(0) != first.k.dim(0) || c.k.dim(1) != first.k.dim(1) || c.k.dim(2) != first.k.dim(2) ||
+          c.k.stride[1] != first.k.stride[1] || c.v.stride[1] != first.k.stride[1] || c.k.stride[0] != first.k.stride[0] ||
+          c.v.stride[0] != first.k.stride[0])
+        fail("{}: cache {} of {} differs from the first ({} vs {})", op, i, caches.size(), c.k.describe(), first.k.describe());
+      table[i] = c.k.data;
+      table[caches.size() + i] = c.v.data;
+    }
+    const size_t bytes = table.size() * sizeof(void*);
+    if (!cache_table_ || cache_table_->size() < bytes) {
+      check(cudaStreamSynchronize(stream_), op);  // the old table may still be read
+      cache_table_ = std::make_unique<CudaBuffer>(std::max<size_t>(bytes, 4096), stream_);
+    }
+    // From pageable memory: staged before the call returns, so `table` may go out of scope.
+    check(cudaMemcpyAsync(cache_table_->data(), table.data(), bytes, cudaMemcpyHostToDevice, stream_), op);
+    return static_cast<const void* const*>(cache_table_->data());
+  }
+
+  // One sequence (row_tables null): T queries at consecutive positions over `cache`; or one query
+  // per row, each over its own cache (row_tables: K caches then V caches, `cache` describing all).
+  void run_attention(Tensor out, const Tensor& q, const Tensor& k_new, const Tensor& v_new, const KvView& cache,
+                     const Tensor& positions, const AttentionParams& p, const void* const* row_tables) {
     const int64_t T = q.dim(0), D = p.head_dim;
     if (q.ndim != 3 || q.dim(1) != p.n_heads || q.dim(2) != D || !q.is_contiguous())
       fail("attention: q {} does not match the params", q.describe());
@@ -402,6 +465,8 @@ class CudaBackend final : public Backend {
     if (D > 512) fail("attention: head_dim {} is larger than the 512 this kernel supports", D);
     for (const Tensor* t : std::initializer_list<const Tensor*>{&out, &q, &k_new, &v_new, &cache.k, &cache.v, &positions}) require_device(*t, "attention");
     if (positions.dtype != DType::i32 || positions.numel() != T) fail("attention: positions must be i32[{}]", T);
+    if (cache.k.ndim != 3 || cache.k.dim(1) != p.n_kv_heads || cache.k.dim(2) != D)
+      fail("attention: cache {} does not match the params", cache.k.describe());
 
     cuda::AttentionArgs a;
     a.out = out.ptr<float>();
@@ -410,6 +475,10 @@ class CudaBackend final : public Backend {
     a.v_new = v_new.ptr<float>();
     a.k_cache = static_cast<const uint8_t*>(cache.k.data);
     a.v_cache = static_cast<const uint8_t*>(cache.v.data);
+    if (row_tables) {
+      a.k_row_caches = reinterpret_cast<const uint8_t* const*>(row_tables);
+      a.v_row_caches = reinterpret_cast<const uint8_t* const*>(row_tables) + T;
+    }
     a.cache_type = cache.k.dtype;
     a.cache_rows = cache.n_rows();
     a.cache_row_bytes = cache.k.stride[1];
@@ -422,22 +491,24 @@ class CudaBackend final : public Backend {
     a.window = p.window;
     // Split along the context when few (token, head) blocks would otherwise run: the grid size is
     // fixed by the cache size, not the current position, so a captured decode step stays valid.
-    const int64_t max_keys = (p.window > 0 ? std::min<int64_t>(p.window, cache.n_rows() + T) : cache.n_rows()) + T;
+    // Keys one query can see: the cache (or window) plus the step's fresh rows before it.
+    const int64_t fresh = row_tables ? 1 : T;
+    const int64_t max_keys = (p.window > 0 ? std::min<int64_t>(p.window, cache.n_rows() + fresh) : cache.n_rows()) + fresh;
     const int64_t blocks = T * p.n_heads;
     // Aim for about 8 blocks per SM: one warp walks its keys one after another (load, warp sum,
     // exp), so only many warps in flight hide the latency. Each split keeps >= 16 keys. Measured
     // on the H200 (26B-A4B shape, 4k context): 64 splits at most and >= 256 keys per split left
     // attention at 0.5 ms per layer, half of the decode step.
-    // Prefill-sized steps take the tensor-core kernel, which never splits.
+    // Prefill-sized steps of one sequence take the tensor-core kernel, which never splits.
     int splits = 1;
     const int64_t target_blocks = 8 * static_cast<int64_t>(sm_count_);
-    if (blocks < target_blocks && !cuda::flash_attention_applies(T, D))
+    if (blocks < target_blocks && (row_tables || !cuda::flash_attention_applies(T, D)))
       splits = static_cast<int>(std::clamp<int64_t>((target_blocks + blocks - 1) / blocks, 1, std::max<int64_t>(1, max_keys / 16)));
     a.n_splits = splits;
     if (splits > 1) a.partial = workspace_floats(static_cast<size_t>(blocks) * splits * (D + 2));
     // Bytes: the KV rows a step can read (the whole ring, or the whole linear cache: an upper
-    // bound when the sequence is shorter than the cache), plus q and out.
-    const double kv_rows = static_cast<double>(std::min<int64_t>(max_keys, cache.n_rows()));
+    // bound when the sequence is shorter than the cache), plus q and out; per sequence.
+    const double kv_rows = static_cast<double>(std::min<int64_t>(max_keys, cache.n_rows())) * (row_tables ? T : 1);
     OpTimer timer(*this, "attention", 2.0 * kv_rows * p.n_kv_heads * a.cache_row_bytes + 8.0 * q.numel(), splits > 1 ? 2 : 1);
     check(cuda::launch_attention(a, stream_), "attention");
   }
@@ -745,6 +816,7 @@ class CudaBackend final : public Backend {
   size_t weight_bytes_ = 0;
   std::unique_ptr<CudaBuffer> workspace_;
   std::unique_ptr<CudaBuffer> sample_adjust_;
+  std::unique_ptr<CudaBuffer> cache_table_;  // attention_rows / kv_write_rows: per-row cache addresses
   bool profiling_ = false;
   bool capturing_ = false;
   std::vector<TimedOp> timed_;
