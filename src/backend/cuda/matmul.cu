@@ -226,7 +226,7 @@ bool takes_mma(const MatvecArgs& a) {
 }
 
 size_t matvec_scratch_bytes(const MatvecArgs& a) {
-  return takes_mma(a) ? mma_scratch_bytes(a.n_inputs, a.K, a.act_pieces) : 0;
+  return takes_mma(a) ? matmul_mma_scratch_bytes(a, a.act_pieces) : 0;
 }
 
 cudaError_t launch_matvec(const MatvecArgs& a, cudaStream_t stream) {

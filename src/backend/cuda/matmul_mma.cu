@@ -17,6 +17,8 @@
 //
 // Grouped (mixture of experts): the block's 64 inputs are routed pairs of one expert, gathered by
 // index (MmaWorkItem); the routed pairs are sorted by expert on the device first.
+#include <algorithm>
+
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/matmul_mma.cuh"
 
@@ -175,7 +177,8 @@ __device__ __forceinline__ void cp_async_commit() {
 }
 
 template <DType F, int kParts>
-__global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, MmaGroupedRows grouped, SplitInputs in) {
+__global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, MmaGroupedRows grouped, SplitInputs in,
+                                                                  float* k_partial, int k_groups_per_split) {
   constexpr int kGroup = F == DType::hfq4_g256 ? 256 : 128;
   constexpr int kBlockBytes = 8 + kGroup / 2;
   extern __shared__ uint4 smem_raw[];
@@ -248,10 +251,15 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][j][c] = part[i][j][c] = 0.0f;
 
+  // Split-K (gridDim.z > 1, few tiles): this block's whole groups [z * per_split, ...) of K, its
+  // partial sums to k_partial[z]; launch_matmul_mma adds the splits in order afterwards.
   const int64_t n_stages = (a.K + kTileK - 1) / kTileK;
-  load_inputs(0, 0);
-  load_codes(0);
-  for (int64_t stage = 0; stage < n_stages; ++stage) {
+  const int64_t stages_per_split = static_cast<int64_t>(k_groups_per_split) * (kGroup / kTileK);
+  const int64_t stage_begin = static_cast<int64_t>(blockIdx.z) * stages_per_split;
+  const int64_t stage_end = min(n_stages, stage_begin + stages_per_split);
+  load_inputs(stage_begin * kTileK, static_cast<int>(stage_begin & 1));
+  load_codes(stage_begin * kTileK);
+  for (int64_t stage = stage_begin; stage < stage_end; ++stage) {
     const int64_t k0 = stage * kTileK;
     const int buffer = static_cast<int>(stage & 1);
     const bool group_first = k0 % kGroup == 0;
@@ -267,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
     }
     cp_async_wait_all();  // this stage's inputs (the only group in flight)
     __syncthreads();
-    if (stage + 1 < n_stages) {  // in flight during the products below
+    if (stage + 1 < stage_end) {  // in flight during the products below
       load_inputs(k0 + kTileK, buffer ^ 1);
       load_codes(k0 + kTileK);
     }
@@ -325,7 +333,10 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int64_t n = n0 + warp_n * 32 + j * 8 + 2 * q + (c & 1);
-        if (n < a.M) a.out[row * a.out_stride + n] = acc[i][j][c];
+        if (n < a.M) {
+          if (k_partial) k_partial[(static_cast<int64_t>(blockIdx.z) * a.n_inputs + row) * a.M + n] = acc[i][j][c];
+          else a.out[row * a.out_stride + n] = acc[i][j][c];
+        }
       }
     }
 }
@@ -361,13 +372,44 @@ __global__ void moe_sort_pairs_kernel(MmaWorkItem* items, int32_t* n_items, int3
   }
 }
 
+// out[t, n] = the sum of the K splits' partials [split][t][n], in split order (deterministic).
+__global__ void sum_k_splits_kernel(float* out, int64_t out_stride, const float* partial, int64_t rows, int64_t M,
+                                    int splits) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * M) return;
+  float sum = 0.0f;
+  for (int z = 0; z < splits; ++z) sum += partial[z * rows * M + i];
+  out[(i / M) * out_stride + i % M] = sum;
+}
+
+// How many K splits a plain product takes: with fewer tiles than SMs (batched decode, short
+// prompts: a 4096-row matrix at 64 inputs is 32 tiles for 132 SMs) K is cut at group boundaries
+// until there are about two blocks per SM, at most 16 splits.
+struct KSplits {
+  int splits = 1, groups_per_split = 1 << 30;
+};
+KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type) {
+  KSplits k;
+  const int64_t group = type == DType::hfq4_g256 ? 256 : 128;
+  const int64_t n_groups = (K + group - 1) / group;
+  const int64_t tiles = (M + kTileN - 1) / kTileN * ((n_inputs + kTileT - 1) / kTileT);
+  int device = 0, sms = 132;
+  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (tiles >= sms || n_groups < 2) return k;
+  const int64_t want = std::min<int64_t>({(2 * sms + tiles - 1) / tiles, n_groups, 16});
+  k.groups_per_split = static_cast<int>((n_groups + want - 1) / want);
+  k.splits = static_cast<int>((n_groups + k.groups_per_split - 1) / k.groups_per_split);
+  return k;
+}
+
 template <DType F, int kParts>
 cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cudaStream_t stream) {
   const unsigned n_tiles = static_cast<unsigned>((a.M + kTileN - 1) / kTileN);
   const int64_t t_tiles = grouped ? grouped->max_items : (a.n_inputs + kTileT - 1) / kTileT;
   if (t_tiles > 65535) return cudaErrorInvalidValue;  // 4M inputs: the caller splits first
   const int64_t x_rows = grouped ? (a.n_inputs + a.x_row_div - 1) / a.x_row_div : a.n_inputs;
-  if (!a.scratch || a.scratch_bytes < mma_scratch_bytes(x_rows, a.K, kParts)) return cudaErrorInvalidValue;
+  if (!a.scratch || a.scratch_bytes < (grouped ? mma_scratch_bytes(x_rows, a.K, kParts) : matmul_mma_scratch_bytes(a, kParts)))
+    return cudaErrorInvalidValue;
   const SplitInputs in = split_layout(a.scratch, x_rows, a.K, kParts);
   const dim3 split_grid(static_cast<unsigned>((in.k_pad / 8 + 255) / 256),
                         static_cast<unsigned>(x_rows < 65535 ? x_rows : 65535));
@@ -379,7 +421,17 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   const MmaGroupedRows rows = grouped ? *grouped : MmaGroupedRows{};
-  kernel<<<dim3(n_tiles, static_cast<unsigned>(t_tiles)), kThreads, smem, stream>>>(a, rows, in);
+  const KSplits k = grouped ? KSplits{} : plan_k_splits(a.M, a.n_inputs, a.K, F);
+  float* partial = k.splits > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(a.scratch) +
+                                                           mma_scratch_bytes(x_rows, a.K, kParts))
+                                : nullptr;
+  kernel<<<dim3(n_tiles, static_cast<unsigned>(t_tiles), static_cast<unsigned>(k.splits)), kThreads, smem, stream>>>(
+      a, rows, in, partial, k.groups_per_split);
+  err = cudaGetLastError();
+  if (err != cudaSuccess || k.splits == 1) return err;
+  const int64_t n = a.n_inputs * a.M;
+  sum_k_splits_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(a.out, a.out_stride, partial,
+                                                                                a.n_inputs, a.M, k.splits);
   return cudaGetLastError();
 }
 
@@ -401,6 +453,13 @@ size_t mma_scratch_bytes(int64_t x_rows, int64_t K, int parts) {
   const int64_t k_pad = padded_k(K);
   const int64_t sum_bytes = (x_rows * (k_pad / kTileK) * 4 + 15) / 16 * 16;
   return static_cast<size_t>(sum_bytes + static_cast<int64_t>(parts) * x_rows * k_pad * 2);
+}
+
+size_t matmul_mma_scratch_bytes(const MatvecArgs& a, int parts) {
+  // the split inputs, then the K splits' partial outputs [splits][n_inputs][M]
+  const KSplits k = plan_k_splits(a.M, a.n_inputs, a.K, a.weight_type);
+  const size_t partial = k.splits > 1 ? static_cast<size_t>(k.splits) * a.n_inputs * a.M * sizeof(float) : 0;
+  return mma_scratch_bytes(a.n_inputs, a.K, parts) + partial;
 }
 
 cudaError_t launch_matmul_mma(const MatvecArgs& a, int parts, cudaStream_t stream, const MmaGroupedRows* grouped) {
@@ -435,6 +494,7 @@ cudaError_t launch_moe_sort_pairs(MmaGroupedRows& out, MmaWorkItem* items, int32
 
 bool matmul_mma_supports(DType) { return false; }
 size_t mma_scratch_bytes(int64_t, int64_t, int) { return 0; }
+size_t matmul_mma_scratch_bytes(const MatvecArgs&, int) { return 0; }
 cudaError_t launch_matmul_mma(const MatvecArgs&, int, cudaStream_t, const MmaGroupedRows*) {
   return cudaErrorInvalidValue;
 }

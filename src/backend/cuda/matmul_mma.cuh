@@ -43,6 +43,9 @@ struct MmaGroupedRows {
 // `grouped`, the routed pairs of each work item times its expert's matrix. a.scratch must hold
 // mma_scratch_bytes(x rows, K, parts) bytes, x rows being n_inputs / x_row_div rounded up.
 size_t mma_scratch_bytes(int64_t x_rows, int64_t K, int parts);
+// What a plain (ungrouped) product needs: the split inputs, plus the partial outputs when few
+// row tiles make it split K across blocks.
+size_t matmul_mma_scratch_bytes(const MatvecArgs& a, int parts);
 cudaError_t launch_matmul_mma(const MatvecArgs& a, int parts, cudaStream_t stream,
                               const MmaGroupedRows* grouped = nullptr);
 
