@@ -413,8 +413,9 @@ class CudaBackend final : public Backend {
         !v.is_contiguous() || positions.dtype != DType::i32 || positions.numel() != B)
       fail("kv_write_rows: {} caches for k {}, v {}, positions {}", B, k.describe(), v.describe(), positions.describe());
     const KvView& first = caches[0];
-    if (first.k.dim(1) != k.dim(1) || first.k.dim(2) != k.dim(2))
-      fail("kv_write_rows: k {} does not fit cache {}", k.describe(), first.k.describe());
+    if (first.k.ndim != 3 || first.k.dim(1) != k.dim(1) || first.k.dim(2) != k.dim(2) || v.dim(1) != k.dim(1) ||
+        v.dim(2) != k.dim(2))
+      fail("kv_write_rows: k {} and v {} do not fit cache {}", k.describe(), v.describe(), first.k.describe());
     void* const* tables = const_cast<void* const*>(upload_cache_table(caches, "kv_write_rows"));
     check(cuda::launch_kv_write(nullptr, nullptr, first.k.dtype, first.n_rows(), first.k.stride[1], k.ptr<float>(),
                                 v.ptr<float>(), positions.ptr<int32_t>(), B, k.dim(1), k.dim(2), stream_,
@@ -433,7 +434,8 @@ class CudaBackend final : public Backend {
       const KvView& c = caches[i];
       require_device(c.k, op);
       require_device(c.v, op);
-      if (c.k.ndim != 3 || c.k.dtype != first.k.dtype || c.v.dtype != first.k.dtype ||
+      if (c.k.ndim != 3 || c.v.ndim != 3 || c.k.dtype != first.k.dtype || c.v.dtype != first.k.dtype ||
+          c.v.dim(0) != first.k.dim(0) || c.v.dim(1) != first.k.dim(1) || c.v.dim(2) != first.k.dim(2) ||
           c.k.dim(0) != first.k.dim(0) || c.k.dim(1) != first.k.dim(1) || c.k.dim(2) != first.k.dim(2) ||
           c.k.stride[1] != first.k.stride[1] || c.v.stride[1] != first.k.stride[1] || c.k.stride[0] != first.k.stride[0] ||
           c.v.stride[0] != first.k.stride[0])
@@ -461,6 +463,10 @@ class CudaBackend final : public Backend {
     if (k_new.ndim != 3 || k_new.dim(0) != T || k_new.dim(1) != p.n_kv_heads || k_new.dim(2) != D ||
         !k_new.is_contiguous() || !v_new.is_contiguous() || !out.is_contiguous())
       fail("attention: k {} does not match the params", k_new.describe());
+    if (v_new.ndim != 3 || v_new.dim(0) != T || v_new.dim(1) != p.n_kv_heads || v_new.dim(2) != D)
+      fail("attention: v {} does not match k {}", v_new.describe(), k_new.describe());
+    if (out.ndim != 3 || out.dim(0) != T || out.dim(1) != p.n_heads || out.dim(2) != D || out.dtype != DType::f32)
+      fail("attention: out {} does not match q {}", out.describe(), q.describe());
     if (p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads) fail("attention: {} heads over {} KV heads", p.n_heads, p.n_kv_heads);
     if (D > 512) fail("attention: head_dim {} is larger than the 512 this kernel supports", D);
     for (const Tensor* t : std::initializer_list<const Tensor*>{&out, &q, &k_new, &v_new, &cache.k, &cache.v, &positions}) require_device(*t, "attention");
