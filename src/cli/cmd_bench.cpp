@@ -135,11 +135,10 @@ void run_bench(const BenchOptions& opt) {
     return median(tps);
   };
   const double decode_eager = measure_decode(false);
-  // Batched decode (continuous batching): `batch` sequences at the context, one token each per
-  // step through forward_batch; the aggregate rate over all of them.
+  // Batched decode (continuous batching): `batch` sequences at the context; a step is one token
+  // each through forward_batch, then each row's argmax on the host (what a server without device
+  // sampling does per step). Reported: the aggregate rate over all of them.
   double decode_batch = 0.0;
-  // `batch` sequences at the context, and one step of them: forward_batch, then each row's
-  // argmax on the host (what a server without device sampling does per step).
   struct Batch {
     std::vector<std::unique_ptr<Sequence>> owned;
     std::vector<Sequence*> seqs;

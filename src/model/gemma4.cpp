@@ -219,6 +219,10 @@ class Gemma4Model final : public Model {
     bool one_row_parts = parts.size() > 1;
     for (const SequenceRows& part : parts) one_row_parts = one_row_parts && part.n_rows == 1;
     std::vector<KvView> row_caches(one_row_parts ? parts.size() : 0);
+    auto caches_of_layer = [&](int64_t layer) -> std::span<const KvView> {  // row i: sequence i's cache
+      for (size_t i = 0; i < parts.size(); ++i) row_caches[i] = parts[i].seq->kv[layer];
+      return row_caches;
+    };
     Tensor h = arena.alloc(DType::f32, {T, H});  // the residual stream
     b.embed(h, embed_tokens_, ids_t, embed_scale_);
 
@@ -282,12 +286,9 @@ class Gemma4Model final : public Model {
       params.window = lc.type == AttentionType::sliding ? c_.sliding_window : 0;
       Tensor attn = arena.alloc(DType::f32, {T, nH, D});
       if (one_row_parts) {  // batched decode: every sequence's row in one launch
-        for (size_t i = 0; i < parts.size(); ++i) row_caches[i] = parts[i].seq->kv[kv_layer];
-        b.attention_rows(attn, q, fresh_k[kv_layer], fresh_v[kv_layer], row_caches, positions, params);
-        if (lc.kv_source_layer < 0 && !writes_deferred_[l]) {
-          for (size_t i = 0; i < parts.size(); ++i) row_caches[i] = parts[i].seq->kv[l];
-          b.kv_write_rows(row_caches, fresh_k[l], fresh_v[l], positions);
-        }
+        b.attention_rows(attn, q, fresh_k[kv_layer], fresh_v[kv_layer], caches_of_layer(kv_layer), positions, params);
+        if (lc.kv_source_layer < 0 && !writes_deferred_[l])
+          b.kv_write_rows(caches_of_layer(l), fresh_k[l], fresh_v[l], positions);
       } else {
         for (const SequenceRows& part : parts) {  // each sequence attends over its own cache
           const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
@@ -343,8 +344,7 @@ class Gemma4Model final : public Model {
     for (int64_t l = 0; l < L; ++l) {
       if (!writes_deferred_[l]) continue;
       if (one_row_parts) {
-        for (size_t i = 0; i < parts.size(); ++i) row_caches[i] = parts[i].seq->kv[l];
-        b.kv_write_rows(row_caches, fresh_k[l], fresh_v[l], positions);
+        b.kv_write_rows(caches_of_layer(l), fresh_k[l], fresh_v[l], positions);
         continue;
       }
       for (const SequenceRows& part : parts) {

@@ -18,6 +18,9 @@
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/device_common.cuh"
+#if !defined(FIRELINE_GPU_HIP)
+#include "backend/cuda/mma_sync.cuh"
+#endif
 
 namespace fl::cuda {
 
@@ -28,37 +31,13 @@ constexpr int kFlashWarps = 4;
 constexpr int kFlashThreads = kFlashWarps * 32;
 constexpr int kMaxOutTiles = 16;  // 8-wide output tiles per warp: a head-dim slice of <= 128
 
-__device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-  __trap();
-#endif
-}
-
-// (x0, x1) -> kPieces bf16 pairs (x0 in the low half) whose sum is the pair (exactly for 3).
-template <int kPieces>
-__device__ __forceinline__ void split_pair(float x0, float x1, uint32_t out[kPieces]) {
-#pragma unroll
-  for (int p = 0; p < kPieces; ++p) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(x0, x1);
-    out[p] = *reinterpret_cast<const uint32_t*>(&v);
-    x0 -= __low2float(v);
-    x1 -= __high2float(v);
-  }
-}
-
 // c += a * b summed over the piece products that matter (i + j < kPieces).
 template <int kPieces>
 __device__ __forceinline__ void mma_pieces(float c[4], const uint32_t (&a)[kPieces][4], const uint32_t (&b)[kPieces][2]) {
 #pragma unroll
   for (int i = 0; i < kPieces; ++i)
 #pragma unroll
-    for (int j = 0; i + j < kPieces; ++j) mma_bf16_16816(c, a[i], b[j]);
+    for (int j = 0; i + j < kPieces; ++j) mma_bf16(c, a[i], b[j][0], b[j][1]);
 }
 
 struct FlashLayout {

@@ -574,7 +574,7 @@ class CudaBackend final : public Backend {
     // also the work items (4 int32 each), their count and the sorted pair ids.
     const size_t sort_floats = mma ? static_cast<size_t>(max_items * 4 + 1 + pairs) : 0;
     // and the GEMM's split inputs (x for gate_up, then the activations for down), 16-byte aligned
-    const int act_pieces = cuda::MatvecArgs{}.act_pieces;
+    const int act_pieces = cuda::kMmaExactParts;
     const size_t split_bytes =
         mma ? std::max(cuda::mma_scratch_bytes(T, H, act_pieces), cuda::mma_scratch_bytes(pairs, I, act_pieces)) : 0;
     const size_t head_floats = (static_cast<size_t>(pairs) * (I2 + I + H) + sort_floats + 3) / 4 * 4;

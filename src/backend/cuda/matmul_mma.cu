@@ -18,38 +18,31 @@
 // Grouped (mixture of experts): the block's 64 inputs are routed pairs of one expert, gathered by
 // index (MmaWorkItem); the routed pairs are sorted by expert on the device first.
 #include <algorithm>
+#include <atomic>
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/matmul_mma.cuh"
-
 #if !defined(FIRELINE_GPU_HIP)
-#define FIRELINE_MMA_BUILT 1
-#else
-#define FIRELINE_MMA_BUILT 0
+#include "backend/cuda/mma_sync.cuh"
 #endif
 
 namespace fl::cuda {
 
-#if FIRELINE_MMA_BUILT
+// Each expert's pairs make ceil(count / 64) items: at most n_pairs / 64 whole ones plus one
+// partial per expert that has pairs.
+int64_t max_work_items(int64_t n_pairs, int64_t n_experts) {
+  return n_pairs / 64 + (n_experts < n_pairs ? n_experts : n_pairs);
+}
+
+#if !defined(FIRELINE_GPU_HIP)
 namespace {
 
 constexpr int kTileT = 64;                // inputs per block
+static_assert(kTileT == 64, "max_work_items counts work items of 64 pairs");
 constexpr int kTileN = 128;               // weight rows per block
 constexpr int kTileK = 64;                // k per stage
 constexpr int kThreads = 256;             // 8 warps
 constexpr int kAStride = kTileK + 8;      // bf16 per shared A row: 144 bytes keeps ldmatrix conflict-free
-
-__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  __trap();  // the launcher never runs this GEMM below sm_80
-#endif
-}
 
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -82,17 +75,6 @@ __device__ __forceinline__ uint32_t codes_to_bf16x2(uint32_t low_nibbles, uint32
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// f32 -> kParts bf16 pieces summing to it (3 pieces: exactly, for normal values).
-template <int kParts>
-__device__ __forceinline__ void split_bf16(float v, uint16_t out[kParts]) {
-#pragma unroll
-  for (int p = 0; p < kParts; ++p) {
-    const __nv_bfloat16 piece = __float2bfloat16_rn(v);
-    out[p] = __bfloat16_as_ushort(piece);
-    v -= __bfloat162float(piece);  // exact: the residual of a round to nearest
-  }
-}
-
 template <int kParts>
 struct MmaShared {
   uint16_t a[2][kParts][kTileT][kAStride];  // bf16 pieces of the inputs, two stages [stage][part][t][k]
@@ -112,14 +94,13 @@ struct SplitInputs {
 
 __host__ __device__ inline int64_t padded_k(int64_t K) { return (K + kTileK - 1) / kTileK * kTileK; }
 
-SplitInputs split_layout(void* scratch, int64_t rows, int64_t K, int parts) {
+SplitInputs split_layout(void* scratch, int64_t rows, int64_t K) {
   SplitInputs s;
   s.rows = rows;
   s.k_pad = padded_k(K);
   s.sums = static_cast<float*>(scratch);
   const int64_t sum_bytes = (rows * (s.k_pad / kTileK) * 4 + 15) / 16 * 16;
   s.pieces = reinterpret_cast<uint16_t*>(static_cast<uint8_t*>(scratch) + sum_bytes);
-  (void)parts;
   return s;
 }
 
@@ -141,19 +122,13 @@ __global__ void split_inputs_kernel(SplitInputs out, const float* x, int64_t x_s
     sum += gpu::shfl_xor(sum, 4);
     if (k >= out.k_pad) continue;  // after the shuffles: every lane takes part
     if (threadIdx.x % 8 == 0) out.sums[row * (out.k_pad / kTileK) + k / kTileK] = sum;
-    uint32_t words[kParts][4];
+    uint32_t pairs[4][kParts];  // [k pair][piece]
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      uint16_t even[kParts], odd[kParts];
-      split_bf16<kParts>(v[2 * i], even);
-      split_bf16<kParts>(v[2 * i + 1], odd);
-#pragma unroll
-      for (int p = 0; p < kParts; ++p) words[p][i] = static_cast<uint32_t>(even[p]) | static_cast<uint32_t>(odd[p]) << 16;
-    }
+    for (int i = 0; i < 4; ++i) split_pair<kParts>(v[2 * i], v[2 * i + 1], pairs[i]);
 #pragma unroll
     for (int p = 0; p < kParts; ++p)
       *reinterpret_cast<uint4*>(out.pieces + (p * out.rows + row) * out.k_pad + k) =
-          make_uint4(words[p][0], words[p][1], words[p][2], words[p][3]);
+          make_uint4(pairs[0][p], pairs[1][p], pairs[2][p], pairs[3][p]);
   }
 }
 
@@ -385,6 +360,21 @@ __global__ void sum_k_splits_kernel(float* out, int64_t out_stride, const float*
 // How many K splits a plain product takes: with fewer tiles than SMs (batched decode, short
 // prompts: a 4096-row matrix at 64 inputs is 32 tiles for 132 SMs) K is cut at group boundaries
 // until there are about two blocks per SM, at most 16 splits.
+// The current device's SM count, asked once per device (plan_k_splits runs twice per product:
+// scratch sizing and launch).
+int sm_count_of_current_device() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cached[kMaxDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 132;
+  int sms = cached[device].load(std::memory_order_relaxed);
+  if (sms == 0) {
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) sms = 132;
+    cached[device].store(sms, std::memory_order_relaxed);
+  }
+  return sms;
+}
+
 struct KSplits {
   int splits = 1, groups_per_split = 1 << 30;
 };
@@ -393,8 +383,7 @@ KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type) {
   const int64_t group = type == DType::hfq4_g256 ? 256 : 128;
   const int64_t n_groups = (K + group - 1) / group;
   const int64_t tiles = (M + kTileN - 1) / kTileN * ((n_inputs + kTileT - 1) / kTileT);
-  int device = 0, sms = 132;
-  if (cudaGetDevice(&device) == cudaSuccess) cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const int sms = sm_count_of_current_device();
   if (tiles >= sms || n_groups < 2) return k;
   const int64_t want = std::min<int64_t>({(2 * sms + tiles - 1) / tiles, n_groups, 16});
   k.groups_per_split = static_cast<int>((n_groups + want - 1) / want);
@@ -410,7 +399,7 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
   const int64_t x_rows = grouped ? (a.n_inputs + a.x_row_div - 1) / a.x_row_div : a.n_inputs;
   if (!a.scratch || a.scratch_bytes < (grouped ? mma_scratch_bytes(x_rows, a.K, kParts) : matmul_mma_scratch_bytes(a, kParts)))
     return cudaErrorInvalidValue;
-  const SplitInputs in = split_layout(a.scratch, x_rows, a.K, kParts);
+  const SplitInputs in = split_layout(a.scratch, x_rows, a.K);
   const dim3 split_grid(static_cast<unsigned>((in.k_pad / 8 + 255) / 256),
                         static_cast<unsigned>(x_rows < 65535 ? x_rows : 65535));
   split_inputs_kernel<kParts><<<split_grid, 256, 0, stream>>>(in, a.x, a.x_stride, a.K);
@@ -474,9 +463,6 @@ cudaError_t launch_matmul_mma(const MatvecArgs& a, int parts, cudaStream_t strea
   }
 }
 
-int64_t max_work_items(int64_t n_pairs, int64_t n_experts) {
-  return n_pairs / kTileT + (n_experts < n_pairs ? n_experts : n_pairs);
-}
 
 cudaError_t launch_moe_sort_pairs(MmaGroupedRows& out, MmaWorkItem* items, int32_t* n_items, int32_t* pair_ids,
                                   const int32_t* ids, int64_t n_pairs, int64_t n_experts, cudaStream_t stream) {
@@ -498,7 +484,6 @@ size_t matmul_mma_scratch_bytes(const MatvecArgs&, int) { return 0; }
 cudaError_t launch_matmul_mma(const MatvecArgs&, int, cudaStream_t, const MmaGroupedRows*) {
   return cudaErrorInvalidValue;
 }
-int64_t max_work_items(int64_t n_pairs, int64_t n_experts) { return n_pairs / 64 + (n_experts < n_pairs ? n_experts : n_pairs); }
 cudaError_t launch_moe_sort_pairs(MmaGroupedRows&, MmaWorkItem*, int32_t*, int32_t*, const int32_t*, int64_t, int64_t,
                                   cudaStream_t) {
   return cudaErrorInvalidValue;

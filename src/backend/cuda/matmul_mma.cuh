@@ -13,15 +13,6 @@ namespace fl::cuda {
 // Whether this build has the mma.sync GEMM (CUDA, sm_80 and later; not HIP) and it takes `type`.
 bool matmul_mma_supports(DType type);
 
-// How many bf16 pieces each f32 activation is split into before the bf16 tensor-core products
-// (the weights' 4-bit codes are exact in bf16, and each group's scale and min are applied in
-// f32 afterwards, so the activations are the only rounding):
-//   3: hi + mid + lo carry all 24 bits of an f32 significand: the product is the f32 dot product
-//      up to summation order (what the op harness's 1e-5 budget and the golden tests need);
-//   2: ~16 bits (relative error ~1e-5 per input), 2/3 of the tensor work of 3;
-//   1: plain bf16 inputs (~3e-3 relative per input), as most engines run prefill.
-constexpr int kMmaExactParts = 3;
-
 // The rows of a grouped (mixture-of-experts) GEMM: each work item is up to 64 routed pairs of one
 // expert, listed in `pair_ids` from `first`; pair p reads input row p / x_row_div and writes
 // output row p. Built on the device by launch_moe_sort_pairs, so routing never visits the host.

@@ -1,0 +1,38 @@
+#pragma once
+// The bf16 tensor-core pieces shared by the GEMM (matmul_mma.cu) and the prefill attention
+// (attention_mma.cu): the m16n8k16 mma.sync and the split of f32 values into bf16 pieces that
+// keeps both f32-exact. CUDA only (sm_80 and later); HIP builds never include it.
+#include <cstdint>
+
+#include "backend/cuda/gpu_runtime.h"
+
+namespace fl::cuda {
+
+// c += a * b: A 16x16 (row), B 16x8 (col) in bf16 pairs, f32 accumulators.
+__device__ __forceinline__ void mma_bf16(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();  // the launchers never run tensor-core kernels below sm_80
+#endif
+}
+
+// (x0, x1) -> kPieces bf16 pairs (x0 in the low half) whose sum is the pair: each piece is the
+// round to nearest of what the earlier ones left, so 3 pieces hold all 24 bits of an f32
+// significand (for normal values) and the residuals are exact.
+template <int kPieces>
+__device__ __forceinline__ void split_pair(float x0, float x1, uint32_t out[kPieces]) {
+#pragma unroll
+  for (int p = 0; p < kPieces; ++p) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x0, x1);
+    out[p] = *reinterpret_cast<const uint32_t*>(&v);
+    x0 -= __low2float(v);
+    x1 -= __high2float(v);
+  }
+}
+
+}  // namespace fl::cuda
