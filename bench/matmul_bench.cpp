@@ -46,6 +46,24 @@ void* random_hfq4(int64_t rows, int64_t K, int64_t* row_bytes) {
   return dev;
 }
 
+// Random Q8_0 rows (the tied LM head's format): random codes, scale 1/64 (f16 0x2400) per block.
+void* random_q8_0(int64_t rows, int64_t K, int64_t* row_bytes) {
+  const int64_t blocks = (K + 31) / 32;
+  *row_bytes = blocks * 34;
+  std::vector<uint8_t> host(static_cast<size_t>(rows * *row_bytes));
+  std::mt19937 rng(5);
+  for (auto& b : host) b = static_cast<uint8_t>(rng());
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* block = host.data() + r * *row_bytes + b * 34;
+      block[0] = 0x00, block[1] = 0x24;
+    }
+  void* dev = nullptr;
+  cuda_ok(cudaMalloc(&dev, host.size()), "cudaMalloc weights");
+  cuda_ok(cudaMemcpy(dev, host.data(), host.size(), cudaMemcpyHostToDevice), "copy weights");
+  return dev;
+}
+
 float* random_f32(int64_t n) {
   std::vector<float> host(static_cast<size_t>(n));
   std::mt19937 rng(11);
@@ -83,6 +101,7 @@ double time_us(cudaStream_t stream, int runs, Fn&& f) {
 struct Shape {
   const char* name;
   int64_t M, K;
+  fl::DType type = fl::DType::hfq4_g256;
 };
 
 }  // namespace
@@ -98,7 +117,8 @@ int main(int argc, char** argv) {
                           {"26b gate_up 4224x2816", 4224, 2816},
                           {"26b down 2816x2112", 2816, 2112},
                           {"31b gate_up 43008x5376", 43008, 5376},
-                          {"31b down 5376x21504", 5376, 21504}};
+                          {"31b down 5376x21504", 5376, 21504},
+                          {"26b lm_head q8_0 262144x2816", 262144, 2816, fl::DType::q8_0}};
   const int64_t max_T = 4096;
   float* x = random_f32(max_T * 21504);
   float* out = nullptr;
@@ -109,14 +129,14 @@ int main(int argc, char** argv) {
   cuda_ok(cudaMalloc(&scratch, scratch_bytes), "cudaMalloc scratch");
   for (const Shape& s : shapes) {
     int64_t row_bytes = 0;
-    void* w = random_hfq4(s.M, s.K, &row_bytes);
+    void* w = s.type == fl::DType::q8_0 ? random_q8_0(s.M, s.K, &row_bytes) : random_hfq4(s.M, s.K, &row_bytes);
     fl::cuda::MatvecArgs a;
     a.out = out;
     a.out_stride = s.M;
     a.x = x;
     a.x_stride = s.K;
     a.weight = static_cast<const uint8_t*>(w);
-    a.weight_type = fl::DType::hfq4_g256;
+    a.weight_type = s.type;
     a.M = s.M;
     a.K = s.K;
     a.row_bytes = row_bytes;
@@ -126,6 +146,7 @@ int main(int argc, char** argv) {
     for (int64_t T : {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{512}, int64_t{4096}}) {
       if (quick && T != 1 && T != 64 && T != 512) continue;
       if (T > 1024 && s.M * s.K > 100'000'000) continue;  // the 31B shapes at 4k inputs take seconds
+      if (T * s.M > max_T * 43008) continue;               // more outputs than `out` holds
       a.n_inputs = T;
       for (int pieces : {1, 2, 3}) {
         if (T == 1 && pieces != 3) continue;  // the matvec has no pieces

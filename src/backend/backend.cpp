@@ -49,6 +49,15 @@ void Backend::sample(Tensor out_id, Tensor logits, const SampleSpec& spec) {
   copy_to_device(out_id, &id);
 }
 
+void Backend::sample_rows(Tensor out_ids, Tensor logits, std::span<const SampleSpec> specs) {
+  const auto B = static_cast<int64_t>(specs.size());
+  if (logits.ndim != 2 || logits.dim(0) != B || out_ids.numel() != B)
+    fail("sample_rows: expected logits [{}, V] and out_ids [{}] for {} specs, got {} and {}", B, B, B,
+         logits.describe(), out_ids.describe());
+  const Tensor ids = out_ids.reshape({B});
+  for (int64_t i = 0; i < B; ++i) sample(ids.slice(i, i + 1), logits.slice(i, i + 1).reshape({logits.dim(1)}), specs[i]);
+}
+
 int32_t sample_id(Backend& backend, Tensor out_id, Tensor logits, const SampleSpec& spec) {
   backend.sample(out_id, logits, spec);
   int32_t id = -1;

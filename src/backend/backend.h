@@ -219,6 +219,10 @@ class Backend {
   // through the host (copy out, the reference, copy the id in); the CUDA backend samples on the
   // device, so that only the id crosses. Not inside capture() (the spec is copied in).
   virtual void sample(Tensor out_id, Tensor logits, const SampleSpec& spec);
+  // The same for each row of logits [B, V] by its own specs[i] (batched decode: each sequence
+  // with its own sampler), into out_ids [B]. The default samples row by row; the CUDA backend
+  // samples every row in one launch.
+  virtual void sample_rows(Tensor out_ids, Tensor logits, std::span<const SampleSpec> specs);
 
  protected:
   static void check_sample_args(const Tensor& out_id, const Tensor& logits);  // sample's shapes and types

@@ -136,8 +136,8 @@ void run_bench(const BenchOptions& opt) {
   };
   const double decode_eager = measure_decode(false);
   // Batched decode (continuous batching): `batch` sequences at the context; a step is one token
-  // each through forward_batch, then each row's argmax on the host (what a server without device
-  // sampling does per step). Reported: the aggregate rate over all of them.
+  // each through forward_batch_sample, greedy (on a GPU each row is sampled there and only the
+  // ids come back, as the server does). Reported: the aggregate rate over all of them.
   double decode_batch = 0.0;
   struct Batch {
     std::vector<std::unique_ptr<Sequence>> owned;
@@ -154,13 +154,8 @@ void run_bench(const BenchOptions& opt) {
     }
     return b;
   };
-  auto batch_step = [&](Batch& b) {
-    std::vector<float> logits = model->forward_batch(b.seqs, b.next);
-    for (int i = 0; i < opt.batch; ++i) {
-      auto row = logits.begin() + static_cast<ptrdiff_t>(i) * V;
-      b.next[i] = static_cast<int32_t>(std::max_element(row, row + V) - row);
-    }
-  };
+  const std::vector<SampleSpec> greedy_rows(static_cast<size_t>(std::max(opt.batch, 1)), greedy);
+  auto batch_step = [&](Batch& b) { b.next = model->forward_batch_sample(b.seqs, b.next, greedy_rows); };
   if (opt.batch > 1) {
     std::vector<double> tps;
     for (int r = 0; r < opt.runs + 1; ++r) {

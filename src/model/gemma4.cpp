@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "model/batched_decode.h"
 #include "model/decode_graph.h"
 #include "model/gemma4.h"
 #include "model/scratch_arena.h"
@@ -18,11 +19,6 @@ namespace fl {
 namespace {
 
 // Rows [first_row, first_row + n_rows) of a forward's stacked tokens belong to `seq`.
-struct SequenceRows {
-  Sequence* seq = nullptr;
-  int64_t first_row = 0, n_rows = 0;
-};
-
 struct Gemma4Layer {
   Tensor input_norm, post_attention_norm, pre_feedforward_norm, post_feedforward_norm;
   Tensor layer_scalar;  // [1]
@@ -164,31 +160,23 @@ class Gemma4Model final : public Model {
   }
 
   std::vector<float> forward_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids) override {
-    const int64_t B = static_cast<int64_t>(seqs.size());
-    if (B == 0 || static_cast<int64_t>(ids.size()) != B)
-      fail("forward_batch: {} sequences but {} token ids", seqs.size(), ids.size());
-    std::vector<SequenceRows> parts(B);
-    std::vector<int32_t> pos_host(B);
-    for (int64_t i = 0; i < B; ++i) {
-      for (int64_t j = 0; j < i; ++j)
-        if (seqs[j] == seqs[i]) fail("forward_batch: a sequence appears twice in one batch");
-      check_step(*seqs[i], ids.subspan(i, 1));
-      parts[i] = {seqs[i], i, 1};
-      pos_host[i] = static_cast<int32_t>(seqs[i]->n_past);
-    }
-    scratch_.reset();
-    Tensor ids_t = scratch_.alloc(DType::i32, {B});
-    backend_.copy_to_device(ids_t, ids.data());
-    Tensor positions = scratch_.alloc(DType::i32, {B});
-    backend_.copy_to_device(positions, pos_host.data());
-    Tensor logits = run(scratch_, parts, ids_t, positions, LogitsMode::last);
-    std::vector<float> out(static_cast<size_t>(logits.numel()));
-    backend_.copy_to_host(out.data(), logits);
-    for (Sequence* seq : seqs) seq->n_past += 1;
-    return out;
+    return batched_decode().logits(seqs, ids);
+  }
+
+  std::vector<int32_t> forward_batch_sample(std::span<Sequence* const> seqs, std::span<const int32_t> ids,
+                                            std::span<const SampleSpec> specs) override {
+    return batched_decode().sampled(seqs, ids, specs);
   }
 
   std::unique_ptr<DecodeGraph> make_decode_graph(Sequence& seq) override;
+
+  BatchedDecode batched_decode() {
+    return BatchedDecode(
+        backend_, scratch_, [this](const Sequence& s, std::span<const int32_t> ids) { check_step(s, ids); },
+        [this](ScratchArena& arena, std::span<const SequenceRows> parts, const Tensor& ids, const Tensor& positions) {
+          return run(arena, parts, ids, positions, LogitsMode::last);
+        });
+  }
 
   void check_step(const Sequence& seq, std::span<const int32_t> ids) const {
     const int64_t T = static_cast<int64_t>(ids.size());

@@ -42,6 +42,14 @@ class Sequence {
 
 enum class LogitsMode { last, all };
 
+// For model implementations: the rows [first_row, first_row + n_rows) of a stacked forward that
+// belong to `seq` (one sequence's prompt chunk, or one decode row of each sequence in a batch).
+// Weight ops see every row; attention, KV writes and recurrent states go per sequence.
+struct SequenceRows {
+  Sequence* seq = nullptr;
+  int64_t first_row = 0, n_rows = 0;
+};
+
 // Bytes one decode step must move through memory at a given context: every weight read once
 // (the experts a token actually uses, one row of embedding tables), plus the KV rows attention
 // reads. Over the memory bandwidth this is the roofline `bench` compares against.
@@ -82,6 +90,12 @@ class Model {
   // forward on each sequence alone; weight ops see all the rows at once, so each weight is read
   // once per step instead of once per sequence. The default runs the sequences one by one.
   virtual std::vector<float> forward_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids);
+  // forward_batch, then one token per sequence sampled from its logits by specs[i]
+  // (backend/sampling.h; the token the host Sampler would choose), or -1 where every token is
+  // banned. On a GPU only the ids cross to the host, not [seqs, vocab] logits. The default samples
+  // forward_batch's logits on the host.
+  virtual std::vector<int32_t> forward_batch_sample(std::span<Sequence* const> seqs, std::span<const int32_t> ids,
+                                                    std::span<const SampleSpec> specs);
   // Empties `seq` for a new prompt at position 0, keeping its memory. Attention reads KV rows by
   // position only (every row is written again before it is read), so attention models just reset
   // the position; recurrent states carry over from token to token and are zeroed.

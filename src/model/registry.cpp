@@ -51,6 +51,21 @@ std::vector<float> Model::forward_batch(std::span<Sequence* const> seqs, std::sp
   return out;
 }
 
+std::vector<int32_t> Model::forward_batch_sample(std::span<Sequence* const> seqs, std::span<const int32_t> ids,
+                                                 std::span<const SampleSpec> specs) {
+  if (specs.size() != seqs.size()) fail("forward_batch_sample: {} sequences but {} sampling specs", seqs.size(), specs.size());
+  std::vector<float> logits = forward_batch(seqs, ids);
+  const auto V = static_cast<size_t>(vocab_size());
+  std::vector<int32_t> tokens(seqs.size(), -1);
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    try {
+      tokens[i] = sample_logits_reference(std::span<float>(logits.data() + i * V, V), specs[i]);
+    } catch (const Error&) {  // every token banned
+    }
+  }
+  return tokens;
+}
+
 namespace {
 
 // The architecture plans one sequence; every sequence has its own KV cache and recurrent state.

@@ -229,6 +229,7 @@ int32_t ModelEngine::sample_json(Running& r) {
 int64_t ModelEngine::force_call_opening(Slot& slot, const EmitFn& emit) {
   Running& r = *slot.run;
   r.logits.clear();  // the model's own choice is overridden
+  r.sampled.reset();
   const std::vector<int32_t> ids = text_->tokenizer.encode(r.forced_call, /*add_special_tokens=*/false);
   r.forced_call.clear();
   const auto n_past = static_cast<int64_t>(slot.tokens.size());
@@ -261,10 +262,17 @@ int64_t ModelEngine::advance(Slot& slot, const EmitFn& emit) {
   Running& r = *slot.run;
   if (!r.forced_call.empty() && !r.text->in_reasoning()) return force_call_opening(slot, emit);
   const bool constrained = r.json && !r.text->in_reasoning();
-  const int32_t token = constrained ? sample_json(r) : r.sampler->sample(r.logits);
-  if (token < 0) fail("JSON mode: no token of the vocabulary can continue the JSON object");
+  int32_t token = -1;
+  if (r.sampled) {  // sampled on the device from logits that never left it
+    token = *r.sampled;
+    if (token < 0) fail("sampler: every token is banned");
+  } else {
+    token = constrained ? sample_json(r) : r.sampler->sample(r.logits);
+    if (token < 0) fail("JSON mode: no token of the vocabulary can continue the JSON object");
+  }
   if (constrained && !r.stopper->is_eos(token)) r.json->feed(token_text(token));
   r.logits.clear();
+  r.sampled.reset();
   r.sampler->accept(token);
   if (++r.generated == 1) r.first_token_at = Clock::now();
 
@@ -349,14 +357,42 @@ int64_t ModelEngine::step(const EmitFn& emit) {
       ids.push_back(slot.run->to_feed.front());
     }
   if (!batch.empty()) {
+    // A row whose sequence has fed its last queued token needs the next one. When none of them
+    // needs its logits on the host (JSON mode constrains the choice there), every row is sampled
+    // on the device and only the ids come back; the rest get a greedy spec whose id is dropped
+    // (greedy draws nothing from a sampler's generator).
+    std::vector<SampleSpec> specs(batch.size());
+    std::vector<bool> wants(batch.size(), false);
+    bool on_device = true;
+    for (size_t b = 0; b < batch.size(); ++b) {
+      const Running& r = *batch[b]->run;
+      if (r.to_feed.size() != 1 || (!r.forced_call.empty() && !r.text->in_reasoning())) continue;
+      wants[b] = true;
+      if (r.json && !r.text->in_reasoning()) on_device = false;
+    }
+    for (SampleSpec& spec : specs) spec.temperature = 0.0f;
     try {
-      std::vector<float> logits = model_.forward_batch(seqs, ids);
+      std::vector<int32_t> sampled;
+      std::vector<float> logits;
+      if (on_device) {
+        for (size_t b = 0; b < batch.size(); ++b)
+          if (wants[b]) specs[b] = batch[b]->run->sampler->next_spec();
+        sampled = model_.forward_batch_sample(seqs, ids, specs);
+      } else {
+        logits = model_.forward_batch(seqs, ids);
+      }
       const auto V = static_cast<size_t>(model_.vocab_size());
       for (size_t b = 0; b < batch.size(); ++b) {
         Running& r = *batch[b]->run;
         batch[b]->tokens.push_back(ids[b]);
         r.to_feed.pop_front();
-        if (r.to_feed.empty()) r.logits.assign(logits.begin() + b * V, logits.begin() + (b + 1) * V);
+        if (!r.to_feed.empty()) continue;
+        if (on_device) {
+          r.logits.clear();
+          r.sampled = sampled[b];
+        } else {
+          r.logits.assign(logits.begin() + b * V, logits.begin() + (b + 1) * V);
+        }
       }
     } catch (const Error& e) {
       // Which sequence failed is unknown: every one in the batch may hold a partial step.
@@ -366,7 +402,7 @@ int64_t ModelEngine::step(const EmitFn& emit) {
 
   // 3. Sample where logits are fresh.
   for (Slot& slot : slots_)
-    if (slot.run && !slot.run->logits.empty()) {
+    if (slot.run && (!slot.run->logits.empty() || slot.run->sampled)) {
       try {
         generated += advance(slot, emit);
       } catch (const Error& e) {

@@ -81,6 +81,7 @@ class ModelEngine final : public Engine {
     int64_t prefilled = 0;         // prompt tokens in the sequence
     std::deque<int32_t> to_feed;   // decode tokens to append, in order (sampled, then forced)
     std::vector<float> logits;     // [vocab] after the last token fed; empty when none is fresh
+    std::optional<int32_t> sampled;  // or the token already sampled from them on the device
     int64_t generated = 0;         // sampled and forced tokens
     int64_t cached = 0;            // prompt tokens found in the slot
     int tool_calls = 0;
@@ -93,7 +94,8 @@ class ModelEngine final : public Engine {
     std::optional<Running> run;   // empty: free
   };
 
-  // Samples from the slot's fresh logits and acts on the token; may finish the task.
+  // Samples from the slot's fresh logits (or takes its device-sampled token) and acts on the
+  // token; may finish the task.
   int64_t advance(Slot& slot, const EmitFn& emit);
   void emit_text(Running& r, std::vector<TextEvent>& events, const EmitFn& emit);
   void finish(Slot& slot, StopCause cause, const EmitFn& emit);

@@ -217,6 +217,53 @@ TEST_P(Gemma4Golden, BatchedDecodeEqualsSeparateSequences) {
   EXPECT_THROW(model_->forward_batch(twice, two), Error);
 }
 
+// Batched decode with sampling in the model (on a GPU: on the device, only ids come back) picks
+// for every row the token the host reference picks from forward_batch's logits of a twin batch:
+// greedy, temperature with top-k/top-p and a fixed draw, penalties and a bias, and a row whose
+// every token is banned (-1).
+TEST_P(Gemma4Golden, BatchedSamplingEqualsHostSamplingOfBatchedLogits) {
+  const int64_t prompts[] = {5, 12, 23, 30};
+  std::vector<std::unique_ptr<Sequence>> sampled, plain;
+  for (int64_t n : prompts) {
+    std::span<const int32_t> prompt(golden_.input_ids.data(), n);
+    sampled.push_back(sequence());
+    plain.push_back(sequence());
+    model_->forward(*sampled.back(), prompt, LogitsMode::last);
+    model_->forward(*plain.back(), prompt, LogitsMode::last);
+  }
+  std::vector<SampleSpec> specs(4);
+  specs[0].temperature = 0.0f;
+  specs[1].temperature = 0.7f, specs[1].top_k = 5, specs[1].top_p = 0.9f, specs[1].uniform = 0.37;
+  specs[2].temperature = 1.3f, specs[2].repetition_penalty = 1.2f, specs[2].frequency_penalty = 0.3f;
+  specs[2].adjust = {{1, 2.0f, 0}, {2, 0.0f, 3}, {4, -INFINITY, 1}};
+  specs[2].uniform = 0.91;
+  specs[3].temperature = 0.0f;
+  for (int32_t id = 0; id < V_; ++id) specs[3].adjust.push_back({id, -INFINITY, 0});
+  std::vector<int32_t> next(4);
+  for (int i = 0; i < 4; ++i) next[i] = golden_.input_ids[prompts[i]];
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Sequence*> a, b;
+    for (int i = 0; i < 4; ++i) a.push_back(sampled[i].get()), b.push_back(plain[i].get());
+    const std::vector<int32_t> got = model_->forward_batch_sample(a, next, specs);
+    std::vector<float> logits = model_->forward_batch(b, next);
+    ASSERT_EQ(got.size(), 4u);
+    for (int i = 0; i < 4; ++i) {
+      int32_t want = -1;
+      try {
+        want = sample_logits_reference(std::span<float>(logits.data() + i * V_, V_), specs[i]);
+      } catch (const Error&) {
+      }
+      ASSERT_EQ(got[i], want) << "row " << i << " step " << step;
+    }
+    EXPECT_EQ(got[3], -1);
+    for (int i = 0; i < 3; ++i) next[i] = got[i];
+    next[3] = golden_.input_ids[step];
+  }
+  EXPECT_THROW(model_->forward_batch_sample(std::vector<Sequence*>{sampled[0].get()}, std::vector<int32_t>{1},
+                                            std::vector<SampleSpec>(2)),
+               Error);
+}
+
 const std::string kBackends[] = {"cpu",
 #ifdef FIRELINE_HAVE_GPU
                                   "cuda"

@@ -190,14 +190,15 @@ TEST_F(CudaOps, MatmulSingleInputRowsPerWarpAndUnalignedX) {
 // block, bf16 pieces of the inputs times the exact 4-bit codes, the group's scale and min in f32).
 // It must meet the matvec's budget: with the default three pieces the products are the f32 ones.
 // Shapes cross every tile edge: T = 15 (the matvec kernel, just below the GEMM), 16, 64, 65, 200
-// inputs; M = 1, 130 and 300 rows (partial row tiles); K = 176 (not a multiple of a 64-wide
-// stage, the G128 tail block half used), 704 and 2816 (G256 tail blocks); an x view one float
-// into its buffer takes the scalar input loads.
+// inputs; M = 1, 130 and 300 rows (partial row tiles); K = 80 (Q8_0: an odd block count, the
+// last stage's second block absent), 176 (not a multiple of a 64-wide stage, the G128 tail block
+// half used), 704 and 2816 (G256 tail blocks); an x view one float into its buffer takes the
+// scalar input loads. Q8_0 (the LM head's format) applies its scale per 32-wide block.
 TEST_F(CudaOps, MatmulTensorCoreGemmManyInputs) {
-  for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128, DType::q8_0})
     for (int64_t T : {15, 16, 64, 65, 200})
       for (int64_t M : {1, 130, 300})
-        for (int64_t K : {176, 704, 2816})
+        for (int64_t K : {80, 176, 704, 2816})
           for (bool aligned : {true, false}) {
             if (!aligned && (M != 130 || T != 65)) continue;
             Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {T, K + 1});
@@ -273,6 +274,63 @@ TEST_F(CudaOps, SampleMatchesTheHostReference) {
   Twin chosen = twin_output(DType::i32, {1});
   for (float t : {0.0f, 1.0f})
     EXPECT_ERROR_HAS(sample_token(*gpu_, chosen.gpu, banned.gpu, spec(t, 0, 1.0f, 0.0f)), "every token is banned");
+}
+
+// Many rows sampled in one launch, each by its own spec (batched decode), against the host
+// reference row by row: same tokens, same adjusted logits; a banned row gives -1 without
+// disturbing its neighbours. Then the same specs again, so that the upload buffer is reused.
+TEST_F(CudaOps, SampleRowsUsesEachRowsOwnSpec) {
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
+  for (int64_t V : {7, 1000, 262144})
+    for (int64_t B : {1, 5, 64}) {
+      std::vector<SampleSpec> specs(static_cast<size_t>(B));
+      for (int64_t i = 0; i < B; ++i) {
+        SampleSpec& s = specs[i];
+        switch (i % 5) {
+          case 0: s.temperature = 0.0f; break;
+          case 1: s.temperature = 0.8f, s.top_k = 40; break;
+          case 2: s.temperature = 1.1f, s.top_p = 0.5f, s.min_p = 0.01f; break;
+          case 3:
+            s.temperature = 0.9f, s.repetition_penalty = 1.3f, s.presence_penalty = 0.2f;
+            s.adjust = {{static_cast<int32_t>(i % V), 1.5f, 2}, {static_cast<int32_t>((i + 3) % V), 0.0f, 4}};
+            if (s.adjust[0].id == s.adjust[1].id) s.adjust.pop_back();
+            break;
+          default:  // every token banned
+            s.temperature = 1.0f;
+            for (int32_t id = 0; id < V && id < 4096; ++id) s.adjust.push_back({id, -INFINITY, 0});
+        }
+        s.uniform = unit(rng_);
+      }
+      const bool all_banned_fits = V <= 4096;
+      Twin logits = twin_random(DType::f32, {B, V}, 4.0f);
+      float* host = static_cast<float*>(logits.host.data());
+      for (int pass = 0; pass < 2; ++pass) {
+        gpu_->copy_to_device(logits.gpu, host);
+        std::vector<float> reference(host, host + B * V);
+        Twin chosen = twin_output(DType::i32, {B});
+        gpu_->sample_rows(chosen.gpu, logits.gpu, specs);
+        std::vector<int32_t> got(static_cast<size_t>(B));
+        gpu_->copy_to_host(got.data(), chosen.gpu);
+        std::vector<float> adjusted(static_cast<size_t>(B * V));
+        gpu_->copy_to_host(adjusted.data(), logits.gpu);
+        for (int64_t i = 0; i < B; ++i) {
+          int32_t want = -1;
+          try {
+            want = sample_logits_reference(std::span<float>(reference.data() + i * V, static_cast<size_t>(V)), specs[i]);
+          } catch (const Error&) {
+          }
+          const std::string what = "V=" + std::to_string(V) + " B=" + std::to_string(B) + " row " + std::to_string(i);
+          ASSERT_EQ(got[i], want) << what;
+          if (i % 5 == 4 && all_banned_fits) {
+            EXPECT_EQ(got[i], -1) << what;
+          }
+          ASSERT_EQ(std::memcmp(adjusted.data() + i * V, reference.data() + i * V, V * sizeof(float)), 0) << what;
+        }
+      }
+    }
+  Twin logits = twin_random(DType::f32, {3, 10});
+  Twin ids = twin_output(DType::i32, {3});
+  EXPECT_ERROR_HAS(gpu_->sample_rows(ids.gpu, logits.gpu, std::vector<SampleSpec>(2)), "sample_rows");
 }
 
 TEST_F(CudaOps, RmsNormGainsAndStridedRows) {

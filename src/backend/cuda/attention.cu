@@ -134,6 +134,7 @@ __device__ __forceinline__ void attend_keys(int64_t b, int64_t e, int D, float s
 
 template <DType C>
 __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(AttentionArgs a) {
+  enter_kernel();
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int t = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
   const int g = h / (a.n_heads / a.n_kv_heads);
@@ -223,6 +224,7 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(Attention
 // (With the weights recomputed per element, two expf per split per element, this kernel's 16
 // blocks took longer than the splits themselves at 132 splits.)
 __global__ void attention_merge_kernel(AttentionArgs a) {
+  enter_kernel();
   extern __shared__ float weight[];  // [n_splits]
   __shared__ float reduce[1024 / kWarp];
   const int D = a.head_dim;
@@ -255,6 +257,7 @@ __global__ void kv_write_kernel(uint8_t* k_cache, uint8_t* v_cache, uint8_t* con
                                 uint8_t* const* v_row_caches, DType type, int64_t cache_rows, int64_t row_bytes,
                                 const float* k, const float* v, const int32_t* positions, int64_t n_tokens,
                                 int64_t n_kv, int64_t D) {
+  enter_kernel();
   const int64_t t = blockIdx.x / n_kv, head = blockIdx.x % n_kv;
   if (k_row_caches) {  // one row per sequence, each into its own cache
     k_cache = k_row_caches[t];
@@ -312,16 +315,17 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
     return launch_flash_attention(a, stream);
   dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_heads), static_cast<unsigned>(a.n_splits));
   const size_t smem = static_cast<size_t>(kAttnWarps) * (a.head_dim + 2) * sizeof(float);
+  const unsigned threads = kAttnWarps * kWarp;
+  cudaError_t err = cudaErrorInvalidValue;
   switch (a.cache_type) {
-    case DType::f32: attention_kernel<DType::f32><<<grid, kAttnWarps * kWarp, smem, stream>>>(a); break;
-    case DType::bf16: attention_kernel<DType::bf16><<<grid, kAttnWarps * kWarp, smem, stream>>>(a); break;
-    case DType::q8_0: attention_kernel<DType::q8_0><<<grid, kAttnWarps * kWarp, smem, stream>>>(a); break;
+    case DType::f32: err = launch_kernel(attention_kernel<DType::f32>, grid, threads, smem, stream, a); break;
+    case DType::bf16: err = launch_kernel(attention_kernel<DType::bf16>, grid, threads, smem, stream, a); break;
+    case DType::q8_0: err = launch_kernel(attention_kernel<DType::q8_0>, grid, threads, smem, stream, a); break;
     default: return cudaErrorInvalidValue;
   }
-  cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || a.n_splits == 1) return err;
-  attention_merge_kernel<<<static_cast<unsigned>(a.n_tokens * a.n_heads), 128, a.n_splits * sizeof(float), stream>>>(a);
-  return cudaGetLastError();
+  return launch_kernel(attention_merge_kernel, static_cast<unsigned>(a.n_tokens * a.n_heads), 128,
+                       a.n_splits * sizeof(float), stream, a);
 }
 
 cudaError_t launch_kv_write(uint8_t* k_cache, uint8_t* v_cache, DType cache_type, int64_t cache_rows,
@@ -330,10 +334,9 @@ cudaError_t launch_kv_write(uint8_t* k_cache, uint8_t* v_cache, DType cache_type
                             uint8_t* const* k_row_caches, uint8_t* const* v_row_caches) {
   if (n_tokens == 0) return cudaSuccess;
   if (cache_type != DType::f32 && cache_type != DType::bf16 && cache_type != DType::q8_0) return cudaErrorInvalidValue;
-  kv_write_kernel<<<static_cast<unsigned>(n_tokens * n_kv_heads), kWarp, 0, stream>>>(
-      k_cache, v_cache, k_row_caches, v_row_caches, cache_type, cache_rows, cache_row_bytes, k, v, positions, n_tokens,
-      n_kv_heads, head_dim);
-  return cudaGetLastError();
+  return launch_kernel(kv_write_kernel, static_cast<unsigned>(n_tokens * n_kv_heads), kWarp, 0, stream, k_cache,
+                       v_cache, k_row_caches, v_row_caches, cache_type, cache_rows, cache_row_bytes, k, v, positions,
+                       n_tokens, n_kv_heads, head_dim);
 }
 
 }  // namespace fl::cuda

@@ -60,6 +60,7 @@ __host__ __device__ size_t flash_smem_bytes(const FlashLayout& l) {
 
 template <DType C, int kKeys, int kPieces>
 __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(AttentionArgs a) {
+  enter_kernel();
   constexpr int kKeyTiles = kKeys / 8;
   extern __shared__ float smem[];
   const FlashLayout L = FlashLayout::of(a.head_dim);
@@ -297,8 +298,7 @@ cudaError_t launch_flash(const AttentionArgs& a, cudaStream_t stream) {
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>((a.n_tokens + L.rows - 1) / L.rows), static_cast<unsigned>(a.n_heads));
-  kernel<<<grid, kFlashThreads, smem, stream>>>(a);
-  return cudaGetLastError();
+  return launch_kernel(kernel, grid, kFlashThreads, smem, stream, a);
 }
 
 template <DType C>

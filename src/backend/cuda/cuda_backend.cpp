@@ -3,7 +3,9 @@
 // elementwise, linear_attention); it checks shapes on the host, passes raw pointers and element
 // strides, and turns every CUDA error into an fl::Error naming the op.
 #include <algorithm>
+#include <cstring>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -725,6 +727,48 @@ class CudaBackend final : public Backend {
     a.n_adjust = static_cast<int>(spec.adjust.size());
     a.p = spec;
     check(cuda::launch_sample(a, stream_), "sample");
+  }
+
+  void sample_rows(Tensor out_ids, Tensor logits, std::span<const SampleSpec> specs) override {
+    OpTimer timer(*this, "sample", 4.0 * logits.numel());
+    const auto B = static_cast<int64_t>(specs.size());
+    if (logits.ndim != 2 || logits.dim(0) != B || !logits.is_contiguous() || logits.dtype != DType::f32 ||
+        logits.dim(1) <= 0 || logits.dim(1) > 0x7fffffff || out_ids.dtype != DType::i32 || out_ids.numel() != B)
+      fail("sample_rows: expected logits f32 [{}, V] and out_ids i32 [{}], got {} and {}", B, B, logits.describe(),
+           out_ids.describe());
+    require_device(logits, "sample_rows");
+    require_device(out_ids, "sample_rows");
+    if (capturing_) fail("sample_rows: not inside a captured graph (its inputs are copied in per call)");
+    if (B == 0) return;
+    // One upload: the rows' arguments [B], then every row's adjustments, back to back.
+    size_t n_adjust = 0;
+    for (const SampleSpec& s : specs) n_adjust += s.adjust.size();
+    const size_t args_bytes = static_cast<size_t>(B) * sizeof(cuda::SampleArgs);
+    const size_t bytes = args_bytes + n_adjust * sizeof(SampleAdjust);
+    if (!sample_adjust_ || sample_adjust_->size() < bytes) {
+      check(cudaStreamSynchronize(stream_), "sample_rows");  // a previous launch may still read the old buffer
+      sample_adjust_ = std::make_unique<CudaBuffer>(std::max<size_t>(bytes, 4096), stream_);
+    }
+    auto* device = static_cast<uint8_t*>(sample_adjust_->data());
+    std::vector<uint8_t> host(bytes);
+    auto* args = reinterpret_cast<cuda::SampleArgs*>(host.data());
+    size_t adjust_at = args_bytes;
+    for (int64_t i = 0; i < B; ++i) {
+      const SampleSpec& s = specs[i];
+      cuda::SampleArgs a;
+      a.logits = logits.ptr<float>() + i * logits.dim(1);
+      a.vocab = logits.dim(1);
+      a.out = out_ids.ptr<int32_t>() + i;
+      a.adjust = reinterpret_cast<const SampleAdjust*>(device + adjust_at);
+      a.n_adjust = static_cast<int>(s.adjust.size());
+      a.p = s;
+      std::memcpy(args + i, &a, sizeof(a));
+      if (!s.adjust.empty()) std::memcpy(host.data() + adjust_at, s.adjust.data(), s.adjust.size() * sizeof(SampleAdjust));
+      adjust_at += s.adjust.size() * sizeof(SampleAdjust);
+    }
+    // Pageable memory: the copy is staged before cudaMemcpyAsync returns, so `host` may go.
+    check(cudaMemcpyAsync(device, host.data(), bytes, cudaMemcpyHostToDevice, stream_), "sample_rows");
+    check(cuda::launch_sample_rows(reinterpret_cast<const cuda::SampleArgs*>(device), B, stream_), "sample_rows");
   }
 
   size_t weight_bytes() const { return weight_bytes_; }

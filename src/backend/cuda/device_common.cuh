@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "backend/cuda/gpu_runtime.h"
+#include "backend/cuda/launch.cuh"
 #include "core/dtype.h"
 
 namespace fl::cuda {

@@ -18,6 +18,7 @@ unsigned blocks_for(int64_t n) {
 
 __global__ void embed_kernel(float* out, int64_t out_stride, const uint8_t* table, DType table_type, int64_t row_bytes,
                              int64_t vocab, const int32_t* ids, int64_t cols, float scale, int32_t* error_flag) {
+  enter_kernel();
   const int64_t t = blockIdx.x;
   const int32_t id = ids[t];
   float* dst = out + t * out_stride;
@@ -32,6 +33,7 @@ __global__ void embed_kernel(float* out, int64_t out_stride, const uint8_t* tabl
 
 __global__ void add_kernel(float* out, int64_t os, const float* a, int64_t as, const float* b, int64_t bs, int64_t rows,
                            int64_t cols) {
+  enter_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * cols;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
@@ -41,6 +43,7 @@ __global__ void add_kernel(float* out, int64_t os, const float* a, int64_t as, c
 
 __global__ void scale_kernel(float* x, int64_t stride, int64_t rows, int64_t cols, float s, const uint8_t* scalar,
                              DType scalar_type) {
+  enter_kernel();
   const float factor = scalar ? load_weight(scalar, 0, scalar_type) : s;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * cols;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -50,6 +53,7 @@ __global__ void scale_kernel(float* x, int64_t stride, int64_t rows, int64_t col
 }
 
 __global__ void softcap_kernel(float* x, int64_t stride, int64_t rows, int64_t cols, float cap) {
+  enter_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * cols;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
@@ -65,6 +69,7 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 
 __global__ void gated_activation_kernel(float* out, int64_t os, const float* gate, int64_t gs, const float* up,
                                         int64_t us, int64_t rows, int64_t cols, Act act) {
+  enter_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * cols;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
@@ -77,6 +82,7 @@ __global__ void gated_activation_kernel(float* out, int64_t os, const float* gat
 // One block per (token, head); thread i rotates the pair (i, i + half).
 __global__ void rope_kernel(float* x, int64_t heads, int64_t head_dim, const int32_t* positions, const float* inv_freq,
                             int64_t half) {
+  enter_kernel();
   const int64_t t = blockIdx.x / heads;
   float* v = x + blockIdx.x * head_dim;
   const float pos = static_cast<float>(positions[t]);
@@ -90,6 +96,7 @@ __global__ void rope_kernel(float* x, int64_t heads, int64_t head_dim, const int
 }
 
 __global__ void argmax_kernel(int32_t* out, const float* x, int64_t stride, int64_t cols) {
+  enter_kernel();
   const float* row = x + blockIdx.x * stride;
   float best = -FLT_MAX;
   int64_t best_i = 0;
@@ -118,49 +125,44 @@ cudaError_t launch_embed(float* out, int64_t out_stride, const void* table, DTyp
                          int64_t vocab, const int32_t* ids, int64_t n_tokens, int64_t cols, float scale,
                          int32_t* error_flag, cudaStream_t stream) {
   if (n_tokens == 0) return cudaSuccess;
-  embed_kernel<<<static_cast<unsigned>(n_tokens), kThreads, 0, stream>>>(
-      out, out_stride, static_cast<const uint8_t*>(table), table_type, table_row_bytes, vocab, ids, cols, scale,
-      error_flag);
-  return cudaGetLastError();
+  return launch_kernel(embed_kernel, static_cast<unsigned>(n_tokens), kThreads, 0, stream, out, out_stride,
+                       static_cast<const uint8_t*>(table), table_type, table_row_bytes, vocab, ids, cols, scale,
+                       error_flag);
 }
 
 cudaError_t launch_add(float* out, int64_t out_stride, const float* a, int64_t a_stride, const float* b, int64_t b_stride,
                        int64_t rows, int64_t cols, cudaStream_t stream) {
-  add_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(out, out_stride, a, a_stride, b, b_stride, rows, cols);
-  return cudaGetLastError();
+  return launch_kernel(add_kernel, blocks_for(rows * cols), kThreads, 0, stream, out, out_stride, a, a_stride, b,
+                       b_stride, rows, cols);
 }
 
 cudaError_t launch_scale(float* x, int64_t stride, int64_t rows, int64_t cols, float s, const void* scalar,
                          DType scalar_type, cudaStream_t stream) {
-  scale_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(x, stride, rows, cols, s,
-                                                                 static_cast<const uint8_t*>(scalar), scalar_type);
-  return cudaGetLastError();
+  return launch_kernel(scale_kernel, blocks_for(rows * cols), kThreads, 0, stream, x, stride, rows, cols, s,
+                       static_cast<const uint8_t*>(scalar), scalar_type);
 }
 
 cudaError_t launch_softcap(float* x, int64_t stride, int64_t rows, int64_t cols, float cap, cudaStream_t stream) {
-  softcap_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(x, stride, rows, cols, cap);
-  return cudaGetLastError();
+  return launch_kernel(softcap_kernel, blocks_for(rows * cols), kThreads, 0, stream, x, stride, rows, cols, cap);
 }
 
 cudaError_t launch_gated_activation(float* out, int64_t out_stride, const float* gate, int64_t gate_stride,
                                     const float* up, int64_t up_stride, int64_t rows, int64_t cols, Act act,
                                     cudaStream_t stream) {
-  gated_activation_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(out, out_stride, gate, gate_stride, up,
-                                                                            up_stride, rows, cols, act);
-  return cudaGetLastError();
+  return launch_kernel(gated_activation_kernel, blocks_for(rows * cols), kThreads, 0, stream, out, out_stride, gate,
+                       gate_stride, up, up_stride, rows, cols, act);
 }
 
 cudaError_t launch_rope(float* x, int64_t n_tokens, int64_t heads, int64_t head_dim, const int32_t* positions,
                         const float* inv_freq, int64_t half, cudaStream_t stream) {
   if (n_tokens * heads == 0) return cudaSuccess;
-  rope_kernel<<<static_cast<unsigned>(n_tokens * heads), 128, 0, stream>>>(x, heads, head_dim, positions, inv_freq, half);
-  return cudaGetLastError();
+  return launch_kernel(rope_kernel, static_cast<unsigned>(n_tokens * heads), 128, 0, stream, x, heads, head_dim,
+                       positions, inv_freq, half);
 }
 
 cudaError_t launch_argmax(int32_t* out, const float* x, int64_t stride, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  argmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(out, x, stride, cols);
-  return cudaGetLastError();
+  return launch_kernel(argmax_kernel, static_cast<unsigned>(rows), kThreads, 0, stream, out, x, stride, cols);
 }
 
 }  // namespace fl::cuda

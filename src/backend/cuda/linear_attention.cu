@@ -42,6 +42,7 @@ template <DType F>
 __global__ void causal_conv1d_kernel(float* out, int64_t out_stride, const float* x, int64_t x_stride,
                                      const float* state, int64_t state_stride, const uint8_t* weight,
                                      int64_t weight_row_bytes, int64_t n_tokens, int64_t channels, int64_t K) {
+  enter_kernel();
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= channels) return;
   const uint8_t* taps = weight + c * weight_row_bytes;
@@ -64,6 +65,7 @@ __global__ void causal_conv1d_kernel(float* out, int64_t out_stride, const float
 // row r is written at step r, read at step r - T < r).
 __global__ void causal_conv1d_state_kernel(float* state, int64_t state_stride, const float* x, int64_t x_stride,
                                            int64_t n_tokens, int64_t channels, int64_t K) {
+  enter_kernel();
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= channels) return;
   for (int64_t r = 0; r < K - 1; ++r) {
@@ -81,6 +83,7 @@ __device__ __forceinline__ float weight_element(const WeightVector& w, int64_t n
 __global__ void delta_rule_gates_kernel(float* g, int64_t g_stride, float* beta, int64_t beta_stride, const float* a,
                                         int64_t a_stride, const float* b, int64_t b_stride, WeightVector a_log,
                                         WeightVector dt_bias, int64_t n_tokens, int64_t n_v_heads) {
+  enter_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n_tokens * n_v_heads;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / n_v_heads, n = i % n_v_heads;
@@ -109,6 +112,7 @@ __device__ __forceinline__ float column_sum(float v) {
 // token loop, which has block barriers and warp shuffles.
 template <int kSplit>
 __global__ void __launch_bounds__(kDeltaThreads) gated_delta_rule_kernel(DeltaRuleArgs a) {
+  enter_kernel();
   constexpr int kCols = kDeltaThreads / kSplit;
   constexpr int kMaxDk = kSplit * kDeltaRows;
   constexpr int kWarps = kDeltaThreads / kWarp;
@@ -202,14 +206,14 @@ template <int kSplit>
 cudaError_t launch_delta_rule_split(const DeltaRuleArgs& a, cudaStream_t stream) {
   constexpr int kCols = kDeltaThreads / kSplit;
   const dim3 grid(static_cast<unsigned>((a.dv + kCols - 1) / kCols), static_cast<unsigned>(a.n_v_heads));
-  gated_delta_rule_kernel<kSplit><<<grid, kDeltaThreads, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_kernel(gated_delta_rule_kernel<kSplit>, grid, kDeltaThreads, 0, stream, a);
 }
 
 // ---- sigmoid gate ----
 
 __global__ void sigmoid_gate_kernel(float* x, int64_t x_stride, const float* gate, int64_t gate_stride, bool per_row,
                                     int64_t rows, int64_t cols) {
+  enter_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * cols;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
@@ -229,16 +233,15 @@ cudaError_t launch_causal_conv1d(float* out, int64_t out_stride, const float* x,
   const int64_t token_blocks = (n_tokens + kConvTokens - 1) / kConvTokens;
   if (token_blocks > 65535) return cudaErrorInvalidValue;  // > 524k tokens in one call
   const dim3 grid(static_cast<unsigned>((channels + kThreads - 1) / kThreads), static_cast<unsigned>(token_blocks));
+  cudaError_t err = cudaErrorInvalidValue;
   dispatch_weight_format(weight_type, [&](auto format) {
-    causal_conv1d_kernel<decltype(format)::value><<<grid, kThreads, 0, stream>>>(
-        out, out_stride, x, x_stride, state, state_stride, static_cast<const uint8_t*>(weight), weight_row_bytes,
-        n_tokens, channels, kernel);
+    err = launch_kernel(causal_conv1d_kernel<decltype(format)::value>, grid, kThreads, 0, stream, out, out_stride, x,
+                        x_stride, state, state_stride, static_cast<const uint8_t*>(weight), weight_row_bytes, n_tokens,
+                        channels, kernel);
   });
-  cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || kernel == 1) return err;
-  causal_conv1d_state_kernel<<<static_cast<unsigned>((channels + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      state, state_stride, x, x_stride, n_tokens, channels, kernel);
-  return cudaGetLastError();
+  return launch_kernel(causal_conv1d_state_kernel, static_cast<unsigned>((channels + kThreads - 1) / kThreads),
+                       kThreads, 0, stream, state, state_stride, x, x_stride, n_tokens, channels, kernel);
 }
 
 cudaError_t launch_delta_rule_gates(float* g, int64_t g_stride, float* beta, int64_t beta_stride, const float* a,
@@ -247,9 +250,8 @@ cudaError_t launch_delta_rule_gates(float* g, int64_t g_stride, float* beta, int
   if (n_tokens * n_v_heads == 0) return cudaSuccess;
   if (!is_weight_format(a_log.type) || !is_weight_format(dt_bias.type) || a_log.cols < 1 || dt_bias.cols < 1)
     return cudaErrorInvalidValue;
-  delta_rule_gates_kernel<<<blocks_for(n_tokens * n_v_heads), kThreads, 0, stream>>>(
-      g, g_stride, beta, beta_stride, a, a_stride, b, b_stride, a_log, dt_bias, n_tokens, n_v_heads);
-  return cudaGetLastError();
+  return launch_kernel(delta_rule_gates_kernel, blocks_for(n_tokens * n_v_heads), kThreads, 0, stream, g, g_stride,
+                       beta, beta_stride, a, a_stride, b, b_stride, a_log, dt_bias, n_tokens, n_v_heads);
 }
 
 cudaError_t launch_gated_delta_rule(const DeltaRuleArgs& a, cudaStream_t stream) {
@@ -266,9 +268,8 @@ cudaError_t launch_gated_delta_rule(const DeltaRuleArgs& a, cudaStream_t stream)
 cudaError_t launch_sigmoid_gate(float* x, int64_t x_stride, const float* gate, int64_t gate_stride, bool per_row,
                                 int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
-  sigmoid_gate_kernel<<<blocks_for(rows * cols), kThreads, 0, stream>>>(x, x_stride, gate, gate_stride, per_row, rows,
-                                                                        cols);
-  return cudaGetLastError();
+  return launch_kernel(sigmoid_gate_kernel, blocks_for(rows * cols), kThreads, 0, stream, x, x_stride, gate,
+                       gate_stride, per_row, rows, cols);
 }
 
 }  // namespace fl::cuda

@@ -26,6 +26,7 @@ constexpr int kTokens = 8;  // inputs sharing one pass over a weight row (plain 
 
 template <DType F, int kT, int kUnroll>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_kernel(MatvecArgs a) {
+  enter_kernel();
   const int lane = threadIdx.x % kWarp;
   const int64_t m = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
   if (m >= a.M) return;
@@ -100,6 +101,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_rows_kernel(Mat
     row_bytes = a.segments[s].row_bytes;
   }
   const int64_t m_first = (block * kWarpsPerBlock + threadIdx.x / kWarp) * kRows;
+  // Everything above reads only the kernel's arguments. A plain product's rows are known now:
+  // start pulling them into L2 while the previous kernel (a norm, an attention merge) finishes.
+  if (!a.expert_ids && blockIdx.y == 0 && m_first < M)
+    for (int r = 0; r < kRows && m_first + r < M; ++r)
+      for (int64_t byte = lane * 128; byte < row_bytes; byte += 128 * kWarp)
+        prefetch_l2(matrix + (m_first + r) * row_bytes + byte);
+  enter_kernel();
   if (m_first >= M) return;
   for (int64_t g = blockIdx.y; g < a.n_inputs; g += gridDim.y) {
     const uint8_t* weight = matrix;
@@ -178,8 +186,8 @@ cudaError_t launch_rows(MatvecArgs a, cudaStream_t stream) {
                         (a.x_stride % 4 == 0 || (a.n_inputs - 1) / a.x_row_div == 0);
   // 8 chunks in flight per lane whatever kRows: 4 rows x 4 chunks took 178 registers (one
   // block per SM); 4 x 2 keeps two blocks resident.
-  matvec_rows_kernel<F, kRows, 8 / kRows><<<dim3(row_blocks, y), kWarpsPerBlock * kWarp, 0, stream>>>(a, vector_x);
-  return cudaGetLastError();
+  return launch_kernel(matvec_rows_kernel<F, kRows, 8 / kRows>, dim3(row_blocks, y), kWarpsPerBlock * kWarp, 0, stream,
+                       a, vector_x);
 }
 
 // Row blocks the rows kernel would launch with kRows rows per warp (all segments, all inputs).
@@ -207,8 +215,7 @@ cudaError_t launch_format(const MatvecArgs& a, cudaStream_t stream) {
   const unsigned row_blocks = static_cast<unsigned>((a.M + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const int64_t groups = (a.n_inputs + kTokens - 1) / kTokens;
   const unsigned y = static_cast<unsigned>(groups < 65535 ? groups : 65535);
-  matvec_kernel<F, kTokens, 4><<<dim3(row_blocks, y), kWarpsPerBlock * kWarp, 0, stream>>>(a);
-  return cudaGetLastError();
+  return launch_kernel(matvec_kernel<F, kTokens, 4>, dim3(row_blocks, y), kWarpsPerBlock * kWarp, 0, stream, a);
 }
 
 }  // namespace

@@ -18,7 +18,6 @@
 // Grouped (mixture of experts): the block's 64 inputs are routed pairs of one expert, gathered by
 // index (MmaWorkItem); the routed pairs are sorted by expert on the device first.
 #include <algorithm>
-#include <atomic>
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/matmul_mma.cuh"
@@ -75,12 +74,28 @@ __device__ __forceinline__ uint32_t codes_to_bf16x2(uint32_t low_nibbles, uint32
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-template <int kParts>
+// Two int8 weights (Q8_0 codes, the even k in the low byte of `halfword`) as a bf16 pair, even k
+// in the low half: |code| <= 127 needs 7 significant bits, which bf16's 8 hold exactly.
+__device__ __forceinline__ uint32_t int8_pair_to_bf16x2(uint32_t halfword) {
+  const float even = static_cast<float>(static_cast<int8_t>(halfword & 0xffu));
+  const float odd = static_cast<float>(static_cast<int8_t>((halfword >> 8) & 0xffu));
+  const __nv_bfloat162 v = __floats2bfloat162_rn(even, odd);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Q8_0 (34-byte blocks of 32 k: an f16 scale, 32 int8 codes): one block is one 32-wide half of a
+// stage, so the scale is applied per half. Its codes are stored as bf16 pairs, 16 words per
+// (half, row) plus 4 of padding: lanes (g, q) read word 20 g + q + c, 32 distinct banks.
+constexpr int kQ8Words = 16, kQ8Stride = kQ8Words + 4;
+
+template <DType F, int kParts>
 struct MmaShared {
+  static constexpr bool kQ8 = F == DType::q8_0;
   uint16_t a[2][kParts][kTileT][kAStride];  // bf16 pieces of the inputs, two stages [stage][part][t][k]
-  uint4 b[2][kTileN];                       // transposed code bytes          [k32 half][n] (16 B)
-  float scale[kTileN], min[kTileN];         // the current group's affine map [n]
-  float xsum[kTileT];                       // sum of the group's inputs      [t]
+  uint4 b[kQ8 ? 1 : 2][kQ8 ? 1 : kTileN];   // HFQ4: transposed code bytes   [k32 half][n] (16 B)
+  uint32_t b8[kQ8 ? 2 : 1][kQ8 ? kTileN : 1][kQ8Stride];  // Q8_0: bf16 code pairs [k32 half][n][k/2]
+  float scale[2][kTileN], min[kTileN];      // the current group's affine map [n] (Q8_0: per half)
+  float xsum[kTileT];                       // HFQ4: sum of the group's inputs [t]
 };
 
 // The inputs cut once per call (not once per 128-row tile, as when each GEMM block split its
@@ -108,6 +123,7 @@ SplitInputs split_layout(void* scratch, int64_t rows, int64_t K) {
 // chunk's sum (shuffles within the 8).
 template <int kParts>
 __global__ void split_inputs_kernel(SplitInputs out, const float* x, int64_t x_stride, int64_t K) {
+  enter_kernel();
   const int64_t k = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
   for (int64_t row = blockIdx.y; row < out.rows; row += gridDim.y) {
     float v[8];
@@ -154,10 +170,12 @@ __device__ __forceinline__ void cp_async_commit() {
 template <DType F, int kParts>
 __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, MmaGroupedRows grouped, SplitInputs in,
                                                                   float* k_partial, int k_groups_per_split) {
-  constexpr int kGroup = F == DType::hfq4_g256 ? 256 : 128;
-  constexpr int kBlockBytes = 8 + kGroup / 2;
+  enter_kernel();
+  constexpr bool kQ8 = F == DType::q8_0;
+  constexpr int kGroup = F == DType::hfq4_g256 ? 256 : F == DType::hfq4_g128 ? 128 : 32;
+  constexpr int kBlockBytes = kQ8 ? 34 : 8 + kGroup / 2;
   extern __shared__ uint4 smem_raw[];
-  MmaShared<kParts>& s = *reinterpret_cast<MmaShared<kParts>*>(smem_raw);
+  MmaShared<F, kParts>& s = *reinterpret_cast<MmaShared<F, kParts>*>(smem_raw);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_t = warp / 4, warp_n = warp % 4;  // 2 x 4 warps
   const int g = lane / 4, q = lane % 4;            // mma fragment coordinates
@@ -206,8 +224,16 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
   };
   uint32_t code_next[4];
   float2 affine_next = make_float2(0.0f, 0.0f);
+  uint32_t q8_next[17];  // Q8_0: the block's 17 halfwords (f16 scale, then the codes two by two)
   auto load_codes = [&](int64_t k0) {
-    const int64_t kc = k0 + load_half * 32;  // within the row's padded blocks (kGroup % 64 == 0)
+    const int64_t kc = k0 + load_half * 32;
+    if constexpr (kQ8) {  // 2-byte aligned blocks; a row ends after ceil(K / 32) of them
+      const uint16_t* block = reinterpret_cast<const uint16_t*>(w_row + (kc / 32) * kBlockBytes);
+#pragma unroll
+      for (int i = 0; i < 17; ++i) q8_next[i] = kc < a.K ? __ldg(block + i) : 0u;
+      return;
+    }
+    // HFQ4: within the row's padded blocks (kGroup % 64 == 0)
     const uint8_t* block = w_row + (kc / kGroup) * kBlockBytes;
     const uint2* codes = reinterpret_cast<const uint2*>(block + 8 + (kc % kGroup) / 2);  // 8-byte aligned
     const uint2 c0 = __ldg(codes), c1 = __ldg(codes + 1);
@@ -229,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
   // Split-K (gridDim.z > 1, few tiles): this block's whole groups [z * per_split, ...) of K, its
   // partial sums to k_partial[z]; launch_matmul_mma adds the splits in order afterwards.
   const int64_t n_stages = (a.K + kTileK - 1) / kTileK;
-  const int64_t stages_per_split = static_cast<int64_t>(k_groups_per_split) * (kGroup / kTileK);
+  const int64_t stages_per_split = static_cast<int64_t>(k_groups_per_split) * (kGroup > kTileK ? kGroup / kTileK : 1);
   const int64_t stage_begin = static_cast<int64_t>(blockIdx.z) * stages_per_split;
   const int64_t stage_end = min(n_stages, stage_begin + stages_per_split);
   load_inputs(stage_begin * kTileK, static_cast<int>(stage_begin & 1));
@@ -239,9 +265,20 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
     const int buffer = static_cast<int>(stage & 1);
     const bool group_first = k0 % kGroup == 0;
     const bool group_last = (k0 + kTileK) % kGroup == 0 || stage + 1 == n_stages;
-    s.b[load_half][load_n] = transpose_bytes(code_next[0], code_next[1], code_next[2], code_next[3]);
-    if (group_first) {
-      if (tid < kTileN) s.scale[tid] = affine_next.x, s.min[tid] = affine_next.y;
+    if constexpr (kQ8) {
+      uint32_t pairs[kQ8Words];
+#pragma unroll
+      for (int i = 0; i < kQ8Words; ++i) pairs[i] = int8_pair_to_bf16x2(q8_next[1 + i]);
+      uint4* dst = reinterpret_cast<uint4*>(s.b8[load_half][load_n]);
+#pragma unroll
+      for (int i = 0; i < kQ8Words / 4; ++i)
+        dst[i] = make_uint4(pairs[4 * i], pairs[4 * i + 1], pairs[4 * i + 2], pairs[4 * i + 3]);
+      s.scale[load_half][load_n] = f16_bits_to_float(static_cast<uint16_t>(q8_next[0]));
+    } else {
+      s.b[load_half][load_n] = transpose_bytes(code_next[0], code_next[1], code_next[2], code_next[3]);
+    }
+    if (!kQ8 && group_first) {
+      if (tid < kTileN) s.scale[0][tid] = affine_next.x, s.min[tid] = affine_next.y;
       if (tid < kTileT) {  // the group's input sums, from the 64-wide chunk sums
         float sum = 0.0f;
         for (int64_t c = k0 / kTileK; c < n_stages && c < (k0 + kGroup) / kTileK; ++c) sum += sum_row ? sum_row[c] : 0.0f;
@@ -260,12 +297,17 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
       uint32_t b[4][4];                     // [n tile][k-step 0 reg 0, reg 1, k-step 1 reg 0, reg 1]
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const uint32_t word = reinterpret_cast<const uint32_t*>(&s.b[half][warp_n * 32 + j * 8 + g])[q];
-        const uint32_t low = word & 0x0f0f0f0fu, high = (word >> 4) & 0x0f0f0f0fu;
-        b[j][0] = codes_to_bf16x2<0>(low, high);
-        b[j][1] = codes_to_bf16x2<1>(low, high);
-        b[j][2] = codes_to_bf16x2<2>(low, high);
-        b[j][3] = codes_to_bf16x2<3>(low, high);
+        if constexpr (kQ8) {  // k-step 0: k = 2q and 2q + 8; k-step 1: 16 more
+          const uint32_t* pairs = s.b8[half][warp_n * 32 + j * 8 + g];
+          b[j][0] = pairs[q], b[j][1] = pairs[4 + q], b[j][2] = pairs[8 + q], b[j][3] = pairs[12 + q];
+        } else {
+          const uint32_t word = reinterpret_cast<const uint32_t*>(&s.b[half][warp_n * 32 + j * 8 + g])[q];
+          const uint32_t low = word & 0x0f0f0f0fu, high = (word >> 4) & 0x0f0f0f0fu;
+          b[j][0] = codes_to_bf16x2<0>(low, high);
+          b[j][1] = codes_to_bf16x2<1>(low, high);
+          b[j][2] = codes_to_bf16x2<2>(low, high);
+          b[j][3] = codes_to_bf16x2<3>(low, high);
+        }
       }
 #pragma unroll
       for (int step = 0; step < 2; ++step) {
@@ -281,8 +323,19 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
           }
         }
       }
+      if constexpr (kQ8) {  // acc += scale * sum(x code), per output, for this half's block
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+              acc[i][j][c] += s.scale[half][warp_n * 32 + j * 8 + 2 * q + (c & 1)] * part[i][j][c];
+              part[i][j][c] = 0.0f;
+            }
+      }
     }
-    if (group_last) {  // acc += scale * sum(x code) + min * sum(x), per output
+    if (!kQ8 && group_last) {  // acc += scale * sum(x code) + min * sum(x), per output
 #pragma unroll
       for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -291,7 +344,7 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
           for (int c = 0; c < 4; ++c) {
             const int t = warp_t * 32 + i * 16 + g + (c >= 2 ? 8 : 0);
             const int n = warp_n * 32 + j * 8 + 2 * q + (c & 1);
-            acc[i][j][c] += s.scale[n] * part[i][j][c] + s.min[n] * s.xsum[t];
+            acc[i][j][c] += s.scale[0][n] * part[i][j][c] + s.min[n] * s.xsum[t];
             part[i][j][c] = 0.0f;
           }
     }
@@ -321,6 +374,7 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
 // output is computed on its own, so the result does not depend on it).
 __global__ void moe_sort_pairs_kernel(MmaWorkItem* items, int32_t* n_items, int32_t* pair_ids,
                                       const int32_t* ids, int64_t n_pairs, int64_t n_experts) {
+  enter_kernel();
   extern __shared__ int32_t cursor[];  // [n_experts]
   for (int64_t e = threadIdx.x; e < n_experts; e += blockDim.x) cursor[e] = 0;
   __syncthreads();
@@ -350,6 +404,7 @@ __global__ void moe_sort_pairs_kernel(MmaWorkItem* items, int32_t* n_items, int3
 // out[t, n] = the sum of the K splits' partials [split][t][n], in split order (deterministic).
 __global__ void sum_k_splits_kernel(float* out, int64_t out_stride, const float* partial, int64_t rows, int64_t M,
                                     int splits) {
+  enter_kernel();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= rows * M) return;
   float sum = 0.0f;
@@ -360,30 +415,16 @@ __global__ void sum_k_splits_kernel(float* out, int64_t out_stride, const float*
 // How many K splits a plain product takes: with fewer tiles than SMs (batched decode, short
 // prompts: a 4096-row matrix at 64 inputs is 32 tiles for 132 SMs) K is cut at group boundaries
 // until there are about two blocks per SM, at most 16 splits.
-// The current device's SM count, asked once per device (plan_k_splits runs twice per product:
-// scratch sizing and launch).
-int sm_count_of_current_device() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cached[kMaxDevices] = {};
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return 132;
-  int sms = cached[device].load(std::memory_order_relaxed);
-  if (sms == 0) {
-    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) sms = 132;
-    cached[device].store(sms, std::memory_order_relaxed);
-  }
-  return sms;
-}
-
 struct KSplits {
   int splits = 1, groups_per_split = 1 << 30;
 };
 KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type) {
   KSplits k;
-  const int64_t group = type == DType::hfq4_g256 ? 256 : 128;
+  // the split unit: a whole HFQ4 group, or one 64-wide stage (two Q8_0 blocks)
+  const int64_t group = type == DType::hfq4_g256 ? 256 : type == DType::hfq4_g128 ? 128 : kTileK;
   const int64_t n_groups = (K + group - 1) / group;
   const int64_t tiles = (M + kTileN - 1) / kTileN * ((n_inputs + kTileT - 1) / kTileT);
-  const int sms = sm_count_of_current_device();
+  const int sms = current_device_traits().sm_count;
   if (tiles >= sms || n_groups < 2) return k;
   const int64_t want = std::min<int64_t>({(2 * sms + tiles - 1) / tiles, n_groups, 16});
   k.groups_per_split = static_cast<int>((n_groups + want - 1) / want);
@@ -402,10 +443,9 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
   const SplitInputs in = split_layout(a.scratch, x_rows, a.K);
   const dim3 split_grid(static_cast<unsigned>((in.k_pad / 8 + 255) / 256),
                         static_cast<unsigned>(x_rows < 65535 ? x_rows : 65535));
-  split_inputs_kernel<kParts><<<split_grid, 256, 0, stream>>>(in, a.x, a.x_stride, a.K);
-  cudaError_t err = cudaGetLastError();
+  cudaError_t err = launch_kernel(split_inputs_kernel<kParts>, split_grid, 256, 0, stream, in, a.x, a.x_stride, a.K);
   if (err != cudaSuccess) return err;
-  const size_t smem = sizeof(MmaShared<kParts>);
+  const size_t smem = sizeof(MmaShared<F, kParts>);
   auto kernel = matmul_mma_kernel<F, kParts>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
@@ -414,14 +454,12 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
   float* partial = k.splits > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(a.scratch) +
                                                            mma_scratch_bytes(x_rows, a.K, kParts))
                                 : nullptr;
-  kernel<<<dim3(n_tiles, static_cast<unsigned>(t_tiles), static_cast<unsigned>(k.splits)), kThreads, smem, stream>>>(
-      a, rows, in, partial, k.groups_per_split);
-  err = cudaGetLastError();
+  err = launch_kernel(kernel, dim3(n_tiles, static_cast<unsigned>(t_tiles), static_cast<unsigned>(k.splits)), kThreads,
+                      smem, stream, a, rows, in, partial, k.groups_per_split);
   if (err != cudaSuccess || k.splits == 1) return err;
   const int64_t n = a.n_inputs * a.M;
-  sum_k_splits_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(a.out, a.out_stride, partial,
-                                                                                a.n_inputs, a.M, k.splits);
-  return cudaGetLastError();
+  return launch_kernel(sum_k_splits_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, a.out, a.out_stride,
+                       partial, a.n_inputs, a.M, k.splits);
 }
 
 template <DType F>
@@ -436,7 +474,9 @@ cudaError_t launch_format(const MatvecArgs& a, int parts, const MmaGroupedRows* 
 
 }  // namespace
 
-bool matmul_mma_supports(DType type) { return type == DType::hfq4_g256 || type == DType::hfq4_g128; }
+bool matmul_mma_supports(DType type) {
+  return type == DType::hfq4_g256 || type == DType::hfq4_g128 || type == DType::q8_0;
+}
 
 size_t mma_scratch_bytes(int64_t x_rows, int64_t K, int parts) {
   const int64_t k_pad = padded_k(K);
@@ -459,6 +499,7 @@ cudaError_t launch_matmul_mma(const MatvecArgs& a, int parts, cudaStream_t strea
   switch (a.weight_type) {
     case DType::hfq4_g256: return launch_format<DType::hfq4_g256>(a, parts, grouped, stream);
     case DType::hfq4_g128: return launch_format<DType::hfq4_g128>(a, parts, grouped, stream);
+    case DType::q8_0: return launch_format<DType::q8_0>(a, parts, grouped, stream);
     default: return cudaErrorInvalidValue;
   }
 }
@@ -467,13 +508,14 @@ cudaError_t launch_matmul_mma(const MatvecArgs& a, int parts, cudaStream_t strea
 cudaError_t launch_moe_sort_pairs(MmaGroupedRows& out, MmaWorkItem* items, int32_t* n_items, int32_t* pair_ids,
                                   const int32_t* ids, int64_t n_pairs, int64_t n_experts, cudaStream_t stream) {
   if (n_experts <= 0 || n_experts > 8192) return cudaErrorInvalidValue;
-  moe_sort_pairs_kernel<<<1, 1024, static_cast<size_t>(n_experts) * sizeof(int32_t), stream>>>(
-      items, n_items, pair_ids, ids, n_pairs, n_experts);
+  const cudaError_t err =
+      launch_kernel(moe_sort_pairs_kernel, 1, 1024, static_cast<size_t>(n_experts) * sizeof(int32_t), stream, items,
+                    n_items, pair_ids, ids, n_pairs, n_experts);
   out.items = items;
   out.n_items = n_items;
   out.pair_ids = pair_ids;
   out.max_items = max_work_items(n_pairs, n_experts);
-  return cudaGetLastError();
+  return err;
 }
 
 #else  // HIP: no mma.sync; launch_matvec keeps its several-input kernel

@@ -16,6 +16,7 @@ constexpr int kMaxTopK = 64;
 // argmax (highest probability, lowest id on ties), renormalise, per-expert scale.
 __global__ void moe_route_kernel(float* weights, int32_t* ids, const float* logits, int64_t n_experts, int64_t top_k,
                                  const uint8_t* per_expert_scale, DType scale_type) {
+  enter_kernel();
   extern __shared__ float prob[];
   __shared__ float s_val[kRouteThreads];
   __shared__ int s_idx[kRouteThreads];
@@ -87,6 +88,7 @@ template <int kPerLane>
 __global__ void moe_route_warp_kernel(float* weights, int32_t* ids, const float* logits, int64_t n_tokens,
                                       int64_t n_experts, int64_t top_k, const uint8_t* per_expert_scale,
                                       DType scale_type) {
+  enter_kernel();
   const int lane = threadIdx.x % kWarp;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (t >= n_tokens) return;  // the whole warp
@@ -141,6 +143,7 @@ __global__ void moe_route_warp_kernel(float* weights, int32_t* ids, const float*
 // out[t, c] = sum over the token's experts in ascending id order of weight * y[pair, c].
 __global__ void moe_combine_kernel(float* out, int64_t out_stride, const float* y, const float* weights,
                                    const int32_t* ids, int64_t top_k, int64_t cols) {
+  enter_kernel();
   const int64_t t = blockIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= cols) return;
@@ -170,16 +173,14 @@ cudaError_t launch_moe_route(float* weights, int32_t* ids, const float* logits, 
     const unsigned blocks = static_cast<unsigned>((n_tokens + 3) / 4);
     const auto* scale = static_cast<const uint8_t*>(per_expert_scale);
     if (n_experts <= 4 * kWarp)
-      moe_route_warp_kernel<4><<<blocks, 4 * kWarp, 0, stream>>>(weights, ids, logits, n_tokens, n_experts, top_k, scale,
-                                                                 scale_type);
-    else
-      moe_route_warp_kernel<16><<<blocks, 4 * kWarp, 0, stream>>>(weights, ids, logits, n_tokens, n_experts, top_k,
-                                                                  scale, scale_type);
-    return cudaGetLastError();
+      return launch_kernel(moe_route_warp_kernel<4>, blocks, 4 * kWarp, 0, stream, weights, ids, logits, n_tokens,
+                           n_experts, top_k, scale, scale_type);
+    return launch_kernel(moe_route_warp_kernel<16>, blocks, 4 * kWarp, 0, stream, weights, ids, logits, n_tokens,
+                         n_experts, top_k, scale, scale_type);
   }
-  moe_route_kernel<<<static_cast<unsigned>(n_tokens), kRouteThreads, n_experts * sizeof(float), stream>>>(
-      weights, ids, logits, n_experts, top_k, static_cast<const uint8_t*>(per_expert_scale), scale_type);
-  return cudaGetLastError();
+  return launch_kernel(moe_route_kernel, static_cast<unsigned>(n_tokens), kRouteThreads, n_experts * sizeof(float),
+                       stream, weights, ids, logits, n_experts, top_k, static_cast<const uint8_t*>(per_expert_scale),
+                       scale_type);
 }
 
 cudaError_t launch_moe_combine(float* out, int64_t out_stride, const float* y, const float* weights,
@@ -187,8 +188,7 @@ cudaError_t launch_moe_combine(float* out, int64_t out_stride, const float* y, c
   if (n_tokens == 0) return cudaSuccess;
   if (top_k > kMaxTopK) return cudaErrorInvalidValue;
   dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(n_tokens));
-  moe_combine_kernel<<<grid, 256, 0, stream>>>(out, out_stride, y, weights, ids, top_k, cols);
-  return cudaGetLastError();
+  return launch_kernel(moe_combine_kernel, grid, 256, 0, stream, out, out_stride, y, weights, ids, top_k, cols);
 }
 
 }  // namespace fl::cuda

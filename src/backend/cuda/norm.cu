@@ -25,6 +25,7 @@ __device__ __forceinline__ float apply_gain(float v, const uint8_t* weight, DTyp
 __global__ void rms_norm_kernel(float* out, int64_t out_stride, const float* x, int64_t x_stride, int64_t cols,
                                 const uint8_t* weight, DType weight_type, Gain gain, float eps, float* residual,
                                 int64_t residual_stride) {
+  enter_kernel();
   const float* src = x + blockIdx.x * x_stride;
   float* dst = out + blockIdx.x * out_stride;
   const float inv = rms_inverse(src, cols, eps);
@@ -41,6 +42,7 @@ __global__ void rms_norm_kernel(float* out, int64_t out_stride, const float* x, 
 __global__ void rms_norm_rope_kernel(float* x, int64_t heads, int64_t head_dim, const uint8_t* weight,
                                      DType weight_type, Gain gain, float eps, const int32_t* positions,
                                      const float* inv_freq, int64_t half) {
+  enter_kernel();
   float* v = x + blockIdx.x * head_dim;
   const float inv = rms_inverse(v, head_dim, eps);
   __syncthreads();  // every thread has read the row before any writes it
@@ -65,19 +67,18 @@ cudaError_t launch_rms_norm(float* out, int64_t out_stride, const float* x, int6
                             int64_t cols, const void* weight, DType weight_type, Gain gain, float eps,
                             cudaStream_t stream, float* residual, int64_t residual_stride) {
   if (rows == 0) return cudaSuccess;
-  rms_norm_kernel<<<static_cast<unsigned>(rows), norm_threads(cols), 0, stream>>>(
-      out, out_stride, x, x_stride, cols, static_cast<const uint8_t*>(weight), weight_type, gain, eps, residual,
-      residual_stride);
-  return cudaGetLastError();
+  return launch_kernel(rms_norm_kernel, static_cast<unsigned>(rows), norm_threads(cols), 0, stream, out, out_stride, x,
+                       x_stride, cols, static_cast<const uint8_t*>(weight), weight_type, gain, eps, residual,
+                       residual_stride);
 }
 
 cudaError_t launch_rms_norm_rope(float* x, int64_t n_tokens, int64_t heads, int64_t head_dim, const void* weight,
                                  DType weight_type, Gain gain, float eps, const int32_t* positions,
                                  const float* inv_freq, int64_t half, cudaStream_t stream) {
   if (n_tokens == 0) return cudaSuccess;
-  rms_norm_rope_kernel<<<static_cast<unsigned>(n_tokens * heads), norm_threads(head_dim), 0, stream>>>(
-      x, heads, head_dim, static_cast<const uint8_t*>(weight), weight_type, gain, eps, positions, inv_freq, half);
-  return cudaGetLastError();
+  return launch_kernel(rms_norm_rope_kernel, static_cast<unsigned>(n_tokens * heads), norm_threads(head_dim), 0, stream,
+                       x, heads, head_dim, static_cast<const uint8_t*>(weight), weight_type, gain, eps, positions,
+                       inv_freq, half);
 }
 
 }  // namespace fl::cuda

@@ -10,7 +10,8 @@
 //   - the draw: per-thread sums of the kept masses over contiguous id ranges, a block scan, and
 //     the one thread whose range holds r walks it.
 // About 20 passes at batch 1: tens of microseconds, against copying the logits to the host and
-// sorting them there. One block is plenty for one row; batched rows would take one block each.
+// sorting them there. One block is plenty for one row; batched rows (sample_rows_kernel) take one
+// block each, each with its own chain parameters.
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/sampling.cuh"
 
@@ -92,7 +93,8 @@ __device__ uint64_t select_key(const float* l, int64_t V, uint64_t need, Counted
   return prefix;
 }
 
-__global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
+// One row, by one block of kSampleThreads.
+__device__ void sample_row(const SampleArgs& a) {
   __shared__ uint64_t hist[256];
   __shared__ uint64_t word[2];
   __shared__ uint64_t u64_scratch[kSampleWarps];
@@ -194,12 +196,28 @@ __global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
   }
 }
 
+__global__ void __launch_bounds__(kSampleThreads) sample_kernel(SampleArgs a) {
+  enter_kernel();
+  sample_row(a);
+}
+
+__global__ void __launch_bounds__(kSampleThreads) sample_rows_kernel(const SampleArgs* rows) {
+  enter_kernel();
+  const SampleArgs a = rows[blockIdx.x];
+  sample_row(a);
+}
+
 }  // namespace
 
 cudaError_t launch_sample(const SampleArgs& args, cudaStream_t stream) {
   if (args.vocab <= 0 || args.vocab > 0x7fffffff) return cudaErrorInvalidValue;
-  sample_kernel<<<1, kSampleThreads, 0, stream>>>(args);
-  return cudaGetLastError();
+  return launch_kernel(sample_kernel, 1, kSampleThreads, 0, stream, args);
+}
+
+cudaError_t launch_sample_rows(const SampleArgs* rows, int64_t n_rows, cudaStream_t stream) {
+  if (n_rows == 0) return cudaSuccess;
+  if (n_rows < 0 || n_rows > 0x7fffffff) return cudaErrorInvalidValue;
+  return launch_kernel(sample_rows_kernel, static_cast<unsigned>(n_rows), kSampleThreads, 0, stream, rows);
 }
 
 }  // namespace fl::cuda

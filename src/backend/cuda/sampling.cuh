@@ -17,5 +17,8 @@ struct SampleArgs {
   SampleScalars p;
 };
 cudaError_t launch_sample(const SampleArgs& args, cudaStream_t stream);
+// One token per row, one block each: rows [n_rows] is a device copy of each row's arguments (the
+// host checked every row's vocab as launch_sample does).
+cudaError_t launch_sample_rows(const SampleArgs* rows, int64_t n_rows, cudaStream_t stream);
 
 }  // namespace fl::cuda

@@ -1,0 +1,26 @@
+// Per-device facts that launchers size their grids by (launch.cuh).
+#include <atomic>
+
+#include "backend/cuda/launch.cuh"
+
+namespace fl::cuda {
+
+DeviceTraits current_device_traits() {
+  // Asked once per device: launchers call this for every kernel launch.
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> sm_counts[kMaxDevices] = {};
+  static std::atomic<int> majors[kMaxDevices] = {};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return {132, 0};
+  DeviceTraits t{sm_counts[device].load(std::memory_order_relaxed), majors[device].load(std::memory_order_relaxed)};
+  if (t.sm_count == 0) {
+    if (cudaDeviceGetAttribute(&t.sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || t.sm_count <= 0)
+      t.sm_count = 132;
+    if (cudaDeviceGetAttribute(&t.major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) t.major = 0;
+    majors[device].store(t.major, std::memory_order_relaxed);
+    sm_counts[device].store(t.sm_count, std::memory_order_relaxed);  // last: a nonzero count means both are set
+  }
+  return t;
+}
+
+}  // namespace fl::cuda
