@@ -245,7 +245,7 @@ void run_bench(const BenchOptions& opt) {
                      roofline, traffic.weight_bytes / 1e9, traffic.kv_bytes / 1e9, state, opt.bandwidth_gbs);
   out += fmt::format("ratio     {:>10.1f} %      of the decode roofline\n", 100.0 * decode / roofline);
   if (opt.batch > 1)
-    out += fmt::format("batch     {:>10.1f} tok/s   ({} sequences decoding together, total; eager forward_batch)\n",
+    out += fmt::format("batch     {:>10.1f} tok/s   ({} sequences decoding together, total; eager, sampled on the device)\n",
                        decode_batch, opt.batch);
   if (opt.profile) {
     out += fmt::format("\ndecode, per token (eager launches, {} tokens at context {}):\n", opt.gen_tokens, opt.context);
@@ -253,8 +253,8 @@ void run_bench(const BenchOptions& opt) {
     out += fmt::format("\nprefill of {} tokens:\n", opt.prompt_tokens);
     out += prefill_profile.text;
     if (opt.batch > 1) {
-      out += fmt::format("\nbatched decode, per step of {} sequences ({:.2f} ms wall per step, with the logits copy and\n"
-                         "the host's argmax; eager launches, {} steps at context {}):\n",
+      out += fmt::format("\nbatched decode, per step of {} sequences ({:.2f} ms wall per step, with the sampled ids'\n"
+                         "copy to the host; eager launches, {} steps at context {}):\n",
                          opt.batch, batch_step_ms, opt.gen_tokens, opt.context);
       out += batch_profile.text;
     }

@@ -16,6 +16,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/batched_decode.h"
 #include "model/decode_graph.h"
 #include "model/scratch_arena.h"
 #include "model/weight_loader.h"
@@ -165,6 +166,23 @@ class Qwen35Model final : public Model {
     return out;
   }
 
+  std::vector<float> forward_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids) override {
+    return batched_decode().logits(seqs, ids);
+  }
+
+  std::vector<int32_t> forward_batch_sample(std::span<Sequence* const> seqs, std::span<const int32_t> ids,
+                                            std::span<const SampleSpec> specs) override {
+    return batched_decode().sampled(seqs, ids, specs);
+  }
+
+  BatchedDecode batched_decode() {
+    return BatchedDecode(
+        backend_, scratch_, [this](const Sequence& s, std::span<const int32_t> ids) { check_step(s, ids); },
+        [this](ScratchArena& arena, std::span<const SequenceRows> parts, const Tensor& ids, const Tensor& positions) {
+          return run(arena, parts, ids, positions, LogitsMode::last);
+        });
+  }
+
   std::unique_ptr<DecodeGraph> make_decode_graph(Sequence& seq) override {
     return std::make_unique<ReplayedDecode>(
         backend_, seq, [this](const Sequence& s, std::span<const int32_t> ids) { check_step(s, ids); },
@@ -188,7 +206,21 @@ class Qwen35Model final : public Model {
   // `arena`, not reset here), so that a decode step can be captured and replayed. ids and
   // positions are device tensors [T]; returns the logits [1 or T, vocab] in `arena`.
   Tensor run(ScratchArena& arena, Sequence& seq, const Tensor& ids_t, const Tensor& positions, LogitsMode mode) {
+    const SequenceRows part{&seq, 0, ids_t.numel()};
+    return run(arena, std::span<const SequenceRows>(&part, 1), ids_t, positions, mode);
+  }
+
+  // The same over the rows of one or more sequences (`parts`, in row order), stacked for every
+  // weight op; convolution and delta-rule states, attention and KV writes go per sequence.
+  // LogitsMode::last gives the last row of a single part [1, vocab], or, for several parts of one
+  // row each (batched decode), [parts, vocab].
+  Tensor run(ScratchArena& arena, std::span<const SequenceRows> parts, const Tensor& ids_t, const Tensor& positions,
+             LogitsMode mode) {
     const int64_t T = ids_t.numel(), H = c_.hidden_size;
+    FL_ASSERT(!parts.empty() && parts.back().first_row + parts.back().n_rows == T);
+    if (parts.size() > 1 && mode == LogitsMode::last)
+      for (const SequenceRows& part : parts)
+        if (part.n_rows != 1) fail("a batched forward of several tokens per sequence needs LogitsMode::all");
     Backend& b = backend_;
     Tensor h = arena.alloc(DType::f32, {T, H});  // the residual stream
     b.embed(h, embed_tokens_, ids_t, 1.0f);      // no embedding scale
@@ -200,16 +232,16 @@ class Qwen35Model final : public Model {
       arena.rewind(layer_mark);  // this layer's temporaries reuse the previous layer's bytes
       b.rms_norm(x, h, &layer.input_norm, NormGain::one_plus_weight, c_.rms_norm_eps);
       if (c_.layer_types[l] == AttentionType::linear)
-        gated_delta_net(arena, layer, seq.recurrent[l], x, mixed);
+        gated_delta_net(arena, layer, l, parts, x, mixed);
       else
-        gated_attention(arena, layer, seq.kv[l], x, positions, mixed);
+        gated_attention(arena, layer, l, parts, x, positions, mixed);
       b.add(h, h, mixed);
       arena.rewind(layer_mark);  // the mixer's temporaries are dead
       b.rms_norm(x, h, &layer.post_attention_norm, NormGain::one_plus_weight, c_.rms_norm_eps);
       feed_forward(arena, layer, x, mixed);
       b.add(h, h, mixed);
     }
-    const int64_t n_out = mode == LogitsMode::all ? T : 1;
+    const int64_t n_out = mode == LogitsMode::all ? T : static_cast<int64_t>(parts.size());
     Tensor normed = arena.alloc(DType::f32, {n_out, H});
     b.rms_norm(normed, h.slice(T - n_out, T), &final_norm_, NormGain::one_plus_weight, c_.rms_norm_eps);
     Tensor logits = arena.alloc(DType::f32, {n_out, c_.vocab_size});
@@ -246,9 +278,9 @@ class Qwen35Model final : public Model {
   }
 
  private:
-  // ---- Gated DeltaNet mixer: x [T, H] (normed) -> out [T, H]; updates the layer's state ----
-  void gated_delta_net(ScratchArena& arena, const Qwen35Layer& layer, RecurrentView& state, const Tensor& x,
-                       Tensor out) {
+  // ---- Gated DeltaNet mixer: x [T, H] (normed) -> out [T, H]; updates each sequence's state ----
+  void gated_delta_net(ScratchArena& arena, const Qwen35Layer& layer, int64_t l, std::span<const SequenceRows> parts,
+                       const Tensor& x, Tensor out) {
     Backend& b = backend_;
     const int64_t T = x.dim(0), C = c_.conv_channels();
     const int64_t nK = c_.linear_num_key_heads, nV = c_.linear_num_value_heads, dk = c_.linear_key_head_dim,
@@ -261,19 +293,25 @@ class Qwen35Model final : public Model {
     const Tensor* projection_weights[] = {&layer.in_proj_qkv, &layer.in_proj_z, &layer.in_proj_b, &layer.in_proj_a};
     b.matmul_group(projections, x, projection_weights);
     Tensor conv = arena.alloc(DType::f32, {T, C});
-    b.causal_conv1d(conv, qkv, layer.conv_taps, state.conv, Activation::silu);  // z, a, b skip the conv
     b.delta_rule_gates(g, beta, g, beta, layer.a_log, layer.dt_bias);
 
     Tensor core = arena.alloc(DType::f32, {T, nV, dv});
     DeltaRuleParams params;
     params.q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
     params.chunk = kDeltaRuleChunk;
-    const Tensor q = head_view(conv, 0, nK, dk), k = head_view(conv, nK * dk, nK, dk),
-                 v = head_view(conv, 2 * nK * dk, nV, dv);
-    if (T == 1)
-      b.gated_delta_rule(core, q, k, v, g, beta, state.delta, params);
-    else
-      b.gated_delta_rule_chunked(core, q, k, v, g, beta, state.delta, params);
+    for (const SequenceRows& part : parts) {  // each sequence's rows continue its own states
+      const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
+      RecurrentView& state = part.seq->recurrent[l];
+      const Tensor part_conv = conv.slice(r0, r1);
+      b.causal_conv1d(part_conv, qkv.slice(r0, r1), layer.conv_taps, state.conv, Activation::silu);  // z, a, b skip it
+      const Tensor q = head_view(part_conv, 0, nK, dk), k = head_view(part_conv, nK * dk, nK, dk),
+                   v = head_view(part_conv, 2 * nK * dk, nV, dv);
+      if (part.n_rows == 1)
+        b.gated_delta_rule(core.slice(r0, r1), q, k, v, g.slice(r0, r1), beta.slice(r0, r1), state.delta, params);
+      else
+        b.gated_delta_rule_chunked(core.slice(r0, r1), q, k, v, g.slice(r0, r1), beta.slice(r0, r1), state.delta,
+                                   params);
+    }
 
     // y = RMSNorm_w(o) * silu(z) per value head (plain gain here, unlike the model's 1+w norms)
     Tensor heads = core.reshape({T * nV, dv});
@@ -282,9 +320,9 @@ class Qwen35Model final : public Model {
     b.matmul(out, core.reshape({T, nV * dv}), layer.out_proj);
   }
 
-  // ---- gated full attention: x [T, H] (normed) -> out [T, H]; appends K/V to the cache ----
-  void gated_attention(ScratchArena& arena, const Qwen35Layer& layer, const KvView& cache, const Tensor& x,
-                       const Tensor& positions, Tensor out) {
+  // ---- gated full attention: x [T, H] (normed) -> out [T, H]; appends K/V to each cache ----
+  void gated_attention(ScratchArena& arena, const Qwen35Layer& layer, int64_t l, std::span<const SequenceRows> parts,
+                       const Tensor& x, const Tensor& positions, Tensor out) {
     Backend& b = backend_;
     const int64_t T = x.dim(0), nH = c_.num_heads, nKV = c_.num_kv_heads, D = c_.head_dim;
     // q_proj rows per head: D query rows, then D gate rows.
@@ -304,8 +342,22 @@ class Qwen35Model final : public Model {
     params.head_dim = static_cast<int>(D);
     params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
     Tensor attn = arena.alloc(DType::f32, {T, nH, D});
-    b.attention(attn, q, k, v, cache, positions, params);
-    b.kv_write(cache, k, v, positions);
+    bool one_row_parts = parts.size() > 1;
+    for (const SequenceRows& part : parts) one_row_parts = one_row_parts && part.n_rows == 1;
+    if (one_row_parts) {  // batched decode: every sequence's row in one launch, each over its own cache
+      std::vector<KvView> caches;
+      for (const SequenceRows& part : parts) caches.push_back(part.seq->kv[l]);
+      b.attention_rows(attn, q, k, v, caches, positions, params);
+      b.kv_write_rows(caches, k, v, positions);
+    } else {
+      for (const SequenceRows& part : parts) {
+        const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
+        const Tensor pos_rows = positions.slice(r0, r1);
+        b.attention(attn.slice(r0, r1), q.slice(r0, r1), k.slice(r0, r1), v.slice(r0, r1), part.seq->kv[l], pos_rows,
+                    params);
+        b.kv_write(part.seq->kv[l], k.slice(r0, r1), v.slice(r0, r1), pos_rows);
+      }
+    }
     b.sigmoid_gate(attn, query_gate.narrow(2, D, D));
     b.matmul(out, attn.reshape({T, nH * D}), layer.o_proj);
   }

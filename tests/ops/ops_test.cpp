@@ -632,28 +632,39 @@ TEST_F(CudaOps, AttentionRowsOneLaunchForManySequences) {
     }
 }
 
-// Prefill-sized routing (64 tokens x top-8 over 128 experts: 4 pairs per expert on average)
-// takes the grouped tensor-core GEMM: the pairs are sorted by expert on the device (atomics, so
-// in no fixed order) and each expert's matrices are read once per 64 pairs. Checked against the
-// CPU, and twice on the GPU for identical bytes: a pair's output must not depend on the order.
+// Many routed pairs take the grouped tensor-core GEMM: the pairs are sorted by expert on the
+// device (atomics, so in no fixed order) and each expert's matrices are read once per work item.
+// 64 tokens x top-8 over 128 experts (4 pairs per expert on average) run 16-input tiles; 512
+// tokens (32 per expert) 64-input tiles. With expert 0 favoured by every token, one expert gets
+// more pairs than a tile holds (several work items). Checked against the CPU, and twice on the
+// GPU for identical bytes: a pair's output must not depend on the order.
 TEST_F(CudaOps, MoeExpertsGroupedGemm) {
-  for (DType type : {DType::hfq4_g256, DType::hfq4_g128}) {
-    const int64_t T = 64, E = 128, K = 8, H = 256, I = 176;
-    Twin logits = twin_random(DType::f32, {T, E}, 2.0f);
-    Twin w = twin_output(DType::f32, {T, K}), ids = twin_output(DType::i32, {T, K});
-    cpu_->moe_route(w.cpu, ids.cpu, logits.cpu, nullptr);
-    gpu_->copy_to_device(w.gpu, w.host.data());
-    gpu_->copy_to_device(ids.gpu, ids.host.data());
-    Twin gate_up = twin_random(type, {E, 2 * I, H}, 0.3f), down = twin_random(type, {E, H, I}, 0.3f);
-    Twin x = twin_random(DType::f32, {T, H});
-    Twin out = twin_output(DType::f32, {T, H});
-    cpu_->moe_experts(out.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, Activation::gelu_tanh);
-    gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
-    expect_close(out, kSumBudget, std::string("grouped moe_experts ") + std::string(dtype_name(type)));
-    const std::vector<uint8_t> first = gpu_bytes(out);
-    gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
-    EXPECT_EQ(first, gpu_bytes(out)) << "the grouped GEMM's output depends on the order of the sorted pairs";
-  }
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
+    for (int64_t T : {64, 512})
+      for (bool favoured : {false, true}) {
+        const int64_t E = 128, K = 8, H = 256, I = 176;
+        Twin logits = twin_random(DType::f32, {T, E}, 2.0f);
+        if (favoured) {
+          float* l = static_cast<float*>(logits.host.data());
+          for (int64_t t = 0; t < T; ++t) l[t * E] += 10.0f;
+          gpu_->copy_to_device(logits.gpu, l);
+        }
+        Twin w = twin_output(DType::f32, {T, K}), ids = twin_output(DType::i32, {T, K});
+        cpu_->moe_route(w.cpu, ids.cpu, logits.cpu, nullptr);
+        gpu_->copy_to_device(w.gpu, w.host.data());
+        gpu_->copy_to_device(ids.gpu, ids.host.data());
+        Twin gate_up = twin_random(type, {E, 2 * I, H}, 0.3f), down = twin_random(type, {E, H, I}, 0.3f);
+        Twin x = twin_random(DType::f32, {T, H});
+        Twin out = twin_output(DType::f32, {T, H});
+        cpu_->moe_experts(out.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, Activation::gelu_tanh);
+        gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
+        const std::string what = std::string("grouped moe_experts ") + std::string(dtype_name(type)) +
+                                 " T=" + std::to_string(T) + (favoured ? " expert 0 favoured" : "");
+        expect_close(out, kSumBudget, what);
+        const std::vector<uint8_t> first = gpu_bytes(out);
+        gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
+        EXPECT_EQ(first, gpu_bytes(out)) << what << ": the output depends on the order of the sorted pairs";
+      }
 }
 
 // Columns [col0, col0 + heads * dim) of [T, width] rows as a strided [T, heads, dim] view, as the

@@ -27,17 +27,21 @@
 
 namespace fl::cuda {
 
-// Each expert's pairs make ceil(count / 64) items: at most n_pairs / 64 whole ones plus one
+// Few pairs per expert (batched decode: 64 tokens x top-8 over 128 experts is 4 each) take
+// 16-input tiles: a 64-input tile would multiply mostly zero rows, and at 4 pairs per expert the
+// tensor work, not the weight bytes, bounded the step (26B-A4B: 28 of 74 ms).
+int grouped_tile_rows(int64_t n_pairs, int64_t n_experts) { return n_pairs <= 16 * n_experts ? 16 : 64; }
+
+// Each expert's pairs make ceil(count / tile) items: at most n_pairs / tile whole ones plus one
 // partial per expert that has pairs.
 int64_t max_work_items(int64_t n_pairs, int64_t n_experts) {
-  return n_pairs / 64 + (n_experts < n_pairs ? n_experts : n_pairs);
+  return n_pairs / grouped_tile_rows(n_pairs, n_experts) + (n_experts < n_pairs ? n_experts : n_pairs);
 }
 
 #if !defined(FIRELINE_GPU_HIP)
 namespace {
 
-constexpr int kTileT = 64;                // inputs per block
-static_assert(kTileT == 64, "max_work_items counts work items of 64 pairs");
+constexpr int kTileT = 64;                // inputs per block (kTileRows: 16 for sparse expert groups)
 constexpr int kTileN = 128;               // weight rows per block
 constexpr int kTileK = 64;                // k per stage
 constexpr int kThreads = 256;             // 8 warps
@@ -88,14 +92,14 @@ __device__ __forceinline__ uint32_t int8_pair_to_bf16x2(uint32_t halfword) {
 // (half, row) plus 4 of padding: lanes (g, q) read word 20 g + q + c, 32 distinct banks.
 constexpr int kQ8Words = 16, kQ8Stride = kQ8Words + 4;
 
-template <DType F, int kParts>
+template <DType F, int kParts, int kTileRows>
 struct MmaShared {
   static constexpr bool kQ8 = F == DType::q8_0;
-  uint16_t a[2][kParts][kTileT][kAStride];  // bf16 pieces of the inputs, two stages [stage][part][t][k]
+  uint16_t a[2][kParts][kTileRows][kAStride];  // bf16 pieces of the inputs, two stages [stage][part][t][k]
   uint4 b[kQ8 ? 1 : 2][kQ8 ? 1 : kTileN];   // HFQ4: transposed code bytes   [k32 half][n] (16 B)
   uint32_t b8[kQ8 ? 2 : 1][kQ8 ? kTileN : 1][kQ8Stride];  // Q8_0: bf16 code pairs [k32 half][n][k/2]
   float scale[2][kTileN], min[kTileN];      // the current group's affine map [n] (Q8_0: per half)
-  float xsum[kTileT];                       // HFQ4: sum of the group's inputs [t]
+  float xsum[kTileRows];                    // HFQ4: sum of the group's inputs [t]
 };
 
 // The inputs cut once per call (not once per 128-row tile, as when each GEMM block split its
@@ -167,23 +171,30 @@ __device__ __forceinline__ void cp_async_commit() {
 #endif
 }
 
-template <DType F, int kParts>
-__global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, MmaGroupedRows grouped, SplitInputs in,
-                                                                  float* k_partial, int k_groups_per_split) {
+// kTileRows inputs per block: 64 as 2 x 4 warps of 32 inputs x 32 rows, or 16 as 1 x 8 warps of
+// 16 inputs x 16 rows.
+template <DType F, int kParts, int kTileRows>
+__global__ void __launch_bounds__(kThreads, 2)
+    matmul_mma_kernel(MatvecArgs a, MmaGroupedRows grouped, SplitInputs in, float* k_partial, int k_groups_per_split) {
+  static_assert(kTileRows == 16 || kTileRows == 64, "16 or 64 inputs per block");
+  constexpr int kWarpsT = kTileRows == 64 ? 2 : 1, kWarpsN = 8 / kWarpsT;
+  constexpr int kWarpRows = kTileRows / kWarpsT, kWarpCols = kTileN / kWarpsN;
+  constexpr int kMi = kWarpRows / 16, kNj = kWarpCols / 8;               // mma tiles per warp: inputs, weight rows
+  constexpr int kLoadIters = (kTileRows * 8 + kThreads - 1) / kThreads;  // 16-byte input chunks per thread
   enter_kernel();
   constexpr bool kQ8 = F == DType::q8_0;
   constexpr int kGroup = F == DType::hfq4_g256 ? 256 : F == DType::hfq4_g128 ? 128 : 32;
   constexpr int kBlockBytes = kQ8 ? 34 : 8 + kGroup / 2;
   extern __shared__ uint4 smem_raw[];
-  MmaShared<F, kParts>& s = *reinterpret_cast<MmaShared<F, kParts>*>(smem_raw);
+  MmaShared<F, kParts, kTileRows>& s = *reinterpret_cast<MmaShared<F, kParts, kTileRows>*>(smem_raw);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-  const int warp_t = warp / 4, warp_n = warp % 4;  // 2 x 4 warps
+  const int warp_t = warp / kWarpsN, warp_n = warp % kWarpsN;
   const int g = lane / 4, q = lane % 4;            // mma fragment coordinates
 
   // This block's inputs: rows [t0, t0 + 64) of x, or one work item's routed pairs.
   const uint8_t* matrix = a.weight;
-  int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTileT;
-  int t_count = static_cast<int>(a.n_inputs - t0 < kTileT ? a.n_inputs - t0 : kTileT);
+  int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTileRows;
+  int t_count = static_cast<int>(a.n_inputs - t0 < kTileRows ? a.n_inputs - t0 : kTileRows);
   const int32_t* pairs = nullptr;
   if (grouped.items) {
     if (static_cast<int32_t>(blockIdx.y) >= *grouped.n_items) return;
@@ -198,12 +209,12 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
   // Loader roles. Inputs: chunk c = tid, tid + 256 of a stage's 64 rows x 8 sixteen-byte chunks
   // per piece (cp.async into the other stage buffer). Codes: thread -> weight row tid % 128,
   // k32 half tid / 128 (16 bytes). Affine map and group sums: threads < 128 and < 64.
-  const uint16_t* piece_row[2];
-  bool row_valid[2];
+  const uint16_t* piece_row[kLoadIters];
+  bool row_valid[kLoadIters];
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < kLoadIters; ++i) {
     const int r = (tid + i * kThreads) / 8;
-    row_valid[i] = r < t_count;
+    row_valid[i] = r < t_count;  // (and r < kTileRows)
     const int64_t xrow = row_valid[i] ? (pairs ? pairs[r] / a.x_row_div : t0 + r) : 0;
     piece_row[i] = in.pieces + xrow * in.k_pad + ((tid + i * kThreads) % 8) * 8;
   }
@@ -214,8 +225,9 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
 
   auto load_inputs = [&](int64_t k0, int buffer) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
+    for (int i = 0; i < kLoadIters; ++i) {
       const int c = tid + i * kThreads, r = c / 8, kc = (c % 8) * 8;
+      if (kTileRows * 8 % kThreads != 0 && c >= kTileRows * 8) break;  // 16-input tiles: half the threads
 #pragma unroll
       for (int p = 0; p < kParts; ++p)
         cp_async_16(&s.a[buffer][p][r][kc], piece_row[i] + p * in.rows * in.k_pad + k0, row_valid[i]);
@@ -244,11 +256,11 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
     }
   };
 
-  float acc[2][4][4], part[2][4][4];
+  float acc[kMi][kNj][4], part[kMi][kNj][4];
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < kMi; ++i)
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
+    for (int j = 0; j < kNj; ++j)
 #pragma unroll
       for (int c = 0; c < 4; ++c) acc[i][j][c] = part[i][j][c] = 0.0f;
 
@@ -279,7 +291,7 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
     }
     if (!kQ8 && group_first) {
       if (tid < kTileN) s.scale[0][tid] = affine_next.x, s.min[tid] = affine_next.y;
-      if (tid < kTileT) {  // the group's input sums, from the 64-wide chunk sums
+      if (tid < kTileRows) {  // the group's input sums, from the 64-wide chunk sums
         float sum = 0.0f;
         for (int64_t c = k0 / kTileK; c < n_stages && c < (k0 + kGroup) / kTileK; ++c) sum += sum_row ? sum_row[c] : 0.0f;
         s.xsum[tid] = sum;
@@ -294,14 +306,14 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
 
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // 32 k: two mma k-steps share one code word per tile
-      uint32_t b[4][4];                     // [n tile][k-step 0 reg 0, reg 1, k-step 1 reg 0, reg 1]
+      uint32_t b[kNj][4];                   // [n tile][k-step 0 reg 0, reg 1, k-step 1 reg 0, reg 1]
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < kNj; ++j) {
         if constexpr (kQ8) {  // k-step 0: k = 2q and 2q + 8; k-step 1: 16 more
-          const uint32_t* pairs = s.b8[half][warp_n * 32 + j * 8 + g];
+          const uint32_t* pairs = s.b8[half][warp_n * kWarpCols + j * 8 + g];
           b[j][0] = pairs[q], b[j][1] = pairs[4 + q], b[j][2] = pairs[8 + q], b[j][3] = pairs[12 + q];
         } else {
-          const uint32_t word = reinterpret_cast<const uint32_t*>(&s.b[half][warp_n * 32 + j * 8 + g])[q];
+          const uint32_t word = reinterpret_cast<const uint32_t*>(&s.b[half][warp_n * kWarpCols + j * 8 + g])[q];
           const uint32_t low = word & 0x0f0f0f0fu, high = (word >> 4) & 0x0f0f0f0fu;
           b[j][0] = codes_to_bf16x2<0>(low, high);
           b[j][1] = codes_to_bf16x2<1>(low, high);
@@ -313,37 +325,37 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
       for (int step = 0; step < 2; ++step) {
         const int kk = half * 32 + step * 16;
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < kMi; ++i) {
 #pragma unroll
           for (int p = 0; p < kParts; ++p) {
             uint32_t frag[4];
-            ldmatrix_x4(frag, &s.a[buffer][p][warp_t * 32 + i * 16 + lane % 16][kk + (lane / 16) * 8]);
+            ldmatrix_x4(frag, &s.a[buffer][p][warp_t * kWarpRows + i * 16 + lane % 16][kk + (lane / 16) * 8]);
 #pragma unroll
-            for (int j = 0; j < 4; ++j) mma_bf16(part[i][j], frag, b[j][2 * step], b[j][2 * step + 1]);
+            for (int j = 0; j < kNj; ++j) mma_bf16(part[i][j], frag, b[j][2 * step], b[j][2 * step + 1]);
           }
         }
       }
       if constexpr (kQ8) {  // acc += scale * sum(x code), per output, for this half's block
 #pragma unroll
-        for (int i = 0; i < 2; ++i)
+        for (int i = 0; i < kMi; ++i)
 #pragma unroll
-          for (int j = 0; j < 4; ++j)
+          for (int j = 0; j < kNj; ++j)
 #pragma unroll
             for (int c = 0; c < 4; ++c) {
-              acc[i][j][c] += s.scale[half][warp_n * 32 + j * 8 + 2 * q + (c & 1)] * part[i][j][c];
+              acc[i][j][c] += s.scale[half][warp_n * kWarpCols + j * 8 + 2 * q + (c & 1)] * part[i][j][c];
               part[i][j][c] = 0.0f;
             }
       }
     }
     if (!kQ8 && group_last) {  // acc += scale * sum(x code) + min * sum(x), per output
 #pragma unroll
-      for (int i = 0; i < 2; ++i)
+      for (int i = 0; i < kMi; ++i)
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
+        for (int j = 0; j < kNj; ++j)
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
-            const int t = warp_t * 32 + i * 16 + g + (c >= 2 ? 8 : 0);
-            const int n = warp_n * 32 + j * 8 + 2 * q + (c & 1);
+            const int t = warp_t * kWarpRows + i * 16 + g + (c >= 2 ? 8 : 0);
+            const int n = warp_n * kWarpCols + j * 8 + 2 * q + (c & 1);
             acc[i][j][c] += s.scale[0][n] * part[i][j][c] + s.min[n] * s.xsum[t];
             part[i][j][c] = 0.0f;
           }
@@ -352,15 +364,15 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
   }
 
 #pragma unroll
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < kMi; ++i)
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
-      const int t = warp_t * 32 + i * 16 + g + (c >= 2 ? 8 : 0);
+      const int t = warp_t * kWarpRows + i * 16 + g + (c >= 2 ? 8 : 0);
       if (t >= t_count) continue;
       const int64_t row = pairs ? pairs[t] : t0 + t;
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int64_t n = n0 + warp_n * 32 + j * 8 + 2 * q + (c & 1);
+      for (int j = 0; j < kNj; ++j) {
+        const int64_t n = n0 + warp_n * kWarpCols + j * 8 + 2 * q + (c & 1);
         if (n < a.M) {
           if (k_partial) k_partial[(static_cast<int64_t>(blockIdx.z) * a.n_inputs + row) * a.M + n] = acc[i][j][c];
           else a.out[row * a.out_stride + n] = acc[i][j][c];
@@ -369,11 +381,11 @@ __global__ void __launch_bounds__(kThreads, 2) matmul_mma_kernel(MatvecArgs a, M
     }
 }
 
-// One block: count the pairs per expert, cut each expert's pairs into work items of <= 64, and
+// One block: count the pairs per expert, cut each expert's pairs into work items of <= tile, and
 // list the pairs by expert (the order within an expert is whatever the atomics give: each pair's
 // output is computed on its own, so the result does not depend on it).
-__global__ void moe_sort_pairs_kernel(MmaWorkItem* items, int32_t* n_items, int32_t* pair_ids,
-                                      const int32_t* ids, int64_t n_pairs, int64_t n_experts) {
+__global__ void moe_sort_pairs_kernel(MmaWorkItem* items, int32_t* n_items, int32_t* pair_ids, const int32_t* ids,
+                                      int64_t n_pairs, int64_t n_experts, int tile) {
   enter_kernel();
   extern __shared__ int32_t cursor[];  // [n_experts]
   for (int64_t e = threadIdx.x; e < n_experts; e += blockDim.x) cursor[e] = 0;
@@ -387,8 +399,9 @@ __global__ void moe_sort_pairs_kernel(MmaWorkItem* items, int32_t* n_items, int3
     int32_t offset = 0, n = 0;
     for (int64_t e = 0; e < n_experts; ++e) {
       const int32_t count = cursor[e];
-      for (int32_t first = 0; first < count; first += kTileT)
-        items[n++] = MmaWorkItem{static_cast<int32_t>(e), offset + first, count - first < kTileT ? count - first : kTileT, 0};
+      for (int32_t first = 0; first < count; first += tile)
+        items[n++] =
+            MmaWorkItem{static_cast<int32_t>(e), offset + first, count - first < tile ? count - first : tile, 0};
       cursor[e] = offset;
       offset += count;
     }
@@ -445,8 +458,9 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
                         static_cast<unsigned>(x_rows < 65535 ? x_rows : 65535));
   cudaError_t err = launch_kernel(split_inputs_kernel<kParts>, split_grid, 256, 0, stream, in, a.x, a.x_stride, a.K);
   if (err != cudaSuccess) return err;
-  const size_t smem = sizeof(MmaShared<F, kParts>);
-  auto kernel = matmul_mma_kernel<F, kParts>;
+  const bool sparse_groups = grouped && grouped->tile_rows == 16;
+  const size_t smem = sparse_groups ? sizeof(MmaShared<F, kParts, 16>) : sizeof(MmaShared<F, kParts, 64>);
+  auto kernel = sparse_groups ? matmul_mma_kernel<F, kParts, 16> : matmul_mma_kernel<F, kParts, 64>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   const MmaGroupedRows rows = grouped ? *grouped : MmaGroupedRows{};
@@ -510,11 +524,12 @@ cudaError_t launch_moe_sort_pairs(MmaGroupedRows& out, MmaWorkItem* items, int32
   if (n_experts <= 0 || n_experts > 8192) return cudaErrorInvalidValue;
   const cudaError_t err =
       launch_kernel(moe_sort_pairs_kernel, 1, 1024, static_cast<size_t>(n_experts) * sizeof(int32_t), stream, items,
-                    n_items, pair_ids, ids, n_pairs, n_experts);
+                    n_items, pair_ids, ids, n_pairs, n_experts, grouped_tile_rows(n_pairs, n_experts));
   out.items = items;
   out.n_items = n_items;
   out.pair_ids = pair_ids;
   out.max_items = max_work_items(n_pairs, n_experts);
+  out.tile_rows = grouped_tile_rows(n_pairs, n_experts);
   return err;
 }
 

@@ -13,13 +13,14 @@ namespace fl::cuda {
 // Whether this build has the mma.sync GEMM (CUDA, sm_80 and later; not HIP) and it takes `type`.
 bool matmul_mma_supports(DType type);
 
-// The rows of a grouped (mixture-of-experts) GEMM: each work item is up to 64 routed pairs of one
-// expert, listed in `pair_ids` from `first`; pair p reads input row p / x_row_div and writes
-// output row p. Built on the device by launch_moe_sort_pairs, so routing never visits the host.
+// The rows of a grouped (mixture-of-experts) GEMM: each work item is up to tile_rows (16 or 64)
+// routed pairs of one expert, listed in `pair_ids` from `first`; pair p reads input row
+// p / x_row_div and writes output row p. Built on the device by launch_moe_sort_pairs, so routing
+// never visits the host.
 struct MmaWorkItem {
   int32_t expert;
   int32_t first;  // into pair_ids
-  int32_t count;  // 1 .. 64
+  int32_t count;  // 1 .. tile_rows
   int32_t pad;
 };
 
@@ -28,6 +29,7 @@ struct MmaGroupedRows {
   const int32_t* n_items = nullptr;  // device: how many items are real (the grid is an upper bound)
   const int32_t* pair_ids = nullptr;
   int64_t max_items = 0;
+  int tile_rows = 64;  // inputs per block: 16 when the experts get few pairs each (batched decode)
 };
 
 // out[i, m] = sum_k x[i, k] * W[m, k] for i < n_inputs (a.expert_ids must be null), or with
@@ -41,7 +43,7 @@ cudaError_t launch_matmul_mma(const MatvecArgs& a, int parts, cudaStream_t strea
                               const MmaGroupedRows* grouped = nullptr);
 
 // Sorts the routed pairs (ids [n_pairs], expert ids < n_experts) by expert into pair_ids and cuts
-// them into work items of at most 64 pairs (items: max_work_items(n_pairs, n_experts) of them,
+// them into work items of at most 16 or 64 pairs (items: max_work_items(n_pairs, n_experts) of them,
 // pair_ids: n_pairs, n_items: one int32, all device memory), and fills `out` to use them.
 int64_t max_work_items(int64_t n_pairs, int64_t n_experts);
 cudaError_t launch_moe_sort_pairs(MmaGroupedRows& out, MmaWorkItem* items, int32_t* n_items, int32_t* pair_ids,
