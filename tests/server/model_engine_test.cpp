@@ -289,6 +289,31 @@ TEST_P(ModelEngineTest, JsonModeKeepsTheAnswerOneObject) {
   EXPECT_NE(out[3].content.find_first_not_of(" \t\r\n"), out[3].content.find('{')) << out[3].content;
 }
 
+// Rows are sampled in the model (forward_batch_sample) unless a JSON-mode row needs its logits on
+// the host, when the whole step takes forward_batch and samples there: a seeded sampled task and a
+// greedy one decoding beside a JSON-mode task switch between the two paths from step to step and
+// must still produce exactly what they produce alone (each sampler's generator advanced once per
+// token on either path).
+TEST_P(ModelEngineTest, AJsonTaskInTheBatchChangesNoOtherTasksTokens) {
+  auto e = engine(3);
+  const Prompt story = chat_prompt("Tell me a story"), sky = chat_prompt("Why is the sky blue?");
+  SamplingParams seeded = greedy();
+  seeded.temperature = 0.8f, seeded.seed = 77, seeded.repetition_penalty = 1.0f, seeded.top_k = 20;
+  const GenerationTask sampled = task(story, 30, seeded), plain = task(sky, 24);
+  GenerationTask json = task(chat_prompt("Answer in JSON"), 30);
+  json.response_format = ResponseFormat::json_object;
+  std::map<TaskId, Outcome> out;
+  e->start(1, sampled);
+  e->start(2, json);
+  e->start(3, plain);
+  run(*e, out);
+  expect_same(out[1], reference(story, sampled), "seeded task beside a JSON task");
+  expect_same(out[3], reference(sky, plain), "greedy task beside a JSON task");
+  JsonPrefix prefix;
+  EXPECT_TRUE(prefix.feed(out[2].content)) << out[2].content;
+  EXPECT_GE(out[1].usage.completion_tokens, 10);
+}
+
 TEST_P(ModelEngineTest, RequiredToolChoiceStartsTheAnswerWithACall) {
   auto e = engine(3);
   std::map<TaskId, Outcome> out;
