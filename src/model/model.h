@@ -86,9 +86,11 @@ class Model {
   // [ids.size(), vocab] for LogitsMode::all, row-major.
   virtual std::vector<float> forward(Sequence& seq, std::span<const int32_t> ids, LogitsMode mode) = 0;
   // One new token for each of several sequences in one pass (continuous batching): ids[i] is
-  // appended to seqs[i]; returns the logits [seqs.size(), vocab]. The same numbers as calling
-  // forward on each sequence alone; weight ops see all the rows at once, so each weight is read
-  // once per step instead of once per sequence. The default runs the sequences one by one.
+  // appended to seqs[i]; returns the logits [seqs.size(), vocab]: what forward gives each
+  // sequence alone, bit for bit on the CPU and for batches of up to 15 sequences on CUDA (16 and
+  // more rows take the tensor-core GEMM and attention, which sum in another order: equal within
+  // the op harness's budget). Weight ops see all the rows at once, so each weight is read once per
+  // step instead of once per sequence. The default runs the sequences one by one.
   virtual std::vector<float> forward_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids);
   // forward_batch, then one token per sequence sampled from its logits by specs[i]
   // (backend/sampling.h; the token the host Sampler would choose), or -1 where every token is
