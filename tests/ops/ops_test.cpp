@@ -583,12 +583,18 @@ TEST_F(CudaOps, MoeRouteAndExperts) {
 TEST_F(CudaOps, AttentionRowsOneLaunchForManySequences) {
   struct Case {
     int64_t D;
-    int n_heads, n_kv, window;
+    int n_heads, n_kv, window, n_seqs;
   };
+  // 7 sequences take the SIMT kernel split along the context; 70 sequences of 8 query heads per
+  // KV head (Gemma 4's global shape, D = 512; Qwen3.5-35B-A3B's, D = 256) the tensor-core kernel,
+  // one block per sequence and KV head, with or without a window.
   for (DType cache_type : {DType::f32, DType::q8_0})
-    for (const Case& c : {Case{256, 16, 8, 64}, Case{512, 16, 2, 0}, Case{16, 4, 1, 8}}) {
-      SCOPED_TRACE(std::string(dtype_name(cache_type)) + " D=" + std::to_string(c.D) + " window=" + std::to_string(c.window));
-      const std::vector<int64_t> pasts = {0, 5, 63, 64, 65, 200, 333};
+    for (const Case& c : {Case{256, 16, 8, 64, 7}, Case{512, 16, 2, 0, 7}, Case{16, 4, 1, 8, 7}, Case{512, 16, 2, 0, 70},
+                          Case{512, 16, 2, 100, 70}, Case{256, 16, 2, 0, 70}}) {
+      SCOPED_TRACE(std::string(dtype_name(cache_type)) + " D=" + std::to_string(c.D) + " window=" +
+                   std::to_string(c.window) + " sequences=" + std::to_string(c.n_seqs));
+      std::vector<int64_t> pasts = {0, 5, 63, 64, 65, 200, 333};
+      for (int64_t i = 7; i < c.n_seqs; ++i) pasts.push_back((i * 37) % 399);
       const int64_t B = static_cast<int64_t>(pasts.size());
       const int64_t rows = c.window > 0 ? c.window : 400;
       std::vector<Twin> kc, vc;

@@ -311,7 +311,8 @@ __global__ void kv_write_kernel(uint8_t* k_cache, uint8_t* v_cache, uint8_t* con
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.n_tokens == 0) return cudaSuccess;
   if (a.head_dim > kMaxChunks * 8 * kWarp || a.n_heads % a.n_kv_heads) return cudaErrorInvalidValue;
-  if (a.n_splits == 1 && !a.k_row_caches && flash_attention_applies(a.n_tokens, a.head_dim))
+  if (a.n_splits == 1 && (a.k_row_caches ? flash_decode_rows_apply(a.n_heads, a.n_kv_heads, a.head_dim)
+                                         : flash_attention_applies(a.n_tokens, a.head_dim)))
     return launch_flash_attention(a, stream);
   dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_heads), static_cast<unsigned>(a.n_splits));
   const size_t smem = static_cast<size_t>(kAttnWarps) * (a.head_dim + 2) * sizeof(float);

@@ -39,6 +39,11 @@ cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream);
 // up to 512 (CUDA builds only; HIP keeps the SIMT kernel).
 constexpr int64_t kFlashMinTokens = 16;
 bool flash_attention_applies(int64_t n_tokens, int64_t head_dim);
+// Batched decode (per-row caches) may take it too, one block per (sequence, KV head) with the
+// head's query heads as rows, when the group fills at least half of a block's rows (Gemma 4's
+// global layers). The caller decides whether there are enough (sequence, KV head) blocks and then
+// sets n_splits = 1.
+bool flash_decode_rows_apply(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
 cudaError_t launch_flash_attention(const AttentionArgs& args, cudaStream_t stream);
 // Writes k, v ([T, n_kv, D] f32) into cache rows positions[t] % cache_rows, converting to the
 // cache's type (f32, bf16 or q8_0); with k_row_caches / v_row_caches (device arrays), row t into

@@ -9,6 +9,11 @@
 // the output are the f32 ones up to summation order, as the op harness and the golden tests
 // require. The pieces are cut in registers from f32 tiles in shared memory.
 //
+// Batched decode (per-row caches, AttentionArgs::k_row_caches): a block takes one sequence's
+// decode row and one KV head, and its query rows are that head's group of query heads (Gemma 4's
+// global layers: 8 heads over D = 512), all at the sequence's position: the group's K/V rows are
+// read once for all its heads, where the SIMT kernel reads them once per head.
+//
 // Head dims up to 512 (Gemma 4's global layers) do not fit one warp's output registers, so the
 // block's 4 warps are QW query groups x DW slices of the head dim (DW = 1, 2, 4 for D <= 128,
 // 256, 512): each warp computes its slice's share of S, the shares are summed through shared
@@ -42,10 +47,11 @@ __device__ __forceinline__ void mma_pieces(float c[4], const uint32_t (&a)[kPiec
 
 struct FlashLayout {
   int D, DW, QW, rows, stride;  // stride: floats per shared row (D + 4: conflict-free fragments)
-  __host__ __device__ static FlashLayout of(int D) {
+  // by_group (batched decode): always 16 query rows (DW = 4), which a group of 8 heads half fills.
+  __host__ __device__ static FlashLayout of(int D, bool by_group = false) {
     FlashLayout l;
     l.D = D;
-    l.DW = D <= 128 ? 1 : D <= 256 ? 2 : 4;
+    l.DW = by_group || D > 256 ? 4 : D <= 128 ? 1 : 2;
     l.QW = kFlashWarps / l.DW;
     l.rows = 16 * l.QW;
     l.stride = D + 4;
@@ -63,7 +69,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
   enter_kernel();
   constexpr int kKeyTiles = kKeys / 8;
   extern __shared__ float smem[];
-  const FlashLayout L = FlashLayout::of(a.head_dim);
+  const FlashLayout L = FlashLayout::of(a.head_dim, a.k_row_caches != nullptr);
   const int D = a.head_dim;
   float* s_q = smem;                            // [rows][stride]
   float* s_k = s_q + L.rows * L.stride;         // [kKeys][stride]
@@ -73,24 +79,37 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int qw = warp / L.DW, dw = warp % L.DW;
   const int g = lane / 4, q = lane % 4;
-  const int h = blockIdx.y, kv = h / (a.n_heads / a.n_kv_heads);
-  const int t0 = blockIdx.x * L.rows;
-  const int64_t p0 = a.positions[0];
+  const int group = a.n_heads / a.n_kv_heads;
+  // Prefill: rows are tokens t0 + r of head h. Batched decode: rows are heads kv * group + r of
+  // sequence row `seq`, every one at the sequence's position.
+  const bool by_group = a.k_row_caches != nullptr;
+  const int seq = by_group ? blockIdx.x : 0;
+  const int h = by_group ? 0 : blockIdx.y, kv = by_group ? blockIdx.y : h / group;
+  const int t0 = by_group ? 0 : blockIdx.x * L.rows;
+  const int n_rows = by_group ? group : a.n_tokens - t0;  // rows of this block with a query
+  const int64_t p0 = a.positions[seq];  // the position of the first fresh key (row `seq`'s)
   const int slice = D / L.DW, d0 = dw * slice, out_tiles = slice / 8;
+  // Query row r of the block: its [D] input and output offset.
+  auto query_offset = [&](int r) -> int64_t {
+    return by_group ? (static_cast<int64_t>(seq) * a.n_heads + kv * group + r) * D
+                    : (static_cast<int64_t>(t0 + r) * a.n_heads + h) * D;
+  };
 
-  // Queries -> shared (rows past T are zero and never stored).
+  // Queries -> shared (rows past the block's queries are zero and never stored).
   for (int i = tid; i < L.rows * D; i += kFlashThreads) {
     const int r = i / D, d = i % D;
-    s_q[r * L.stride + d] = t0 + r < a.n_tokens ? a.q[(static_cast<int64_t>(t0 + r) * a.n_heads + h) * D + d] : 0.0f;
+    s_q[r * L.stride + d] = r < n_rows ? a.q[query_offset(r) + d] : 0.0f;
   }
   // The keys any of this block's queries sees.
-  const int last_t = min(t0 + L.rows, a.n_tokens) - 1;
-  const int64_t first_pos = p0 + t0, last_pos = p0 + last_t;
+  const int64_t first_pos = by_group ? p0 : p0 + t0;
+  const int64_t last_pos = by_group ? p0 : p0 + min(t0 + L.rows, a.n_tokens) - 1;
   const int64_t key_begin = a.window > 0 ? max(int64_t{0}, first_pos - a.window + 1) : 0;
   const int64_t key_end = last_pos + 1;
   // This thread's two query rows (g and g + 8 of its group) and their positions.
   const int row0 = qw * 16 + g;
-  const int64_t pos[2] = {p0 + t0 + row0, p0 + t0 + row0 + 8};
+  const int64_t pos[2] = {by_group ? p0 : p0 + t0 + row0, by_group ? p0 : p0 + t0 + row0 + 8};
+  const uint8_t* k_cache = by_group ? a.k_row_caches[seq] : a.k_cache;
+  const uint8_t* v_cache = by_group ? a.v_row_caches[seq] : a.v_cache;
 
   float o[kMaxOutTiles][4];
 #pragma unroll
@@ -120,10 +139,10 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
           for (int e = 0; e < 8; ++e) kv8[u][0][e] = kv8[u][1][e] = 0.0f;
         } else if (j < p0) {
           const int64_t row = (j % a.cache_rows) * cache_stride + kv * a.cache_row_bytes;
-          decode8<C>(a.k_cache + row, c, D, kv8[u][0]);
-          decode8<C>(a.v_cache + row, c, D, kv8[u][1]);
-        } else {
-          const int64_t row = (j - p0) * fresh_stride + static_cast<int64_t>(kv) * D + c;
+          decode8<C>(k_cache + row, c, D, kv8[u][0]);
+          decode8<C>(v_cache + row, c, D, kv8[u][1]);
+        } else {  // fresh row seq + (j - p0): prefill's step keys, or the sequence's own new key
+          const int64_t row = (seq + j - p0) * fresh_stride + static_cast<int64_t>(kv) * D + c;
           if (fresh_vector) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
@@ -278,9 +297,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int t = t0 + row0 + 8 * r;
-    if (t >= a.n_tokens) continue;
-    float* out = a.out + (static_cast<int64_t>(t) * a.n_heads + h) * D + d0;
+    if (row0 + 8 * r >= n_rows) continue;
+    float* out = a.out + query_offset(row0 + 8 * r) + d0;
 #pragma unroll
     for (int j = 0; j < kMaxOutTiles; ++j) {
       if (j >= out_tiles) break;
@@ -292,12 +310,14 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
 
 template <DType C, int kKeys, int kPieces>
 cudaError_t launch_flash(const AttentionArgs& a, cudaStream_t stream) {
-  const FlashLayout L = FlashLayout::of(a.head_dim);
+  const FlashLayout L = FlashLayout::of(a.head_dim, a.k_row_caches != nullptr);
   const size_t smem = flash_smem_bytes<kKeys>(L);
   auto kernel = flash_attention_kernel<C, kKeys, kPieces>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
-  const dim3 grid(static_cast<unsigned>((a.n_tokens + L.rows - 1) / L.rows), static_cast<unsigned>(a.n_heads));
+  const dim3 grid = a.k_row_caches ? dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads))
+                                   : dim3(static_cast<unsigned>((a.n_tokens + L.rows - 1) / L.rows),
+                                          static_cast<unsigned>(a.n_heads));
   return launch_kernel(kernel, grid, kFlashThreads, smem, stream, a);
 }
 
@@ -317,8 +337,19 @@ bool flash_attention_applies(int64_t n_tokens, int64_t head_dim) {
   return head_dim % (16 * DW) == 0 && head_dim / DW <= 8 * kMaxOutTiles;
 }
 
+bool flash_decode_rows_apply(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim) {
+  if (n_kv_heads <= 0 || n_heads % n_kv_heads || head_dim <= 0 || head_dim > 512 || head_dim % 64) return false;
+  // The group fills at least half the block's 16 query rows: 8 heads (Gemma 4's global layers,
+  // Qwen3.5-35B-A3B's attention layers), where the 2 of Gemma 4's sliding layers would waste most
+  // of the tensor work.
+  const int rows = FlashLayout::of(static_cast<int>(head_dim), true).rows;
+  return n_heads / n_kv_heads <= rows && 2 * (n_heads / n_kv_heads) >= rows;
+}
+
 cudaError_t launch_flash_attention(const AttentionArgs& a, cudaStream_t stream) {
-  if (!flash_attention_applies(a.n_tokens, a.head_dim) || a.n_splits != 1 || a.n_heads % a.n_kv_heads)
+  if (a.n_splits != 1 || a.n_heads % a.n_kv_heads) return cudaErrorInvalidValue;
+  if (a.k_row_caches ? !flash_decode_rows_apply(a.n_heads, a.n_kv_heads, a.head_dim)
+                     : !flash_attention_applies(a.n_tokens, a.head_dim))
     return cudaErrorInvalidValue;
   switch (a.cache_type) {
     case DType::f32: return launch_flash_cache<DType::f32>(a, stream);
@@ -331,6 +362,7 @@ cudaError_t launch_flash_attention(const AttentionArgs& a, cudaStream_t stream) 
 #else  // HIP: no mma.sync; prefill keeps the SIMT attention kernel
 
 bool flash_attention_applies(int64_t, int64_t) { return false; }
+bool flash_decode_rows_apply(int64_t, int64_t, int64_t) { return false; }
 cudaError_t launch_flash_attention(const AttentionArgs&, cudaStream_t) { return cudaErrorInvalidValue; }
 
 #endif

@@ -507,10 +507,14 @@ class CudaBackend final : public Backend {
     // exp), so only many warps in flight hide the latency. Each split keeps >= 16 keys. Measured
     // on the H200 (26B-A4B shape, 4k context): 64 splits at most and >= 256 keys per split left
     // attention at 0.5 ms per layer, half of the decode step.
-    // Prefill-sized steps of one sequence take the tensor-core kernel, which never splits.
+    // Prefill-sized steps of one sequence take the tensor-core kernel, which never splits; so do
+    // batched decode steps of layers whose query-head groups fill its rows (one block per
+    // sequence and KV head) when those blocks are at least half the SMs.
     int splits = 1;
     const int64_t target_blocks = 8 * static_cast<int64_t>(sm_count_);
-    if (blocks < target_blocks && (row_tables || !cuda::flash_attention_applies(T, D)))
+    const bool flash_rows = row_tables && cuda::flash_decode_rows_apply(p.n_heads, p.n_kv_heads, D) &&
+                            2 * T * p.n_kv_heads >= sm_count_;
+    if (!flash_rows && blocks < target_blocks && (row_tables || !cuda::flash_attention_applies(T, D)))
       splits = static_cast<int>(std::clamp<int64_t>((target_blocks + blocks - 1) / blocks, 1, std::max<int64_t>(1, max_keys / 16)));
     a.n_splits = splits;
     if (splits > 1) a.partial = workspace_floats(static_cast<size_t>(blocks) * splits * (D + 2));
