@@ -87,10 +87,11 @@ class Model {
   virtual std::vector<float> forward(Sequence& seq, std::span<const int32_t> ids, LogitsMode mode) = 0;
   // One new token for each of several sequences in one pass (continuous batching): ids[i] is
   // appended to seqs[i]; returns the logits [seqs.size(), vocab]: what forward gives each
-  // sequence alone, bit for bit on the CPU and for batches of up to 15 sequences on CUDA (16 and
-  // more rows take the tensor-core GEMM and attention, which sum in another order: equal within
-  // the op harness's budget). Weight ops see all the rows at once, so each weight is read once per
-  // step instead of once per sequence. The default runs the sequences one by one.
+  // sequence alone, bit for bit on the CPU. On CUDA equal up to summation order (within the op
+  // harness's budget): attention splits the context by how many rows the step has, and 16 or
+  // more rows take the tensor-core GEMM and attention. Weight ops see all the rows at once, so
+  // each weight is read once per step instead of once per sequence. The default runs the
+  // sequences one by one.
   virtual std::vector<float> forward_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids);
   // forward_batch, then one token per sequence sampled from its logits by specs[i]
   // (backend/sampling.h; the token the host Sampler would choose), or -1 where every token is

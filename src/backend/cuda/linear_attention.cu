@@ -217,9 +217,12 @@ template <int kSplit>
 cudaError_t launch_delta_rule_split(const DeltaRuleArgs& a, cudaStream_t stream) {
   constexpr int kCols = kDeltaThreads / kSplit;
   const dim3 grid(static_cast<unsigned>((a.dv + kCols - 1) / kCols), static_cast<unsigned>(a.n_v_heads));
-  // Tokens per stage: about 32 KB of shared memory (32 tokens at dk = 128), fewer for wide keys.
-  const int64_t by_width = 4096 / a.dk < 1 ? 1 : 4096 / a.dk;
-  const int stage = static_cast<int>(a.n_tokens < by_width ? a.n_tokens : by_width < 32 ? by_width : 32);
+  // Tokens per stage: at most 32, and at most ~32 KB of shared memory (4096 / dk tokens), so the
+  // launch stays under the 48 KB a block gets without opting in, whatever dk.
+  int64_t stage64 = 4096 / a.dk < 1 ? 1 : 4096 / a.dk;
+  if (stage64 > 32) stage64 = 32;
+  if (stage64 > a.n_tokens) stage64 = a.n_tokens;
+  const int stage = static_cast<int>(stage64);
   const size_t smem = sizeof(float) * static_cast<size_t>(stage) * (2 * a.dk + 2 + kCols);
   return launch_kernel(gated_delta_rule_kernel<kSplit>, grid, kDeltaThreads, smem, stream, a, stage);
 }
