@@ -737,9 +737,10 @@ class CudaBackend final : public Backend {
     OpTimer timer(*this, "sample", 4.0 * logits.numel());
     const auto B = static_cast<int64_t>(specs.size());
     if (logits.ndim != 2 || logits.dim(0) != B || !logits.is_contiguous() || logits.dtype != DType::f32 ||
-        logits.dim(1) <= 0 || logits.dim(1) > 0x7fffffff || out_ids.dtype != DType::i32 || out_ids.numel() != B)
-      fail("sample_rows: expected logits f32 [{}, V] and out_ids i32 [{}], got {} and {}", B, B, logits.describe(),
-           out_ids.describe());
+        logits.dim(1) <= 0 || logits.dim(1) > 0x7fffffff || out_ids.dtype != DType::i32 || out_ids.numel() != B ||
+        !out_ids.is_contiguous())
+      fail("sample_rows: expected logits f32 [{}, V] and contiguous out_ids i32 [{}], got {} and {}", B, B,
+           logits.describe(), out_ids.describe());
     require_device(logits, "sample_rows");
     require_device(out_ids, "sample_rows");
     if (capturing_) fail("sample_rows: not inside a captured graph (its inputs are copied in per call)");
