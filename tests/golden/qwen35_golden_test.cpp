@@ -244,17 +244,6 @@ TEST_P(Qwen35Golden, BatchedDecodeEqualsSeparateSequences) {
     model_->forward(*alone.back(), prompt, LogitsMode::last);
     model_->forward(*batched.back(), prompt, LogitsMode::last);
   }
-  auto state_bytes = [&](const Sequence& seq) {
-    std::vector<uint8_t> all;
-    for (const RecurrentView& r : seq.recurrent)
-      for (const Tensor* t : {&r.conv, &r.delta}) {
-        if (!t->data) continue;
-        std::vector<uint8_t> bytes(static_cast<size_t>(t->nbytes()));
-        backend_->copy_to_host(bytes.data(), *t);
-        all.insert(all.end(), bytes.begin(), bytes.end());
-      }
-    return all;
-  };
   for (int step = 0; step < 8; ++step) {
     std::vector<int> members = step >= 3 && step < 5 ? std::vector<int>{0, 2} : std::vector<int>{0, 1, 2};
     std::vector<Sequence*> seqs;
@@ -275,7 +264,8 @@ TEST_P(Qwen35Golden, BatchedDecodeEqualsSeparateSequences) {
   }
   for (int m = 0; m < 3; ++m) {
     EXPECT_EQ(alone[m]->n_past, batched[m]->n_past);
-    EXPECT_TRUE(state_bytes(*alone[m]) == state_bytes(*batched[m])) << "recurrent state of sequence " << m;
+    EXPECT_TRUE(test::sequence_state_bytes(*backend_, *alone[m]) == test::sequence_state_bytes(*backend_, *batched[m]))
+        << "KV rows and recurrent states of sequence " << m;
   }
 
   std::vector<SampleSpec> specs(3);

@@ -716,18 +716,14 @@ class CudaBackend final : public Backend {
     if (capturing_) fail("sample: not inside a captured graph (its inputs are copied in per call)");
     // The adjustments travel with the launch: a pageable-memory copy is staged before it returns.
     const size_t adjust_bytes = spec.adjust.size() * sizeof(SampleAdjust);
-    if (!sample_adjust_ || sample_adjust_->size() < adjust_bytes) {
-      check(cudaStreamSynchronize(stream_), "sample");
-      sample_adjust_ = std::make_unique<CudaBuffer>(std::max<size_t>(adjust_bytes, 4096), stream_);
-    }
+    void* device = sample_upload_buffer(adjust_bytes, "sample");
     if (adjust_bytes)
-      check(cudaMemcpyAsync(sample_adjust_->data(), spec.adjust.data(), adjust_bytes, cudaMemcpyHostToDevice, stream_),
-            "sample");
+      check(cudaMemcpyAsync(device, spec.adjust.data(), adjust_bytes, cudaMemcpyHostToDevice, stream_), "sample");
     cuda::SampleArgs a;
     a.logits = logits.ptr<float>();
     a.vocab = logits.numel();
     a.out = out_id.ptr<int32_t>();
-    a.adjust = static_cast<const SampleAdjust*>(sample_adjust_->data());
+    a.adjust = static_cast<const SampleAdjust*>(device);
     a.n_adjust = static_cast<int>(spec.adjust.size());
     a.p = spec;
     check(cuda::launch_sample(a, stream_), "sample");
@@ -750,11 +746,7 @@ class CudaBackend final : public Backend {
     for (const SampleSpec& s : specs) n_adjust += s.adjust.size();
     const size_t args_bytes = static_cast<size_t>(B) * sizeof(cuda::SampleArgs);
     const size_t bytes = args_bytes + n_adjust * sizeof(SampleAdjust);
-    if (!sample_adjust_ || sample_adjust_->size() < bytes) {
-      check(cudaStreamSynchronize(stream_), "sample_rows");  // a previous launch may still read the old buffer
-      sample_adjust_ = std::make_unique<CudaBuffer>(std::max<size_t>(bytes, 4096), stream_);
-    }
-    auto* device = static_cast<uint8_t*>(sample_adjust_->data());
+    auto* device = static_cast<uint8_t*>(sample_upload_buffer(bytes, "sample_rows"));
     std::vector<uint8_t> host(bytes);
     auto* args = reinterpret_cast<cuda::SampleArgs*>(host.data());
     size_t adjust_at = args_bytes;
@@ -845,6 +837,16 @@ class CudaBackend final : public Backend {
     a.q_scale = p.q_scale;
     a.l2_eps = p.l2_eps;
     check(cuda::launch_gated_delta_rule(a, stream_), op);
+  }
+
+  // The sampling ops' per-call upload (adjustments, row arguments): at least `bytes`, grown after
+  // a stream sync, since a previous launch may still read the old buffer.
+  void* sample_upload_buffer(size_t bytes, const char* op) {
+    if (!sample_adjust_ || sample_adjust_->size() < bytes) {
+      check(cudaStreamSynchronize(stream_), op);
+      sample_adjust_ = std::make_unique<CudaBuffer>(std::max<size_t>(bytes, 4096), stream_);
+    }
+    return sample_adjust_->data();
   }
 
   // Device scratch shared by ops within one call (attention partials, expert intermediates). It
