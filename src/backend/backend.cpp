@@ -13,6 +13,33 @@ void Backend::matmul_group(std::span<const Tensor> outs, const Tensor& x, std::s
   for (size_t i = 0; i < outs.size(); ++i) matmul(outs[i], x, *weights[i]);
 }
 
+void Backend::rms_norm_rope_group(std::span<const HeadNorm> parts, float eps, const Tensor& positions,
+                                  const Tensor& inv_freq) {
+  if (parts.empty() || parts.size() > 4) fail("rms_norm_rope_group: {} parts (1 to 4)", parts.size());
+  for (const HeadNorm& p : parts) {
+    if (p.rope)
+      rms_norm_rope(p.x, p.weight, p.gain, eps, positions, inv_freq);
+    else
+      rms_norm(p.x, p.x, p.weight, p.gain, eps);
+  }
+}
+
+void Backend::residual_update(Tensor h, const ResidualUpdate& u) {
+  if (u.terms.empty() || u.terms.size() > 2 || u.norms.size() > 4)
+    fail("residual_update: {} terms (1 or 2) and {} norms (at most 4)", u.terms.size(), u.norms.size());
+  for (const ResidualTerm& t : u.terms)
+    if (t.normed) rms_norm(t.x, t.x, t.weight, t.gain, u.eps);
+  const Tensor& branch = u.terms[0].x;
+  for (size_t i = 1; i < u.terms.size(); ++i) add(branch, branch, u.terms[i].x);
+  if (u.merge_weight) rms_norm(branch, branch, u.merge_weight, u.merge_gain, u.eps);
+  add(h, h, branch);
+  if (u.layer_scalar) scale_by(h, *u.layer_scalar);
+  for (const StreamNorm& n : u.norms) {
+    rms_norm(n.out, h, n.weight, n.gain, u.eps);
+    if (n.scale != 1.0f) scale(n.out, n.scale);
+  }
+}
+
 void Backend::attention_rows(Tensor out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
                              std::span<const KvView> caches, const Tensor& positions, const AttentionParams& params) {
   const int64_t B = static_cast<int64_t>(caches.size());

@@ -34,6 +34,37 @@ enum class NormGain {
 
 enum class Activation { gelu_tanh, silu };
 
+// The residual stream's update at the end of a block, with the norms the next ops read, as one
+// op (Backend::residual_update): a decode step runs it once per block where it ran up to five
+// row kernels (branch norms, the adds, the layer scalar, the next block's input norms).
+struct ResidualTerm {  // a branch output entering the stream: rms(x) * gain, or x as it is
+  Tensor x;            // [R, N]; scratch afterwards (the op may overwrite it)
+  const Tensor* weight = nullptr;
+  NormGain gain = NormGain::none;
+  bool normed = true;  // Gemma 4 norms each branch output; Qwen3.5 adds it raw
+};
+struct StreamNorm {  // out = rms(h) * gain * scale, from the updated h
+  Tensor out;        // [R, N]
+  const Tensor* weight = nullptr;
+  NormGain gain = NormGain::none;
+  float scale = 1.0f;
+};
+struct ResidualUpdate {
+  std::span<const ResidualTerm> terms;   // 1 or 2, summed in order
+  const Tensor* merge_weight = nullptr;  // the sum normed again with this gain (Gemma 4 MoE)
+  NormGain merge_gain = NormGain::none;
+  const Tensor* layer_scalar = nullptr;  // h *= scalar[0] after the add (a 1-element weight)
+  std::span<const StreamNorm> norms;     // at most 4
+  float eps = 1e-6f;
+};
+// One head-row norm of a step's projections for Backend::rms_norm_rope_group.
+struct HeadNorm {
+  Tensor x;  // [T, heads, D] contiguous, normed in place
+  const Tensor* weight = nullptr;
+  NormGain gain = NormGain::none;
+  bool rope = false;  // then rope(x, positions, inv_freq) after the norm
+};
+
 // Storage on a backend's device. Freed when the object dies.
 class DeviceBuffer {
  public:
@@ -130,6 +161,14 @@ class Backend {
     rms_norm(x, x, weight, gain, eps);
     rope(x, positions, inv_freq);
   }
+  // The head norms of one step's q, k and v (at most 4 parts, one positions / inv_freq), each as
+  // rms_norm_rope (rope) or rms_norm over its head rows.
+  virtual void rms_norm_rope_group(std::span<const HeadNorm> parts, float eps, const Tensor& positions,
+                                   const Tensor& inv_freq);
+  // h = (h + branch) * layer_scalar, with branch = the sum of u.terms (each rms(x) * gain when
+  // normed), normed again when u.merge_weight is set; then norms[j].out = rms(h) * gain_j * scale_j.
+  // The default runs rms_norm / add / scale_by / scale in that order (the CPU oracle's numerics).
+  virtual void residual_update(Tensor h, const ResidualUpdate& u);
 
   // out[t, m] = sum_k x[t, k] * weight[m, k].          out [T, M]; x [T, K]; weight [M, K]
   virtual void matmul(Tensor out, const Tensor& x, const Tensor& weight) = 0;

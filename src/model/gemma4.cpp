@@ -239,6 +239,10 @@ class Gemma4Model final : public Model {
         fresh_v[l] = arena.alloc(DType::f32, {T, c_.layers[l].n_kv_heads, c_.layers[l].head_dim});
       }
     const size_t layer_mark = arena.mark();
+    const float eps = c_.rms_norm_eps;
+    // x holds a layer's input norm: the first layer's from here, every later one's from the
+    // residual update that ends the layer before it.
+    b.rms_norm(x, h, &layers_[0].input_norm, NormGain::weight, eps);
     for (int64_t l = 0; l < L; ++l) {
       const Gemma4LayerConfig& lc = c_.layers[l];
       const Gemma4Layer& layer = layers_[l];
@@ -246,7 +250,6 @@ class Gemma4Model final : public Model {
       arena.rewind(layer_mark);  // this layer's temporaries reuse the previous layer's bytes
 
       // ---- attention ----
-      b.rms_norm(x, h, &layer.input_norm, NormGain::weight, c_.rms_norm_eps);
       Tensor q = arena.alloc(DType::f32, {T, nH, D});
       int64_t kv_layer = l;
       if (lc.kv_source_layer >= 0) {
@@ -260,9 +263,10 @@ class Gemma4Model final : public Model {
         const Tensor outs[] = {q.reshape({T, nH * D}), k.reshape({T, nKV * D}), v.reshape({T, nKV * D})};
         const Tensor* weights[] = {&layer.q_proj, &layer.k_proj, lc.value_from_key ? &layer.k_proj : &layer.v_proj};
         b.matmul_group(outs, x, weights);
-        b.rms_norm_rope(q, &layer.q_norm, NormGain::weight, c_.rms_norm_eps, positions, layer.inv_freq);
-        b.rms_norm_rope(k, &layer.k_norm, NormGain::weight, c_.rms_norm_eps, positions, layer.inv_freq);
-        b.rms_norm(v, v, nullptr, NormGain::none, c_.rms_norm_eps);  // v_norm has no gain
+        const HeadNorm head_norms[] = {{q, &layer.q_norm, NormGain::weight, true},
+                                       {k, &layer.k_norm, NormGain::weight, true},
+                                       {v, nullptr, NormGain::none, false}};  // v_norm has no gain
+        b.rms_norm_rope_group(head_norms, eps, positions, layer.inv_freq);
         fresh_k[l] = k;
         fresh_v[l] = v;
       }
@@ -288,11 +292,31 @@ class Gemma4Model final : public Model {
         }
       }
       b.matmul(tmp, attn.reshape({T, nH * D}), layer.o_proj);
-      b.add_rms_norm(h, tmp, &layer.post_attention_norm, NormGain::weight, c_.rms_norm_eps);
+
+      // h += post_attention_norm(attention), then the feed-forward's input norms of the new h:
+      // the dense MLP's; on MoE models also the router's (rms(h) * scale / sqrt(H): the residual,
+      // not the MLP's input) and the expert block's.
+      Tensor x_router, x_experts;
+      {
+        const ResidualTerm attention_out[] = {{tmp, &layer.post_attention_norm, NormGain::weight}};
+        StreamNorm ffn_inputs[3] = {{x, &layer.pre_feedforward_norm, NormGain::weight}};
+        size_t n_inputs = 1;
+        if (c_.enable_moe_block) {
+          x_router = arena.alloc(DType::f32, {T, H});
+          x_experts = arena.alloc(DType::f32, {T, H});
+          ffn_inputs[n_inputs++] = {x_router, &layer.router_scale, NormGain::weight,
+                                    static_cast<float>(1.0 / std::sqrt(static_cast<double>(H)))};
+          ffn_inputs[n_inputs++] = {x_experts, &layer.pre_feedforward_norm_2, NormGain::weight};
+        }
+        ResidualUpdate update;
+        update.terms = attention_out;
+        update.norms = std::span<const StreamNorm>(ffn_inputs, n_inputs);
+        update.eps = eps;
+        b.residual_update(h, update);
+      }
 
       // ---- feed-forward: dense MLP, plus the expert block on MoE models ----
       const int64_t I = lc.intermediate_size;
-      b.rms_norm(x, h, &layer.pre_feedforward_norm, NormGain::weight, c_.rms_norm_eps);
       Tensor gate = arena.alloc(DType::f32, {T, I});
       Tensor up = arena.alloc(DType::f32, {T, I});
       const Tensor gate_up[] = {gate, up};
@@ -301,33 +325,46 @@ class Gemma4Model final : public Model {
       b.gated_activation(gate, gate, up, Activation::gelu_tanh);
       Tensor mlp = arena.alloc(DType::f32, {T, H});
       b.matmul(mlp, gate, layer.down_proj);
+      // The block's output: the MLP's post norm; on MoE models the MLP and expert outputs each
+      // normed, summed and normed again (post_feedforward_norm).
+      ResidualTerm ffn_out[2] = {{mlp, &layer.post_feedforward_norm, NormGain::weight}};
+      ResidualUpdate update;
+      update.terms = std::span<const ResidualTerm>(ffn_out, 1);
+      update.eps = eps;
       if (c_.enable_moe_block) {
         const int64_t E = c_.num_experts, K = c_.top_k_experts;
-        b.rms_norm(mlp, mlp, &layer.post_feedforward_norm_1, NormGain::weight, c_.rms_norm_eps);
-        // Router on the residual h (not the pre-FFN-normed x): rms(h) * scale / sqrt(H).
-        b.rms_norm(x, h, &layer.router_scale, NormGain::weight, c_.rms_norm_eps);
-        b.scale(x, static_cast<float>(1.0 / std::sqrt(static_cast<double>(H))));
         Tensor router_logits = arena.alloc(DType::f32, {T, E});
-        b.matmul(router_logits, x, layer.router_proj);
+        b.matmul(router_logits, x_router, layer.router_proj);
         Tensor expert_weights = arena.alloc(DType::f32, {T, K});
         Tensor expert_ids = arena.alloc(DType::i32, {T, K});
         b.moe_route(expert_weights, expert_ids, router_logits, &layer.per_expert_scale);
-        b.rms_norm(x, h, &layer.pre_feedforward_norm_2, NormGain::weight, c_.rms_norm_eps);
-        b.moe_experts(tmp, x, layer.experts_gate_up, layer.experts_down, expert_ids, expert_weights,
+        b.moe_experts(tmp, x_experts, layer.experts_gate_up, layer.experts_down, expert_ids, expert_weights,
                       Activation::gelu_tanh);
-        b.add_rms_norm(mlp, tmp, &layer.post_feedforward_norm_2, NormGain::weight, c_.rms_norm_eps);
+        ffn_out[0].weight = &layer.post_feedforward_norm_1;
+        ffn_out[1] = {tmp, &layer.post_feedforward_norm_2, NormGain::weight};
+        update.terms = ffn_out;
+        update.merge_weight = &layer.post_feedforward_norm;
+        update.merge_gain = NormGain::weight;
       }
-      b.add_rms_norm(h, mlp, &layer.post_feedforward_norm, NormGain::weight, c_.rms_norm_eps);
-
-      // ---- per-layer embedding input (E2B/E4B) ----
+      // Then h *= layer_scalar and the next layer's input norm, after the per-layer embedding
+      // block where the model has one (E2B/E4B).
+      const StreamNorm next_input[] = {{x, l + 1 < L ? &layers_[l + 1].input_norm : nullptr, NormGain::weight}};
+      const std::span<const StreamNorm> next_norms(next_input, l + 1 < L ? 1 : 0);
+      ResidualTerm ple_out[1];
       if (P > 0) {
+        b.residual_update(h, update);
         Tensor g = arena.alloc(DType::f32, {T, P});
         b.matmul(g, h, layer.per_layer_input_gate);
         b.gated_activation(g, g, ple.narrow(1, l * P, P), Activation::gelu_tanh);
         b.matmul(tmp, g, layer.per_layer_projection);
-        b.add_rms_norm(h, tmp, &layer.post_per_layer_input_norm, NormGain::weight, c_.rms_norm_eps);
+        ple_out[0] = {tmp, &layer.post_per_layer_input_norm, NormGain::weight};
+        update = ResidualUpdate{};
+        update.terms = ple_out;
+        update.eps = eps;
       }
-      b.scale_by(h, layer.layer_scalar);
+      update.layer_scalar = &layer.layer_scalar;
+      update.norms = next_norms;
+      b.residual_update(h, update);
     }
     for (int64_t l = 0; l < L; ++l) {
       if (!writes_deferred_[l]) continue;

@@ -227,19 +227,29 @@ class Qwen35Model final : public Model {
     Tensor x = arena.alloc(DType::f32, {T, H});
     Tensor mixed = arena.alloc(DType::f32, {T, H});
     const size_t layer_mark = arena.mark();
-    for (int64_t l = 0; l < c_.num_layers; ++l) {
+    const int64_t L = c_.num_layers;
+    // h += mixer or MLP output (added as it is), then the norm the next block reads, in one op.
+    const ResidualTerm block_out[] = {{mixed, nullptr, NormGain::none, false}};
+    auto residual_add_then_norm = [&](const Tensor* next_norm) {
+      const StreamNorm norm[] = {{x, next_norm, NormGain::one_plus_weight}};
+      ResidualUpdate update;
+      update.terms = block_out;
+      update.norms = std::span<const StreamNorm>(norm, next_norm ? 1 : 0);
+      update.eps = c_.rms_norm_eps;
+      b.residual_update(h, update);
+    };
+    b.rms_norm(x, h, &layers_[0].input_norm, NormGain::one_plus_weight, c_.rms_norm_eps);
+    for (int64_t l = 0; l < L; ++l) {
       const Qwen35Layer& layer = layers_[l];
       arena.rewind(layer_mark);  // this layer's temporaries reuse the previous layer's bytes
-      b.rms_norm(x, h, &layer.input_norm, NormGain::one_plus_weight, c_.rms_norm_eps);
       if (c_.layer_types[l] == AttentionType::linear)
         gated_delta_net(arena, layer, l, parts, x, mixed);
       else
         gated_attention(arena, layer, l, parts, x, positions, mixed);
-      b.add(h, h, mixed);
       arena.rewind(layer_mark);  // the mixer's temporaries are dead
-      b.rms_norm(x, h, &layer.post_attention_norm, NormGain::one_plus_weight, c_.rms_norm_eps);
+      residual_add_then_norm(&layer.post_attention_norm);
       feed_forward(arena, layer, x, mixed);
-      b.add(h, h, mixed);
+      residual_add_then_norm(l + 1 < L ? &layers_[l + 1].input_norm : nullptr);
     }
     const int64_t n_out = mode == LogitsMode::all ? T : static_cast<int64_t>(parts.size());
     Tensor normed = arena.alloc(DType::f32, {n_out, H});

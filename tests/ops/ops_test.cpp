@@ -421,6 +421,101 @@ TEST_F(CudaOps, FusedAddRmsNormAndRmsNormRope) {
       }
 }
 
+// The residual update (one kernel on CUDA) against the CPU's default, which runs the ops it
+// replaces: one or two branch terms (normed or raw), the merge norm, the layer scalar, and up to
+// four norms of the new h with scales; strided views for h and a norm output.
+TEST_F(CudaOps, ResidualUpdateMatchesTheOpsItReplaces) {
+  struct Case {
+    int n_terms;
+    bool normed, merge, scalar;
+    int n_norms;
+  };
+  const Case cases[] = {{1, true, false, false, 3}, {2, true, true, true, 1},    {1, false, false, false, 1},
+                        {1, true, false, true, 0},  {2, false, false, false, 4}, {1, true, true, false, 2}};
+  for (const Case& c : cases)
+    for (int64_t rows : {1, 5})
+      for (int64_t cols : {64, 2816, 5376}) {
+        const std::string what = "residual_update terms=" + std::to_string(c.n_terms) +
+                                 " normed=" + std::to_string(c.normed) + " merge=" + std::to_string(c.merge) +
+                                 " scalar=" + std::to_string(c.scalar) + " norms=" + std::to_string(c.n_norms) +
+                                 " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols);
+        Twin h_wide = twin_random(DType::f32, {rows, 2 * cols}, 2.0f);
+        Tensor h_cpu = h_wide.cpu.narrow(1, cols, cols), h_gpu = h_wide.gpu.narrow(1, cols, cols);
+        std::vector<Twin> xs, ws, outs, out_ws;
+        for (int t = 0; t < c.n_terms; ++t) {
+          xs.push_back(twin_random(DType::f32, {rows, cols}, 3.0f));
+          ws.push_back(twin_random(t == 0 ? DType::bf16 : DType::f32, {cols}));
+        }
+        Twin merge_w = twin_random(DType::bf16, {cols}), scalar = twin_random(DType::bf16, {1}, 2.0f);
+        for (int n = 0; n < c.n_norms; ++n) {
+          outs.push_back(twin_output(DType::f32, {rows, cols}));
+          out_ws.push_back(twin_random(DType::bf16, {cols}));
+        }
+        auto run = [&](Backend& b, bool gpu) {
+          std::vector<ResidualTerm> terms;
+          std::vector<StreamNorm> norms;
+          const NormGain gains[] = {NormGain::weight, NormGain::one_plus_weight, NormGain::none, NormGain::weight};
+          for (int t = 0; t < c.n_terms; ++t)
+            terms.push_back({gpu ? xs[t].gpu : xs[t].cpu, gpu ? &ws[t].gpu : &ws[t].cpu, gains[t], c.normed});
+          for (int n = 0; n < c.n_norms; ++n)
+            norms.push_back({gpu ? outs[n].gpu : outs[n].cpu, gpu ? &out_ws[n].gpu : &out_ws[n].cpu, gains[n],
+                             n == 1 ? 0.0625f : 1.0f});
+          ResidualUpdate u;
+          u.terms = terms;
+          if (c.merge) u.merge_weight = gpu ? &merge_w.gpu : &merge_w.cpu, u.merge_gain = NormGain::one_plus_weight;
+          if (c.scalar) u.layer_scalar = gpu ? &scalar.gpu : &scalar.cpu;
+          u.norms = norms;
+          u.eps = 1e-6f;
+          b.residual_update(gpu ? h_gpu : h_cpu, u);
+        };
+        run(*cpu_, false);
+        run(*gpu_, true);
+        // Up to four reductions in a row (terms, merge, h): each adds the sum-order budget.
+        expect_close(h_wide, kSumBudget * 4, what + " (h)");
+        for (int n = 0; n < c.n_norms; ++n)
+          expect_close(outs[n], kSumBudget * 5, what + " (norm " + std::to_string(n) + ")");
+      }
+  // Bad arguments: a clear error, not a launch.
+  Twin h = twin_random(DType::f32, {2, 64}), x = twin_random(DType::f32, {2, 32});
+  const ResidualTerm wrong_width[] = {{x.gpu, nullptr, NormGain::none, true}};
+  ResidualUpdate u;
+  u.terms = wrong_width;
+  EXPECT_ERROR_HAS(gpu_->residual_update(h.gpu, u), "residual_update");
+  u.terms = {};
+  EXPECT_ERROR_HAS(gpu_->residual_update(h.gpu, u), "residual_update");
+}
+
+// q, k and v head norms in one launch (Gemma 4: q and k with gain and RoPE, v without gain)
+// against the CPU's rms_norm_rope / rms_norm one by one.
+TEST_F(CudaOps, RmsNormRopeGroupMatchesThePartsOneByOne) {
+  for (int64_t D : {256, 512})
+    for (int64_t T : {1, 4}) {
+      const int64_t half = D / 2;
+      std::vector<float> freq(half);
+      for (int64_t i = 0; i < half; ++i) freq[i] = 1.0f / std::pow(1e6f, static_cast<float>(2 * i) / D);
+      Twin inv = twin_bytes(DType::f32, {half}, freq.data());
+      Twin pos = twin_positions(777 + T, T);
+      Twin q = twin_random(DType::f32, {T, 16, D}, 3.0f), k = twin_random(DType::f32, {T, D == 512 ? 2 : 8, D}, 3.0f);
+      Twin v = twin_random(DType::f32, {T, D == 512 ? 2 : 8, D}, 3.0f);
+      Twin qw = twin_random(DType::bf16, {D}), kw = twin_random(DType::f32, {D});
+      for (bool gpu : {false, true}) {
+        Backend& b = gpu ? *gpu_ : *cpu_;
+        const HeadNorm parts[] = {{gpu ? q.gpu : q.cpu, gpu ? &qw.gpu : &qw.cpu, NormGain::weight, true},
+                                  {gpu ? k.gpu : k.cpu, gpu ? &kw.gpu : &kw.cpu, NormGain::one_plus_weight, true},
+                                  {gpu ? v.gpu : v.cpu, nullptr, NormGain::none, false}};
+        b.rms_norm_rope_group(parts, 1e-6f, gpu ? pos.gpu : pos.cpu, gpu ? inv.gpu : inv.cpu);
+      }
+      const std::string what = "rms_norm_rope_group D=" + std::to_string(D) + " T=" + std::to_string(T);
+      expect_close(q, kSumBudget + kUlpBudget * 8, what + " (q)");
+      expect_close(k, kSumBudget + kUlpBudget * 8, what + " (k)");
+      expect_close(v, kSumBudget, what + " (v)");
+    }
+  Twin a = twin_random(DType::f32, {2, 4, 64}), b = twin_random(DType::f32, {3, 4, 64});
+  Twin inv = twin_random(DType::f32, {32}), pos = twin_positions(0, 2);
+  const HeadNorm mismatched[] = {{a.gpu, nullptr, NormGain::none, false}, {b.gpu, nullptr, NormGain::none, false}};
+  EXPECT_ERROR_HAS(gpu_->rms_norm_rope_group(mismatched, 1e-6f, pos.gpu, inv.gpu), "tokens");
+}
+
 TEST_F(CudaOps, RopeStandardProportionalAndPartial) {
   for (int64_t D : {16, 256, 512})
     for (int64_t half : {D / 2, D / 8})  // full span, or a partial rotated span (Qwen: 64 of 256)

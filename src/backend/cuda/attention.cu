@@ -252,7 +252,9 @@ __global__ void attention_merge_kernel(AttentionArgs a) {
   }
 }
 
-// One warp per (token, KV head): converts the row to the cache's element type.
+// One block per (token, KV head), one thread per element of the head row (D rounded up to whole
+// 32-value Q8_0 blocks): the K and V elements are loaded at once, so a write costs one memory
+// round trip. (A warp walking the row's blocks one after another took ~13 us for D = 512.)
 __global__ void kv_write_kernel(uint8_t* k_cache, uint8_t* v_cache, uint8_t* const* k_row_caches,
                                 uint8_t* const* v_row_caches, DType type, int64_t cache_rows, int64_t row_bytes,
                                 const float* k, const float* v, const int32_t* positions, int64_t n_tokens,
@@ -267,41 +269,33 @@ __global__ void kv_write_kernel(uint8_t* k_cache, uint8_t* v_cache, uint8_t* con
     // ring row later: only the last writer of each row writes, as the sequential CPU loop ends up.
     return;
   }
-  const int lane = threadIdx.x;
-  const int64_t row = positions[t] % cache_rows;
-  for (int which = 0; which < 2; ++which) {
-    const float* src = (which ? v : k) + (t * n_kv + head) * D;
-    uint8_t* dst = (which ? v_cache : k_cache) + (row * n_kv + head) * row_bytes;
-    if (type == DType::f32) {
-      for (int64_t d = lane; d < D; d += kWarp) reinterpret_cast<float*>(dst)[d] = src[d];
-    } else if (type == DType::bf16) {
-      for (int64_t d = lane; d < D; d += kWarp)
-        reinterpret_cast<uint16_t*>(dst)[d] = gpu::float_to_bf16_bits(src[d]);
-    } else {  // q8_0, as quantize_row_q8_0_ref: d = amax / 127, q = round(x / d), f16 scale
-      // 32 lanes per 32-value block: a wave64 warp does two blocks per step. The max stays within
-      // each block's 32 lanes (xor offsets below 32), and every lane runs every step, so the
-      // shuffles see converged lanes.
-      constexpr int kBlocksPerStep = kWarp / 32;
-      const int lane_block = kBlocksPerStep == 1 ? 0 : lane / 32, in_block = kBlocksPerStep == 1 ? lane : lane % 32;
-      const int64_t n_blocks = (D + 31) / 32;
-      for (int64_t step = 0; step < n_blocks; step += kBlocksPerStep) {
-        const int64_t b = step + lane_block;
-        const int64_t i = b * 32 + in_block;
-        const float x = b < n_blocks && i < D ? src[i] : 0.0f;  // padded lanes hold code 0
-        float amax = fabsf(x);
+  const int64_t row = positions[t] % cache_rows, i = threadIdx.x;
+  const int64_t src_offset = (t * n_kv + head) * D, dst_offset = (row * n_kv + head) * row_bytes;
+  const float values[2] = {i < D ? k[src_offset + i] : 0.0f, i < D ? v[src_offset + i] : 0.0f};  // past D: code 0
 #pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, gpu::shfl_xor(amax, offset));
-        const float d = amax / 127.0f;
-        const float id = d != 0.0f ? 1.0f / d : 0.0f;
-        if (b >= n_blocks) continue;
-        uint8_t* block = dst + b * 34;
-        const float qf = fminf(fmaxf(roundf(x * id), -128.0f), 127.0f);
-        block[2 + in_block] = static_cast<uint8_t>(static_cast<int8_t>(qf));
-        // One 16-bit store of the scale (rows are 34-byte blocks from a cudaMalloc base, so it is
-        // aligned). Two byte stores of the half's bits lost the low byte on sm_90a with nvcc 13.0
-        // (the ops harness caught it: every scale's low byte read back 0).
-        if (in_block == 0) *reinterpret_cast<uint16_t*>(block) = gpu::float_to_f16_bits(d);
-      }
+  for (int which = 0; which < 2; ++which) {
+    const float x = values[which];
+    uint8_t* dst = (which ? v_cache : k_cache) + dst_offset;
+    if (type == DType::f32) {
+      if (i < D) reinterpret_cast<float*>(dst)[i] = x;
+    } else if (type == DType::bf16) {
+      if (i < D) reinterpret_cast<uint16_t*>(dst)[i] = gpu::float_to_bf16_bits(x);
+    } else {  // q8_0, as quantize_row_q8_0_ref: d = amax / 127, q = round(x / d), f16 scale
+      // Each 32 consecutive threads hold one block (a wave64 wave holds two: the xor offsets
+      // below 32 keep the max within each block).
+      float amax = fabsf(x);
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, gpu::shfl_xor(amax, offset));
+      const float d = amax / 127.0f;
+      const float id = d != 0.0f ? 1.0f / d : 0.0f;
+      if (i >= (D + 31) / 32 * 32) continue;  // a wave64 wave's idle half past the row
+      uint8_t* block = dst + (i / 32) * 34;
+      const float qf = fminf(fmaxf(roundf(x * id), -128.0f), 127.0f);
+      block[2 + i % 32] = static_cast<uint8_t>(static_cast<int8_t>(qf));
+      // One 16-bit store of the scale (rows are 34-byte blocks from a cudaMalloc base, so it is
+      // aligned). Two byte stores of the half's bits lost the low byte on sm_90a with nvcc 13.0
+      // (the ops harness caught it: every scale's low byte read back 0).
+      if (i % 32 == 0) *reinterpret_cast<uint16_t*>(block) = gpu::float_to_f16_bits(d);
     }
   }
 }
@@ -335,7 +329,11 @@ cudaError_t launch_kv_write(uint8_t* k_cache, uint8_t* v_cache, DType cache_type
                             uint8_t* const* k_row_caches, uint8_t* const* v_row_caches) {
   if (n_tokens == 0) return cudaSuccess;
   if (cache_type != DType::f32 && cache_type != DType::bf16 && cache_type != DType::q8_0) return cudaErrorInvalidValue;
-  return launch_kernel(kv_write_kernel, static_cast<unsigned>(n_tokens * n_kv_heads), kWarp, 0, stream, k_cache,
+  // Whole 32-value blocks of threads (and whole warps: the Q8_0 max is a warp shuffle).
+  const int64_t threads = (head_dim + 31) / 32 * 32;
+  if (threads > 1024) return cudaErrorInvalidValue;
+  const unsigned block = static_cast<unsigned>((threads + kWarp - 1) / kWarp * kWarp);
+  return launch_kernel(kv_write_kernel, static_cast<unsigned>(n_tokens * n_kv_heads), block, 0, stream, k_cache,
                        v_cache, k_row_caches, v_row_caches, cache_type, cache_rows, cache_row_bytes, k, v, positions,
                        n_tokens, n_kv_heads, head_dim);
 }

@@ -315,6 +315,94 @@ class CudaBackend final : public Backend {
           "rms_norm_rope");
   }
 
+  void rms_norm_rope_group(std::span<const HeadNorm> parts, float eps, const Tensor& positions,
+                           const Tensor& inv_freq) override {
+    if (parts.empty() || parts.size() > cuda::kMaxHeadNormParts)
+      fail("rms_norm_rope_group: {} parts (1 to {})", parts.size(), cuda::kMaxHeadNormParts);
+    double bytes = 0;
+    for (const HeadNorm& p : parts) bytes += 2.0 * p.x.numel() * 4;
+    OpTimer timer(*this, "rms_norm_rope", bytes);
+    cuda::HeadNormPart args[cuda::kMaxHeadNormParts];
+    const int64_t T = parts[0].x.ndim == 3 ? parts[0].x.dim(0) : -1;
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const HeadNorm& p = parts[i];
+      if (p.rope) {
+        check_rope(p.x, positions, inv_freq, "rms_norm_rope_group");
+      } else if (p.x.ndim != 3 || !p.x.is_contiguous()) {
+        fail("rms_norm_rope_group: expected a contiguous x [T, heads, D], got {}", p.x.describe());
+      } else {
+        f32_rows(p.x, "rms_norm_rope_group");
+      }
+      if (p.x.dim(0) != T) fail("rms_norm_rope_group: part {} has {} tokens, part 0 has {}", i, p.x.dim(0), T);
+      check_gain(p.weight, p.gain, p.x.dim(2), "rms_norm_rope_group");
+      args[i] = {p.x.ptr<float>(),
+                 p.x.dim(1),
+                 p.x.dim(2),
+                 p.weight ? p.weight->data : nullptr,
+                 p.weight ? p.weight->dtype : DType::f32,
+                 static_cast<cuda::Gain>(p.gain),
+                 p.rope};
+    }
+    check(cuda::launch_rms_norm_rope_group(args, static_cast<int>(parts.size()), T, eps, positions.ptr<int32_t>(),
+                                           inv_freq.ptr<float>(), inv_freq.numel(), stream_),
+          "rms_norm_rope_group");
+  }
+
+  void residual_update(Tensor h, const ResidualUpdate& u) override {
+    if (u.terms.empty() || u.terms.size() > cuda::kMaxResidualTerms || u.norms.size() > cuda::kMaxStreamNorms)
+      fail("residual_update: {} terms (1 to {}) and {} norms (at most {})", u.terms.size(), cuda::kMaxResidualTerms,
+           u.norms.size(), cuda::kMaxStreamNorms);
+    F32Rows hr = f32_rows(h, "residual_update");
+    OpTimer timer(*this, "residual_update", 4.0 * hr.rows * hr.cols * (2 + 2 * u.terms.size() + u.norms.size()));
+    cuda::ResidualUpdateArgs a;
+    a.h = hr.data;
+    a.h_stride = hr.stride;
+    a.rows = hr.rows;
+    a.cols = hr.cols;
+    a.eps = u.eps;
+    a.n_terms = static_cast<int>(u.terms.size());
+    for (size_t i = 0; i < u.terms.size(); ++i) {
+      const ResidualTerm& t = u.terms[i];
+      F32Rows r = f32_rows(t.x, "residual_update");
+      same_shape(hr, r, "residual_update");
+      if (t.normed) check_gain(t.weight, t.gain, hr.cols, "residual_update");
+      a.terms[i] = {r.data,
+                    r.stride,
+                    t.weight ? t.weight->data : nullptr,
+                    t.weight ? t.weight->dtype : DType::f32,
+                    static_cast<cuda::Gain>(t.normed ? t.gain : NormGain::none),
+                    t.normed};
+    }
+    if (u.merge_weight) {
+      check_gain(u.merge_weight, u.merge_gain, hr.cols, "residual_update");
+      a.merge = true;
+      a.merge_weight = u.merge_weight->data;
+      a.merge_type = u.merge_weight->dtype;
+      a.merge_gain = static_cast<cuda::Gain>(u.merge_gain);
+    }
+    if (u.layer_scalar) {
+      require_device(*u.layer_scalar, "residual_update");
+      if (u.layer_scalar->numel() != 1)
+        fail("residual_update: expected a 1-element layer scalar, got {}", u.layer_scalar->describe());
+      a.scalar = u.layer_scalar->data;
+      a.scalar_type = u.layer_scalar->dtype;
+    }
+    a.n_norms = static_cast<int>(u.norms.size());
+    for (size_t i = 0; i < u.norms.size(); ++i) {
+      const StreamNorm& n = u.norms[i];
+      F32Rows r = f32_rows(n.out, "residual_update");
+      same_shape(hr, r, "residual_update");
+      check_gain(n.weight, n.gain, hr.cols, "residual_update");
+      a.norms[i] = {r.data,
+                    r.stride,
+                    n.weight ? n.weight->data : nullptr,
+                    n.weight ? n.weight->dtype : DType::f32,
+                    static_cast<cuda::Gain>(n.gain),
+                    n.scale};
+    }
+    check(cuda::launch_residual_update(a, stream_), "residual_update");
+  }
+
   void matmul_group(std::span<const Tensor> outs, const Tensor& x, std::span<const Tensor* const> weights) override {
     // One launch for a decode step's projections of one input; anything else, one matmul each.
     bool grouped = outs.size() == weights.size() && !outs.empty() && outs.size() <= cuda::kMaxMatvecSegments &&

@@ -61,6 +61,92 @@ __global__ void rms_norm_rope_kernel(float* x, int64_t heads, int64_t head_dim, 
 
 int norm_threads(int64_t cols) { return cols >= 1024 ? 1024 : cols >= 256 ? 256 : 64; }
 
+struct HeadNormParts {
+  HeadNormPart part[kMaxHeadNormParts];
+  int64_t first_block[kMaxHeadNormParts + 1];  // part p owns blocks [first_block[p], first_block[p + 1])
+  int n;
+};
+
+// rms_norm_rope_kernel over several tensors: block b is a (token, head) row of the part whose
+// block range holds b; parts without rope are only normed.
+__global__ void rms_norm_rope_group_kernel(HeadNormParts parts, float eps, const int32_t* positions,
+                                           const float* inv_freq, int64_t half) {
+  enter_kernel();
+  int p = 0;
+  while (p + 1 < parts.n && blockIdx.x >= parts.first_block[p + 1]) ++p;
+  const HeadNormPart& part = parts.part[p];
+  const int64_t row = blockIdx.x - parts.first_block[p], D = part.head_dim;
+  const uint8_t* weight = static_cast<const uint8_t*>(part.weight);
+  float* v = part.x + row * D;
+  const float inv = rms_inverse(v, D, eps);
+  __syncthreads();  // every thread has read the row before any writes it
+  const int64_t rope_half = part.rope ? half : 0;
+  const float pos = part.rope ? static_cast<float>(positions[row / part.heads]) : 0.0f;
+  for (int64_t i = threadIdx.x; i < rope_half; i += blockDim.x) {
+    float s, c;
+    sincosf(inv_freq[i] * pos, &s, &c);
+    const float a = apply_gain(v[i] * inv, weight, part.weight_type, part.gain, i);
+    const float b = apply_gain(v[i + rope_half] * inv, weight, part.weight_type, part.gain, i + rope_half);
+    v[i] = a * c - b * s;
+    v[i + rope_half] = b * c + a * s;
+  }
+  for (int64_t i = 2 * rope_half + threadIdx.x; i < D; i += blockDim.x)
+    v[i] = apply_gain(v[i] * inv, weight, part.weight_type, part.gain, i);
+}
+
+// Backend::residual_update, one block per row, in the default's order of operations (each term
+// normed, summed, the sum normed, added to h, scaled; then the norms of h), so that only the
+// reductions' summation order differs from the CPU oracle. Each pass reads back what the same
+// thread wrote in the pass before (the same i), so only the reductions need the block.
+__global__ void residual_update_kernel(ResidualUpdateArgs a) {
+  enter_kernel();
+  const int64_t row = blockIdx.x, cols = a.cols;
+  float inv[kMaxResidualTerms];
+  for (int t = 0; t < a.n_terms; ++t)
+    inv[t] = a.terms[t].normed ? rms_inverse(a.terms[t].x + row * a.terms[t].stride, cols, a.eps) : 1.0f;
+  // The branch: the (normed) terms summed, into term 0's row; its sum of squares for the merge.
+  float* branch = a.terms[0].x + row * a.terms[0].stride;
+  float branch_sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    float sum = 0.0f;
+    for (int t = 0; t < a.n_terms; ++t) {
+      const ResidualTermArgs& term = a.terms[t];
+      const float x = term.x[row * term.stride + i];
+      const float v =
+          term.normed ? apply_gain(x * inv[t], static_cast<const uint8_t*>(term.weight), term.weight_type, term.gain, i)
+                      : x;
+      sum = t == 0 ? v : sum + v;
+    }
+    branch[i] = sum;
+    branch_sq += sum * sum;
+  }
+  float merge_inv = 1.0f;
+  if (a.merge) merge_inv = powf(block_sum(branch_sq) / static_cast<float>(cols) + a.eps, -0.5f);
+  const float scalar = a.scalar ? load_weight(static_cast<const uint8_t*>(a.scalar), 0, a.scalar_type) : 1.0f;
+  float* h = a.h + row * a.h_stride;
+  float h_sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+    float v = branch[i];
+    if (a.merge)
+      v = apply_gain(v * merge_inv, static_cast<const uint8_t*>(a.merge_weight), a.merge_type, a.merge_gain, i);
+    float updated = h[i] + v;
+    if (a.scalar) updated = updated * scalar;
+    h[i] = updated;
+    h_sq += updated * updated;
+  }
+  if (a.n_norms == 0) return;
+  const float h_inv = powf(block_sum(h_sq) / static_cast<float>(cols) + a.eps, -0.5f);
+  for (int n = 0; n < a.n_norms; ++n) {
+    const StreamNormArgs& norm = a.norms[n];
+    float* out = norm.out + row * norm.stride;
+    for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) {
+      float v = apply_gain(h[i] * h_inv, static_cast<const uint8_t*>(norm.weight), norm.weight_type, norm.gain, i);
+      if (norm.scale != 1.0f) v = v * norm.scale;
+      out[i] = v;
+    }
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_rms_norm(float* out, int64_t out_stride, const float* x, int64_t x_stride, int64_t rows,
@@ -79,6 +165,32 @@ cudaError_t launch_rms_norm_rope(float* x, int64_t n_tokens, int64_t heads, int6
   return launch_kernel(rms_norm_rope_kernel, static_cast<unsigned>(n_tokens * heads), norm_threads(head_dim), 0, stream,
                        x, heads, head_dim, static_cast<const uint8_t*>(weight), weight_type, gain, eps, positions,
                        inv_freq, half);
+}
+
+cudaError_t launch_rms_norm_rope_group(const HeadNormPart* parts, int n_parts, int64_t n_tokens, float eps,
+                                       const int32_t* positions, const float* inv_freq, int64_t half,
+                                       cudaStream_t stream) {
+  if (n_parts <= 0 || n_parts > kMaxHeadNormParts) return cudaErrorInvalidValue;
+  HeadNormParts group{};
+  int64_t blocks = 0, widest = 0;
+  for (int p = 0; p < n_parts; ++p) {
+    group.part[p] = parts[p];
+    group.first_block[p] = blocks;
+    blocks += n_tokens * parts[p].heads;
+    widest = parts[p].head_dim > widest ? parts[p].head_dim : widest;
+  }
+  group.first_block[n_parts] = blocks;
+  group.n = n_parts;
+  if (blocks == 0) return cudaSuccess;
+  return launch_kernel(rms_norm_rope_group_kernel, static_cast<unsigned>(blocks), norm_threads(widest), 0, stream,
+                       group, eps, positions, inv_freq, half);
+}
+
+cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t stream) {
+  if (a.n_terms <= 0 || a.n_terms > kMaxResidualTerms || a.n_norms < 0 || a.n_norms > kMaxStreamNorms)
+    return cudaErrorInvalidValue;
+  if (a.rows == 0) return cudaSuccess;
+  return launch_kernel(residual_update_kernel, static_cast<unsigned>(a.rows), norm_threads(a.cols), 0, stream, a);
 }
 
 }  // namespace fl::cuda

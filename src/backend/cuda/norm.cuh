@@ -23,4 +23,55 @@ cudaError_t launch_rms_norm_rope(float* x, int64_t n_tokens, int64_t heads, int6
                                  DType weight_type, Gain gain, float eps, const int32_t* positions,
                                  const float* inv_freq, int64_t half, cudaStream_t stream);
 
+// One part of launch_rms_norm_rope_group: x [T, heads, D] contiguous, in place.
+struct HeadNormPart {
+  float* x = nullptr;
+  int64_t heads = 0, head_dim = 0;
+  const void* weight = nullptr;
+  DType weight_type = DType::f32;
+  Gain gain = Gain::none;
+  bool rope = false;  // with positions / inv_freq / half of the launch
+};
+constexpr int kMaxHeadNormParts = 4;
+// Every part's head rows normed (and RoPE'd where asked) in one launch.
+cudaError_t launch_rms_norm_rope_group(const HeadNormPart* parts, int n_parts, int64_t n_tokens, float eps,
+                                       const int32_t* positions, const float* inv_freq, int64_t half,
+                                       cudaStream_t stream);
+
+// launch_residual_update's arguments: Backend::residual_update with device pointers and element
+// strides; every matrix [rows, cols].
+struct ResidualTermArgs {
+  float* x = nullptr;
+  int64_t stride = 0;
+  const void* weight = nullptr;
+  DType weight_type = DType::f32;
+  Gain gain = Gain::none;
+  bool normed = true;
+};
+struct StreamNormArgs {
+  float* out = nullptr;
+  int64_t stride = 0;
+  const void* weight = nullptr;
+  DType weight_type = DType::f32;
+  Gain gain = Gain::none;
+  float scale = 1.0f;
+};
+constexpr int kMaxResidualTerms = 2, kMaxStreamNorms = 4;
+struct ResidualUpdateArgs {
+  float* h = nullptr;
+  int64_t h_stride = 0, rows = 0, cols = 0;
+  float eps = 0.0f;
+  int n_terms = 0;
+  ResidualTermArgs terms[kMaxResidualTerms];
+  bool merge = false;
+  const void* merge_weight = nullptr;
+  DType merge_type = DType::f32;
+  Gain merge_gain = Gain::none;
+  const void* scalar = nullptr;  // null: no layer scalar
+  DType scalar_type = DType::f32;
+  int n_norms = 0;
+  StreamNormArgs norms[kMaxStreamNorms];
+};
+cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t stream);
+
 }  // namespace fl::cuda
