@@ -165,10 +165,11 @@ TEST_F(CudaOps, MatmulEveryFormatAndOddShape) {
 // Batch-1 decode matvecs give each warp 1, 2 or 4 rows depending on how many blocks the grid
 // would have (matmul.cu): only matrices of thousands of rows take the 2- and 4-row kernels, and
 // an x that is not 16-byte aligned (here a view one float into its buffer) takes the scalar loads.
+// (HFQ4 picks by warps: 2050 rows take 2 per warp, 4100 and 8453 take 4.)
 TEST_F(CudaOps, MatmulSingleInputRowsPerWarpAndUnalignedX) {
   for (DType type : kWeightTypes) {
     if (!has_quant_format(type)) continue;
-    for (int64_t M : {4100, 8453})  // 2 rows per warp, 4 rows per warp; neither a multiple of 32
+    for (int64_t M : {2050, 4100, 8453})  // neither a multiple of 32
       for (int64_t K : {704, 2112})
         for (bool aligned : {true, false}) {
           // The plain formats share the chunk code path: one K is enough (the CPU oracle's f32
@@ -184,6 +185,24 @@ TEST_F(CudaOps, MatmulSingleInputRowsPerWarpAndUnalignedX) {
                            (aligned ? " aligned x" : " unaligned x"));
         }
   }
+}
+
+// A row's product must not depend on how many inputs share the launch (batched decode gives
+// each sequence what it gets alone, bit for bit): on HFQ4 one input runs the rows kernel, 2-15
+// the tokens kernel, which must do the same arithmetic in the same order.
+TEST_F(CudaOps, MatmulHfq4RowsIndependentOfInputCount) {
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
+    for (int64_t K : {127, 704, 2816})
+      for (int64_t M : {130, 2050, 4100}) {
+        const int64_t T = 5;
+        Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {T, K});
+        Twin together = twin_output(DType::f32, {T, M}), alone = twin_output(DType::f32, {T, M});
+        gpu_->matmul(together.gpu, x.gpu, w.gpu);
+        for (int64_t t = 0; t < T; ++t) gpu_->matmul(alone.gpu.slice(t, t + 1), x.gpu.slice(t, t + 1), w.gpu);
+        const std::vector<uint8_t> a = gpu_bytes(together), b = gpu_bytes(alone);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0) << dtype_name(type) << " M=" << M << " K=" << K << ": "
+                                                                << T << " inputs in one launch differ from one by one";
+      }
 }
 
 // Many inputs on HFQ4 weights take the tensor-core GEMM (matmul_mma.cu: 64 inputs x 128 rows per

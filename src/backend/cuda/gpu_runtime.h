@@ -168,6 +168,12 @@ __device__ __forceinline__ float mul_add_unfused(float a, float b, float c) {
 #endif
 }
 
+// Bytes of the pair (b:a) picked by the selector's four nibbles (0-3: a's bytes, 4-7: b's), as
+// CUDA's PRMT; HIP has the same intrinsic.
+__device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {
+  return __byte_perm(a, b, selector);
+}
+
 // IEEE half and bfloat16 as raw bits (the backend stores both as uint16_t).
 __device__ __forceinline__ float f16_bits_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
 __device__ __forceinline__ uint16_t float_to_f16_bits(float v) { return __half_as_ushort(__float2half_rn(v)); }

@@ -13,6 +13,14 @@
 // matvec_kernel (several inputs: prefill and batched decode): one warp per row, each weight chunk
 // decoded once and used for up to kTokens inputs.
 //
+// HFQ4 rows take their own pair (matvec_hfq4_rows_kernel, matvec_hfq4_tokens_kernel): each lane
+// reads 16 weights with one 8-byte load and the block's affine map is factored out,
+// sum_k x_k (s c_k + m) = s sum_k x_k c_k + m sum_k x_k, with sum_k x_k shared by every row the
+// lane holds. A code becomes a float with one byte permute (hfq4_lane_dot): ~3 instructions per
+// weight where decoding each weight took ~6, which capped the kernel near 1.3 TB/s on the H200's
+// large matrices. The two kernels run the same per-lane arithmetic in the same order, so
+// a row's result does not depend on how many inputs share the launch.
+//
 // Many inputs on HFQ4 weights go to the tensor-core GEMM instead (matmul_mma.cu).
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/matmul.cuh"
@@ -81,33 +89,47 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_kernel(MatvecAr
   }
 }
 
+// Where a rows-kernel block writes and reads: a grouped launch's segment (few, so a linear
+// search) and the block's index within it, or the plain product's one matrix.
+struct RowsTarget {
+  float* out;
+  const uint8_t* matrix;
+  int64_t M, row_bytes, block;
+};
+__device__ __forceinline__ RowsTarget rows_target(const MatvecArgs& a) {
+  RowsTarget t{a.out, a.weight, a.M, a.row_bytes, static_cast<int64_t>(blockIdx.x)};
+  if (a.n_segments > 0) {
+    int s = 0;
+    while (s + 1 < a.n_segments && t.block >= a.segments[s + 1].first_block) ++s;
+    t = {a.segments[s].out, a.segments[s].weight, a.segments[s].M, a.segments[s].row_bytes,
+         t.block - a.segments[s].first_block};
+  }
+  return t;
+}
+
+// Pulls a warp's rows m_first .. m_first + n_rows - 1 into L2 (before enter_kernel(): while the
+// previous kernel finishes).
+__device__ __forceinline__ void prefetch_rows(const RowsTarget& t, int64_t m_first, int n_rows) {
+  const int lane = threadIdx.x % kWarp;
+  for (int r = 0; r < n_rows && m_first + r < t.M; ++r)
+    for (int64_t byte = lane * 128; byte < t.row_bytes; byte += 128 * kWarp)
+      prefetch_l2(t.matrix + (m_first + r) * t.row_bytes + byte);
+}
+
 // One input per group g (the plain matmul's single input, or routed pair g with its expert's
 // matrix); warp w of block b computes rows (b * kWarpsPerBlock + w) * kRows + r, r < kRows.
 template <DType F, int kRows, int kUnroll>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
     matvec_rows_kernel(MatvecArgs a, bool vector_x, bool prefetch) {
   const int lane = threadIdx.x % kWarp;
-  // A grouped launch: this block's segment (few, so a linear search), and the block within it.
-  int64_t block = blockIdx.x;
-  float* out = a.out;
-  const uint8_t* matrix = a.weight;
-  int64_t M = a.M, row_bytes = a.row_bytes;
-  if (a.n_segments > 0) {
-    int s = 0;
-    while (s + 1 < a.n_segments && block >= a.segments[s + 1].first_block) ++s;
-    block -= a.segments[s].first_block;
-    out = a.segments[s].out;
-    matrix = a.segments[s].weight;
-    M = a.segments[s].M;
-    row_bytes = a.segments[s].row_bytes;
-  }
-  const int64_t m_first = (block * kWarpsPerBlock + threadIdx.x / kWarp) * kRows;
+  const RowsTarget target = rows_target(a);
+  float* out = target.out;
+  const uint8_t* matrix = target.matrix;
+  const int64_t M = target.M, row_bytes = target.row_bytes;
+  const int64_t m_first = (target.block * kWarpsPerBlock + threadIdx.x / kWarp) * kRows;
   // Everything above reads only the kernel's arguments. A plain product's rows are known now:
   // start pulling them into L2 while the previous kernel (a norm, an attention merge) finishes.
-  if (prefetch && blockIdx.y == 0 && m_first < M)
-    for (int r = 0; r < kRows && m_first + r < M; ++r)
-      for (int64_t byte = lane * 128; byte < row_bytes; byte += 128 * kWarp)
-        prefetch_l2(matrix + (m_first + r) * row_bytes + byte);
+  if (prefetch && blockIdx.y == 0) prefetch_rows(target, m_first, kRows);
   enter_kernel();
   if (m_first >= M) return;
   for (int64_t g = blockIdx.y; g < a.n_inputs; g += gridDim.y) {
@@ -167,6 +189,167 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   }
 }
 
+// ---- HFQ4 ----
+// A row of kGroup-weight blocks (f32 scale, f32 min, kGroup / 2 bytes of nibbles) read 16 weights
+// per lane: kGroup / 16 lanes per block, kWarp * 16 / kGroup blocks per warp step.
+template <int kGroup>
+struct Hfq4Lanes {
+  static constexpr int kLanesPerBlock = kGroup / 16;
+  static constexpr int kBlocksPerStep = kWarp / kLanesPerBlock;
+  static constexpr int kBlockBytes = 8 + kGroup / 2;
+};
+
+// The 16 inputs of a lane's weights (zero past K, so the padded tail's codes add nothing) and
+// their sum.
+__device__ __forceinline__ float load_x16(const float* x, int64_t k0, int64_t K, bool vector_x, float xv[16]) {
+  if (vector_x && k0 + 16 <= K) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float4 t = __ldg(reinterpret_cast<const float4*>(x + k0 + 4 * q));
+      xv[4 * q] = t.x, xv[4 * q + 1] = t.y, xv[4 * q + 2] = t.z, xv[4 * q + 3] = t.w;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) xv[j] = k0 + j < K ? x[k0 + j] : 0.0f;
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 16; ++j) sum += xv[j];
+  return sum;
+}
+
+// sum_j x_j (s c_j + m) over a lane's 16 weights, as s' * sum_j x_j f_j + m' * sum_j x_j with
+// f_j = 0.5 + c_j / 32: the code shifted to bits 3..6 of its byte, and that byte permuted into
+// bits 16..23 under the exponent of 0.5 (a shift and a mask per 4 codes, one PRMT per weight; no
+// int-to-float conversion). Then sum_j x_j c_j = 32 sum_j x_j f_j - 16 sum_j x_j, so s' = 32 s
+// and m' = m - 16 s. The chains carry the 0.5 offset, about twice the codes' part, which costs
+// ~1 bit against an exact dot product. (The code in bits 0..3, f = 0.5 + c / 256, saved the
+// shift but carried an offset 17x the codes' part: 4 bits, over the op harness's budget.)
+__device__ __forceinline__ float hfq4_lane_dot(uint2 codes, float scale, float min, const float xv[16], float x_sum) {
+  float even = 0.0f, odd = 0.0f;  // two chains: weights 2i (low nibbles) and 2i + 1 (high ones)
+#pragma unroll
+  for (int w = 0; w < 2; ++w) {
+    const uint32_t word = w ? codes.y : codes.x;
+    const uint32_t low = (word << 3) & 0x78787878u, high = (word >> 1) & 0x78787878u;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      // bytes of the result: 0 and 1 from the constant's zero byte, 2 = byte b of the codes,
+      // 3 = 0x3F from the constant
+      const uint32_t selector = 0x7044u | (static_cast<uint32_t>(b) << 8);
+      even = fmaf(__uint_as_float(gpu::byte_perm(low, 0x3F000000u, selector)), xv[8 * w + 2 * b], even);
+      odd = fmaf(__uint_as_float(gpu::byte_perm(high, 0x3F000000u, selector)), xv[8 * w + 2 * b + 1], odd);
+    }
+  }
+  // Spelled out (a rounded product, then one FMA) so that no kernel contracts it differently.
+  return fmaf(32.0f * scale, even + odd, __fmul_rn(min - 16.0f * scale, x_sum));
+}
+
+// The rows kernel for HFQ4 (one input per matrix; grouped segments; expert pairs), kWarpsPerBlock
+// warps of kRows rows each, kUnroll warp steps of loads in flight per lane.
+template <int kGroup, int kRows, int kUnroll, int kWarps>
+__global__ void __launch_bounds__(kWarps* kWarp) matvec_hfq4_rows_kernel(MatvecArgs a, bool vector_x, bool prefetch) {
+  using L = Hfq4Lanes<kGroup>;
+  const int lane = threadIdx.x % kWarp, sub = lane % L::kLanesPerBlock, lane_block = lane / L::kLanesPerBlock;
+  const RowsTarget target = rows_target(a);
+  float* out = target.out;
+  const uint8_t* matrix = target.matrix;
+  const int64_t M = target.M, row_bytes = target.row_bytes;
+  const int64_t m_first = (target.block * kWarps + threadIdx.x / kWarp) * kRows;
+  if (prefetch && blockIdx.y == 0) prefetch_rows(target, m_first, kRows);  // as matvec_rows_kernel
+  enter_kernel();
+  if (m_first >= M) return;
+  const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
+  for (int64_t g = blockIdx.y; g < a.n_inputs; g += gridDim.y) {
+    const uint8_t* weight = matrix;
+    if (a.expert_ids) weight += static_cast<int64_t>(a.expert_ids[g]) * a.expert_bytes;
+    const uint8_t* rows[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)  // rows past M re-read the last row and are not stored
+      rows[r] = weight + (m_first + r < M ? m_first + r : M - 1) * row_bytes + 8 * sub;
+    const float* x = a.x + (g / a.x_row_div) * a.x_stride;
+    float acc[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+    for (int64_t first = lane_block; first < n_blocks; first += L::kBlocksPerStep * kUnroll) {
+      uint2 codes[kUnroll][kRows];
+      float2 scale_min[kUnroll][kRows];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t b = first + u * L::kBlocksPerStep;
+        if (b < n_blocks) {
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            const uint8_t* p = rows[r] + b * L::kBlockBytes;  // this lane's 8 code bytes, at 8 * sub
+            codes[u][r] = *reinterpret_cast<const uint2*>(p + 8);
+            scale_min[u][r] = *reinterpret_cast<const float2*>(p - 8 * sub);
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t b = first + u * L::kBlocksPerStep;
+        if (b >= n_blocks) break;
+        float xv[16];
+        const float x_sum = load_x16(x, b * kGroup + 16 * sub, a.K, vector_x, xv);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r)
+          acc[r] += hfq4_lane_dot(codes[u][r], scale_min[u][r].x, scale_min[u][r].y, xv, x_sum);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float sum = warp_sum(acc[r]);
+      if (lane == 0 && m_first + r < M) out[g * a.out_stride + m_first + r] = sum;
+    }
+  }
+}
+
+// Several inputs on HFQ4 rows (prefill and batched decode steps below the GEMM's threshold): one
+// warp per row, each lane's codes read once for up to kT inputs, each input's sum built exactly
+// as matvec_hfq4_rows_kernel builds it.
+template <int kGroup, int kT>
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarp) matvec_hfq4_tokens_kernel(MatvecArgs a, bool vector_x) {
+  using L = Hfq4Lanes<kGroup>;
+  enter_kernel();
+  const int lane = threadIdx.x % kWarp, sub = lane % L::kLanesPerBlock, lane_block = lane / L::kLanesPerBlock;
+  const int64_t m = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (m >= a.M) return;
+  const int64_t n_blocks = (a.K + kGroup - 1) / kGroup, n_groups = (a.n_inputs + kT - 1) / kT;
+  const uint8_t* row = a.weight + m * a.row_bytes + 8 * sub;
+  for (int64_t g = blockIdx.y; g < n_groups; g += gridDim.y) {
+    const int64_t first_input = g * kT;
+    const int count = static_cast<int>(a.n_inputs - first_input < kT ? a.n_inputs - first_input : kT);
+    float acc[kT];
+#pragma unroll
+    for (int t = 0; t < kT; ++t) acc[t] = 0.0f;
+    for (int64_t b = lane_block; b < n_blocks; b += L::kBlocksPerStep) {
+      const uint8_t* p = row + b * L::kBlockBytes;
+      const uint2 codes = *reinterpret_cast<const uint2*>(p + 8);
+      const float2 scale_min = *reinterpret_cast<const float2*>(p - 8 * sub);
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        if (t < count) {
+          float xv[16];
+          const float* x = a.x + ((first_input + t) / a.x_row_div) * a.x_stride;
+          const float x_sum = load_x16(x, b * kGroup + 16 * sub, a.K, vector_x, xv);
+          acc[t] += hfq4_lane_dot(codes, scale_min.x, scale_min.y, xv, x_sum);
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < kT; ++t) {
+      const float sum = warp_sum(acc[t]);
+      if (lane == 0 && t < count) a.out[(first_input + t) * a.out_stride + m] = sum;
+    }
+  }
+}
+
+// Whether the matvec's 16-byte x loads are allowed: every input row 16-byte aligned (an aligned
+// base and, with several input rows, a stride of whole float4s).
+bool vector_x_ok(const MatvecArgs& a) {
+  return reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && (a.x_stride % 4 == 0 || (a.n_inputs - 1) / a.x_row_div == 0);
+}
+
 template <DType F, int kRows>
 cudaError_t launch_rows(MatvecArgs a, cudaStream_t stream) {
   const int64_t rows_per_block = static_cast<int64_t>(kWarpsPerBlock) * kRows;
@@ -181,10 +364,7 @@ cudaError_t launch_rows(MatvecArgs a, cudaStream_t stream) {
   if (blocks == 0) return cudaSuccess;  // every segment empty
   const unsigned row_blocks = static_cast<unsigned>(blocks);
   const unsigned y = static_cast<unsigned>(a.n_inputs < 65535 ? a.n_inputs : 65535);
-  // 16-byte x loads need every input row 16-byte aligned: an aligned base and, with several
-  // input rows, a stride of whole float4s.
-  const bool vector_x = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 &&
-                        (a.x_stride % 4 == 0 || (a.n_inputs - 1) / a.x_row_div == 0);
+  const bool vector_x = vector_x_ok(a);
   // The L2 prefetch before enter_kernel() pays only when the whole grid is resident while the
   // previous kernel runs (one wave: the small matrices of a decode step); a multi-wave grid's
   // later blocks start after it anyway, and there the prefetches only add L2 requests (31B
@@ -205,23 +385,73 @@ int64_t row_blocks_at(const MatvecArgs& a, int k_rows) {
   return blocks;
 }
 
-template <DType F>
-cudaError_t launch_format(const MatvecArgs& a, cudaStream_t stream) {
-  // One input per matrix (decode, expert pairs): rows share each lane's x registers. Four rows per
-  // warp cut x traffic 4x but make 32 rows per block, so a small matrix (k_proj of a global
-  // layer: 1024 rows) would leave most of the 132 SMs idle; fewer rows per warp while the grid
-  // would have under two blocks per SM.
-  if (a.expert_ids || a.n_inputs == 1) {
-    if (row_blocks_at(a, 4) >= 264) return launch_rows<F, 4>(a, stream);
-    if (row_blocks_at(a, 2) >= 132) return launch_rows<F, 2>(a, stream);
-    return launch_rows<F, 1>(a, stream);
+// Warps a rows launch would run with kRows rows per warp (all segments, all inputs).
+int64_t row_warps_at(const MatvecArgs& a, int k_rows) {
+  int64_t warps = 0;
+  if (a.n_segments == 0) return (a.M + k_rows - 1) / k_rows * a.n_inputs;
+  for (int s = 0; s < a.n_segments; ++s) warps += (a.segments[s].M + k_rows - 1) / k_rows;
+  return warps;
+}
+
+template <int kGroup, int kRows, int kUnroll>
+cudaError_t launch_hfq4_rows(MatvecArgs a, cudaStream_t stream) {
+  constexpr int kWarps = 4;  // 4-warp blocks: a large matrix's blocks spread more evenly (H200)
+  constexpr int64_t rows_per_block = static_cast<int64_t>(kWarps) * kRows;
+  int64_t blocks = (a.M + rows_per_block - 1) / rows_per_block;
+  if (a.n_segments > 0) {  // the segments' blocks one after another
+    blocks = 0;
+    for (int s = 0; s < a.n_segments; ++s) {
+      a.segments[s].first_block = blocks;
+      blocks += (a.segments[s].M + rows_per_block - 1) / rows_per_block;
+    }
   }
-  // Several inputs (prefill, batched decode) share each weight load across kTokens accumulators,
-  // with 4 chunks in flight.
+  if (blocks == 0) return cudaSuccess;
+  const unsigned y = static_cast<unsigned>(a.n_inputs < 65535 ? a.n_inputs : 65535);
+  const bool prefetch = !a.expert_ids && blocks * y <= 4 * static_cast<int64_t>(current_device_traits().sm_count);
+  return launch_kernel(matvec_hfq4_rows_kernel<kGroup, kRows, kUnroll, kWarps>, dim3(static_cast<unsigned>(blocks), y),
+                       kWarps * kWarp, 0, stream, a, vector_x_ok(a), prefetch);
+}
+
+template <int kGroup>
+cudaError_t launch_hfq4(const MatvecArgs& a, cudaStream_t stream) {
+  if (a.expert_ids || a.n_inputs == 1) {
+    // Four rows per warp share each lane's x loads and sum; fewer when that would leave under
+    // ~8 warps per SM (H200 matmul variants: a 5376-row matrix fastest at 4 rows per warp, a
+    // 2816-row one at 2, a 2048-row one at 2).
+    if (row_warps_at(a, 4) >= 1024) return launch_hfq4_rows<kGroup, 4, 2>(a, stream);
+    if (row_warps_at(a, 2) >= 512) return launch_hfq4_rows<kGroup, 2, 4>(a, stream);
+    return launch_hfq4_rows<kGroup, 1, 4>(a, stream);
+  }
   const unsigned row_blocks = static_cast<unsigned>((a.M + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const int64_t groups = (a.n_inputs + kTokens - 1) / kTokens;
   const unsigned y = static_cast<unsigned>(groups < 65535 ? groups : 65535);
-  return launch_kernel(matvec_kernel<F, kTokens, 4>, dim3(row_blocks, y), kWarpsPerBlock * kWarp, 0, stream, a);
+  return launch_kernel(matvec_hfq4_tokens_kernel<kGroup, kTokens>, dim3(row_blocks, y), kWarpsPerBlock * kWarp, 0,
+                       stream, a, vector_x_ok(a));
+}
+
+template <DType F>
+cudaError_t launch_format(const MatvecArgs& a, cudaStream_t stream) {
+  if constexpr (F == DType::hfq4_g256) {
+    return launch_hfq4<256>(a, stream);
+  } else if constexpr (F == DType::hfq4_g128) {
+    return launch_hfq4<128>(a, stream);
+  } else {
+    // One input per matrix (decode, expert pairs): rows share each lane's x registers. Four rows
+    // per warp cut x traffic 4x but make 32 rows per block, so a small matrix (k_proj of a global
+    // layer: 1024 rows) would leave most of the 132 SMs idle; fewer rows per warp while the grid
+    // would have under two blocks per SM.
+    if (a.expert_ids || a.n_inputs == 1) {
+      if (row_blocks_at(a, 4) >= 264) return launch_rows<F, 4>(a, stream);
+      if (row_blocks_at(a, 2) >= 132) return launch_rows<F, 2>(a, stream);
+      return launch_rows<F, 1>(a, stream);
+    }
+    // Several inputs (prefill, batched decode) share each weight load across kTokens
+    // accumulators, with 4 chunks in flight.
+    const unsigned row_blocks = static_cast<unsigned>((a.M + kWarpsPerBlock - 1) / kWarpsPerBlock);
+    const int64_t groups = (a.n_inputs + kTokens - 1) / kTokens;
+    const unsigned y = static_cast<unsigned>(groups < 65535 ? groups : 65535);
+    return launch_kernel(matvec_kernel<F, kTokens, 4>, dim3(row_blocks, y), kWarpsPerBlock * kWarp, 0, stream, a);
+  }
 }
 
 }  // namespace
