@@ -350,17 +350,22 @@ bool vector_x_ok(const MatvecArgs& a) {
   return reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && (a.x_stride % 4 == 0 || (a.n_inputs - 1) / a.x_row_div == 0);
 }
 
+// Blocks of rows_per_block rows a rows launch needs; a grouped launch's segments get theirs one
+// after another (first_block set here).
+int64_t number_row_blocks(MatvecArgs& a, int64_t rows_per_block) {
+  if (a.n_segments == 0) return (a.M + rows_per_block - 1) / rows_per_block;
+  int64_t blocks = 0;
+  for (int s = 0; s < a.n_segments; ++s) {
+    a.segments[s].first_block = blocks;
+    blocks += (a.segments[s].M + rows_per_block - 1) / rows_per_block;
+  }
+  return blocks;
+}
+
 template <DType F, int kRows>
 cudaError_t launch_rows(MatvecArgs a, cudaStream_t stream) {
   const int64_t rows_per_block = static_cast<int64_t>(kWarpsPerBlock) * kRows;
-  int64_t blocks = (a.M + rows_per_block - 1) / rows_per_block;
-  if (a.n_segments > 0) {  // the segments' blocks one after another
-    blocks = 0;
-    for (int s = 0; s < a.n_segments; ++s) {
-      a.segments[s].first_block = blocks;
-      blocks += (a.segments[s].M + rows_per_block - 1) / rows_per_block;
-    }
-  }
+  const int64_t blocks = number_row_blocks(a, rows_per_block);
   if (blocks == 0) return cudaSuccess;  // every segment empty
   const unsigned row_blocks = static_cast<unsigned>(blocks);
   const unsigned y = static_cast<unsigned>(a.n_inputs < 65535 ? a.n_inputs : 65535);
@@ -397,14 +402,7 @@ template <int kGroup, int kRows, int kUnroll>
 cudaError_t launch_hfq4_rows(MatvecArgs a, cudaStream_t stream) {
   constexpr int kWarps = 4;  // 4-warp blocks: a large matrix's blocks spread more evenly (H200)
   constexpr int64_t rows_per_block = static_cast<int64_t>(kWarps) * kRows;
-  int64_t blocks = (a.M + rows_per_block - 1) / rows_per_block;
-  if (a.n_segments > 0) {  // the segments' blocks one after another
-    blocks = 0;
-    for (int s = 0; s < a.n_segments; ++s) {
-      a.segments[s].first_block = blocks;
-      blocks += (a.segments[s].M + rows_per_block - 1) / rows_per_block;
-    }
-  }
+  const int64_t blocks = number_row_blocks(a, rows_per_block);
   if (blocks == 0) return cudaSuccess;
   const unsigned y = static_cast<unsigned>(a.n_inputs < 65535 ? a.n_inputs : 65535);
   const bool prefetch = !a.expert_ids && blocks * y <= 4 * static_cast<int64_t>(current_device_traits().sm_count);
