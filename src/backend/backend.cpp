@@ -57,6 +57,25 @@ void Backend::kv_write_rows(std::span<const KvView> caches, const Tensor& k, con
   for (int64_t i = 0; i < B; ++i) kv_write(caches[i], k.slice(i, i + 1), v.slice(i, i + 1), positions.slice(i, i + 1));
 }
 
+void Backend::causal_conv1d_rows(Tensor out, const Tensor& x, const Tensor& weight, std::span<const Tensor> states,
+                                 Activation act) {
+  const int64_t B = static_cast<int64_t>(states.size());
+  if (x.ndim != 2 || x.dim(0) != B || out.ndim != 2 || out.dim(0) != B)
+    fail("causal_conv1d_rows: {} states for x {} and out {}", B, x.describe(), out.describe());
+  for (int64_t i = 0; i < B; ++i) causal_conv1d(out.slice(i, i + 1), x.slice(i, i + 1), weight, states[i], act);
+}
+
+void Backend::gated_delta_rule_rows(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                    const Tensor& beta, std::span<const Tensor> states, const DeltaRuleParams& params) {
+  const int64_t B = static_cast<int64_t>(states.size());
+  for (const Tensor* t : std::initializer_list<const Tensor*>{&out, &q, &k, &v, &g, &beta})
+    if (t->ndim < 2 || t->dim(0) != B)
+      fail("gated_delta_rule_rows: {} states for an input of shape {}", B, t->describe());
+  for (int64_t i = 0; i < B; ++i)
+    gated_delta_rule(out.slice(i, i + 1), q.slice(i, i + 1), k.slice(i, i + 1), v.slice(i, i + 1), g.slice(i, i + 1),
+                     beta.slice(i, i + 1), states[i], params);
+}
+
 void Backend::check_sample_args(const Tensor& out_id, const Tensor& logits) {
   if (!logits.is_contiguous() || logits.dtype != DType::f32 || logits.numel() == 0 || out_id.dtype != DType::i32 ||
       out_id.numel() != 1)

@@ -226,6 +226,11 @@ class Backend {
   // the start of a sequence). Afterwards state holds the last K - 1 inputs.
   // out, x [T, C] f32 (row strides allowed); weight [C, K] any weight dtype.
   virtual void causal_conv1d(Tensor out, const Tensor& x, const Tensor& weight, Tensor state, Activation act) = 0;
+  // causal_conv1d for several sequences of one row each (batched decode): row i of x and out
+  // continues states[i]. The default runs causal_conv1d row by row; a GPU does all rows in one
+  // launch with the same per-row numbers. The states share shape and strides.
+  virtual void causal_conv1d_rows(Tensor out, const Tensor& x, const Tensor& weight, std::span<const Tensor> states,
+                                  Activation act);
 
   // Decay and write strength of the delta rule, in f32:
   //   g[t, n] = -exp(a_log[n]) * softplus(a[t, n] + dt_bias[n]),  beta[t, n] = sigmoid(b[t, n]).
@@ -242,6 +247,11 @@ class Backend {
   // buffer); g, beta [T, nV] f32; state [nV, dk, dv] f32.
   virtual void gated_delta_rule(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                 const Tensor& beta, Tensor state, const DeltaRuleParams& params) = 0;
+  // gated_delta_rule (the recurrence) for several sequences of one row each: row i continues
+  // states[i]. The default runs the rows one by one; a GPU does all rows in one launch with the
+  // same per-row numbers.
+  virtual void gated_delta_rule_rows(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                                     const Tensor& beta, std::span<const Tensor> states, const DeltaRuleParams& params);
   virtual void gated_delta_rule_chunked(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v,
                                         const Tensor& g, const Tensor& beta, Tensor state,
                                         const DeltaRuleParams& params) = 0;

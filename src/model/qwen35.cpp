@@ -309,18 +309,33 @@ class Qwen35Model final : public Model {
     DeltaRuleParams params;
     params.q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
     params.chunk = kDeltaRuleChunk;
-    for (const SequenceRows& part : parts) {  // each sequence's rows continue its own states
-      const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
-      RecurrentView& state = part.seq->recurrent[l];
-      const Tensor part_conv = conv.slice(r0, r1);
-      b.causal_conv1d(part_conv, qkv.slice(r0, r1), layer.conv_taps, state.conv, Activation::silu);  // z, a, b skip it
-      const Tensor q = head_view(part_conv, 0, nK, dk), k = head_view(part_conv, nK * dk, nK, dk),
-                   v = head_view(part_conv, 2 * nK * dk, nV, dv);
-      if (part.n_rows == 1)
-        b.gated_delta_rule(core.slice(r0, r1), q, k, v, g.slice(r0, r1), beta.slice(r0, r1), state.delta, params);
-      else
-        b.gated_delta_rule_chunked(core.slice(r0, r1), q, k, v, g.slice(r0, r1), beta.slice(r0, r1), state.delta,
-                                   params);
+    bool one_row_parts = parts.size() > 1;
+    for (const SequenceRows& part : parts) one_row_parts = one_row_parts && part.n_rows == 1;
+    if (one_row_parts) {  // batched decode: every sequence's row in one launch per op
+      std::vector<Tensor> conv_states, delta_states;
+      for (const SequenceRows& part : parts) {
+        conv_states.push_back(part.seq->recurrent[l].conv);
+        delta_states.push_back(part.seq->recurrent[l].delta);
+      }
+      b.causal_conv1d_rows(conv, qkv, layer.conv_taps, conv_states, Activation::silu);
+      const Tensor q = head_view(conv, 0, nK, dk), k = head_view(conv, nK * dk, nK, dk),
+                   v = head_view(conv, 2 * nK * dk, nV, dv);
+      b.gated_delta_rule_rows(core, q, k, v, g, beta, delta_states, params);
+    } else {
+      for (const SequenceRows& part : parts) {  // each sequence's rows continue its own states
+        const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
+        RecurrentView& state = part.seq->recurrent[l];
+        const Tensor part_conv = conv.slice(r0, r1);
+        b.causal_conv1d(part_conv, qkv.slice(r0, r1), layer.conv_taps, state.conv,
+                        Activation::silu);  // z, a, b skip it
+        const Tensor q = head_view(part_conv, 0, nK, dk), k = head_view(part_conv, nK * dk, nK, dk),
+                     v = head_view(part_conv, 2 * nK * dk, nV, dv);
+        if (part.n_rows == 1)
+          b.gated_delta_rule(core.slice(r0, r1), q, k, v, g.slice(r0, r1), beta.slice(r0, r1), state.delta, params);
+        else
+          b.gated_delta_rule_chunked(core.slice(r0, r1), q, k, v, g.slice(r0, r1), beta.slice(r0, r1), state.delta,
+                                     params);
+      }
     }
 
     // y = RMSNorm_w(o) * silu(z) per value head (plain gain here, unlike the model's 1+w norms)

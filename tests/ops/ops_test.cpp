@@ -885,6 +885,66 @@ TEST_F(CudaOps, LinearAttentionOpsMatchTheCpu) {
       }
     }
 
+  // ---- batched decode: the rows forms (one launch for B sequences of one row each, each on its
+  // own states) must give every row what the one-row calls give it on the GPU, byte for byte,
+  // and stay within the budget of the CPU's ----
+  {
+    const int64_t B = 5, C = 709, K = 4;
+    const Case c{2, 4, 128, 128};
+    const int64_t width = 2 * c.nK * c.dk + c.nV * c.dv;
+    Twin w = twin_random(DType::bf16, {C, K}, 0.5f), x = twin_random(DType::f32, {B, C}, 2.0f);
+    Twin qkv = twin_random(DType::f32, {B, width}), g = twin_random(DType::f32, {B, c.nV}, 0.5f);
+    Twin beta = twin_random(DType::f32, {B, c.nV}, 0.5f);
+    std::vector<Twin> conv_rows, conv_alone, delta_rows, delta_alone;
+    for (int64_t i = 0; i < B; ++i) {
+      conv_rows.push_back(twin_random(DType::f32, {K - 1, C}));
+      conv_alone.push_back(twin_bytes(DType::f32, {K - 1, C}, conv_rows.back().host.data()));
+      delta_rows.push_back(twin_random(DType::f32, {c.nV, c.dk, c.dv}, 0.3f));
+      delta_alone.push_back(twin_bytes(DType::f32, {c.nV, c.dk, c.dv}, delta_rows.back().host.data()));
+    }
+    Twin conv_out = twin_output(DType::f32, {B, C}), conv_out_alone = twin_output(DType::f32, {B, C});
+    Twin core = twin_output(DType::f32, {B, c.nV, c.dv}), core_alone = twin_output(DType::f32, {B, c.nV, c.dv});
+    DeltaRuleParams p;
+    p.q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.dk)));
+    for (bool gpu : {false, true}) {
+      Backend& backend = gpu ? *gpu_ : *cpu_;
+      std::vector<Tensor> conv_states, delta_states;
+      for (int64_t i = 0; i < B; ++i) {
+        conv_states.push_back(gpu ? conv_rows[i].gpu : conv_rows[i].cpu);
+        delta_states.push_back(gpu ? delta_rows[i].gpu : delta_rows[i].cpu);
+      }
+      const Tensor rows = gpu ? qkv.gpu : qkv.cpu;
+      backend.causal_conv1d_rows(gpu ? conv_out.gpu : conv_out.cpu, gpu ? x.gpu : x.cpu, gpu ? w.gpu : w.cpu,
+                                 conv_states, Activation::silu);
+      backend.gated_delta_rule_rows(gpu ? core.gpu : core.cpu, head_view(rows, 0, c.nK, c.dk),
+                                    head_view(rows, c.nK * c.dk, c.nK, c.dk),
+                                    head_view(rows, 2 * c.nK * c.dk, c.nV, c.dv), gpu ? g.gpu : g.cpu,
+                                    gpu ? beta.gpu : beta.cpu, delta_states, p);
+    }
+    for (int64_t i = 0; i < B; ++i) {  // the GPU one row at a time, on the copies of the states
+      gpu_->causal_conv1d(conv_out_alone.gpu.slice(i, i + 1), x.gpu.slice(i, i + 1), w.gpu, conv_alone[i].gpu,
+                          Activation::silu);
+      const Tensor rows = qkv.gpu.slice(i, i + 1);
+      gpu_->gated_delta_rule(core_alone.gpu.slice(i, i + 1), head_view(rows, 0, c.nK, c.dk),
+                             head_view(rows, c.nK * c.dk, c.nK, c.dk), head_view(rows, 2 * c.nK * c.dk, c.nV, c.dv),
+                             g.gpu.slice(i, i + 1), beta.gpu.slice(i, i + 1), delta_alone[i].gpu, p);
+    }
+    auto same_bytes = [&](const Twin& a, const Twin& b, const std::string& what) {
+      const std::vector<uint8_t> x_bytes = gpu_bytes(a), y_bytes = gpu_bytes(b);
+      EXPECT_EQ(std::memcmp(x_bytes.data(), y_bytes.data(), x_bytes.size()), 0) << what << ": rows form != one by one";
+    };
+    same_bytes(conv_out, conv_out_alone, "causal_conv1d_rows out");
+    same_bytes(core, core_alone, "gated_delta_rule_rows out");
+    for (int64_t i = 0; i < B; ++i) {
+      same_bytes(conv_rows[i], conv_alone[i], "causal_conv1d_rows state " + std::to_string(i));
+      same_bytes(delta_rows[i], delta_alone[i], "gated_delta_rule_rows state " + std::to_string(i));
+      expect_identical(conv_rows[i], "causal_conv1d_rows state vs the CPU");
+      expect_close(delta_rows[i], 2 * kSumBudget, "gated_delta_rule_rows state vs the CPU");
+    }
+    expect_close(conv_out, kUlpBudget * 4, "causal_conv1d_rows out vs the CPU");
+    expect_close(core, 2 * kSumBudget, "gated_delta_rule_rows out vs the CPU");
+  }
+
   // ---- sigmoid gate: elementwise with a strided gate (attention's query gate), and per row ----
   for (int64_t T : {1, 3, 70}) {
     const int64_t heads = 5, D = 96, H = 333;

@@ -533,6 +533,14 @@ class CudaBackend final : public Backend {
       table[i] = c.k.data;
       table[caches.size() + i] = c.v.data;
     }
+    return upload_pointer_table(table, op);
+  }
+
+  // A table of device addresses in device memory for one batched launch (per-row caches or
+  // states). One buffer serves every such op: the copy is stream-ordered after the launches that
+  // read the previous table. Not inside a captured graph (the table is uploaded per call).
+  const void* const* upload_pointer_table(const std::vector<const void*>& table, const char* op) {
+    if (capturing_) fail("{}: not inside a captured graph (the row table is uploaded per call)", op);
     const size_t bytes = table.size() * sizeof(void*);
     if (!cache_table_ || cache_table_->size() < bytes) {
       check(cudaStreamSynchronize(stream_), op);  // the old table may still be read
@@ -744,6 +752,61 @@ class CudaBackend final : public Backend {
           op);
   }
 
+  void causal_conv1d_rows(Tensor out, const Tensor& x, const Tensor& weight, std::span<const Tensor> states,
+                          Activation act) override {
+    const char* op = "causal_conv1d";
+    F32Rows o = f32_rows(out, op), in = f32_rows(x, op);
+    require_device(weight, op);
+    const int64_t B = in.rows, C = in.cols, K = weight.cols();
+    if (static_cast<int64_t>(states.size()) != B || o.rows != B || o.cols != C)
+      fail("{}: {} states for x {} and out {}", op, states.size(), x.describe(), out.describe());
+    if (!weight.is_contiguous() || weight.rows() != C || K < 2 || K > cuda::kConvRowsMaxKernel)
+      fail("{}: weight {} must be contiguous [{}, 2..{}] for the batched form", op, weight.describe(), C,
+           cuda::kConvRowsMaxKernel);
+    if (out.data == x.data) fail("{}: out must not alias x", op);
+    if (act != Activation::silu) fail("{}: only silu follows the convolution", op);
+    OpTimer timer(*this, op, 8.0 * x.numel() + 8.0 * B * (K - 1) * C + static_cast<double>(weight.nbytes()));
+    std::vector<const void*> table(states.size());
+    int64_t state_stride = 0;
+    for (size_t i = 0; i < states.size(); ++i) {
+      F32Rows st = f32_rows(states[i], op);
+      if (st.rows != K - 1 || st.cols != C) fail("{}: state {} must be [{}, {}]", op, states[i].describe(), K - 1, C);
+      if (i == 0) state_stride = st.stride;
+      if (st.stride != state_stride) fail("{}: state {} has another row stride than the first", op, i);
+      table[i] = st.data;
+    }
+    const void* const* states_on_device = upload_pointer_table(table, op);
+    check(cuda::launch_causal_conv1d_rows(
+              o.data, o.stride, in.data, in.stride,
+              const_cast<float* const*>(reinterpret_cast<const float* const*>(states_on_device)), state_stride,
+              weight.data, weight.dtype, weight.row_bytes(), B, C, K, stream_),
+          op);
+  }
+
+  void gated_delta_rule_rows(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                             const Tensor& beta, std::span<const Tensor> states,
+                             const DeltaRuleParams& params) override {
+    const char* op = "gated_delta_rule";
+    if (states.empty() || q.ndim != 3 || q.dim(0) != static_cast<int64_t>(states.size()))
+      fail("{}: {} states for q {}", op, states.size(), q.describe());
+    std::vector<const void*> table(states.size());
+    for (size_t i = 0; i < states.size(); ++i) {
+      if (states[i].dtype != states[0].dtype || states[i].ndim != 3 || states[0].ndim != 3 ||
+          states[i].shape[0] != states[0].shape[0] || states[i].shape[1] != states[0].shape[1] ||
+          states[i].shape[2] != states[0].shape[2])
+        fail("{}: state {} {} differs from the first {}", op, i, states[i].describe(), states[0].describe());
+      table[i] = states[i].data;
+    }
+    // Checked against the first state; every other has its shape (above) and is checked for the
+    // device and contiguity here.
+    for (const Tensor& st : states)
+      if (st.device != Device::cuda || !st.is_contiguous())
+        fail("{}: state {} must be contiguous in GPU memory", op, st.describe());
+    const void* const* states_on_device = upload_pointer_table(table, op);
+    run_delta_rule(op, out, q, k, v, g, beta, states[0], params,
+                   const_cast<float* const*>(reinterpret_cast<const float* const*>(states_on_device)));
+  }
+
   void delta_rule_gates(Tensor g, Tensor beta, const Tensor& a, const Tensor& b, const Tensor& a_log,
                         const Tensor& dt_bias) override {
     const char* op = "delta_rule_gates";
@@ -887,8 +950,10 @@ class CudaBackend final : public Backend {
     int kernels;
   };
 
+  // One sequence's T tokens continuing `state`; or (state_table) T sequences of one token each,
+  // `state` describing every row's state.
   void run_delta_rule(const char* op, Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                      const Tensor& beta, Tensor state, const DeltaRuleParams& p) {
+                      const Tensor& beta, Tensor state, const DeltaRuleParams& p, float* const* state_table = nullptr) {
     F32Heads qh = f32_heads(q, op, "q"), kh = f32_heads(k, op, "k"), vh = f32_heads(v, op, "v"),
              oh = f32_heads(out, op, "out");
     F32Rows gr = f32_rows(g, op), br = f32_rows(beta, op);
@@ -906,7 +971,9 @@ class CudaBackend final : public Backend {
     if (dk > cuda::kDeltaRuleMaxDk || nV > 65535)
       fail("{}: key head size {} (at most {}) or {} value heads (at most 65535) is too large for this kernel", op, dk,
            cuda::kDeltaRuleMaxDk, nV);
-    OpTimer timer(*this, op, 8.0 * state.numel() + 4.0 * (q.numel() + k.numel() + v.numel() + out.numel()));
+    OpTimer timer(
+        *this, op,
+        8.0 * state.numel() * (state_table ? T : 1) + 4.0 * (q.numel() + k.numel() + v.numel() + out.numel()));
     cuda::DeltaRuleArgs a;
     a.out = {oh.data, oh.token_stride, oh.head_stride};
     a.q = {qh.data, qh.token_stride, qh.head_stride};
@@ -917,6 +984,7 @@ class CudaBackend final : public Backend {
     a.beta = br.data;
     a.beta_stride = br.stride;
     a.state = state.ptr<float>();
+    a.state_table = state_table;
     a.n_tokens = T;
     a.n_k_heads = static_cast<int>(nK);
     a.n_v_heads = static_cast<int>(nV);

@@ -74,6 +74,27 @@ __global__ void causal_conv1d_state_kernel(float* state, int64_t state_stride, c
   }
 }
 
+// One decode row per sequence: thread = channel c of row blockIdx.y, with the sequence's own
+// state. The window is read into registers first, so the thread can then shift its channel's
+// state in place (no other thread touches it): one launch where causal_conv1d takes two per
+// sequence.
+template <DType F>
+__global__ void causal_conv1d_rows_kernel(float* out, int64_t out_stride, const float* x, int64_t x_stride,
+                                          float* const* states, int64_t state_stride, const uint8_t* weight,
+                                          int64_t weight_row_bytes, int64_t channels, int64_t K) {
+  enter_kernel();
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x, t = blockIdx.y;
+  if (c >= channels) return;
+  float* state = states[t];
+  float window[kConvRowsMaxKernel];
+  for (int64_t j = 0; j < K; ++j) window[j] = j < K - 1 ? state[j * state_stride + c] : x[t * x_stride + c];
+  const uint8_t* taps = weight + c * weight_row_bytes;
+  float acc = 0.0f;
+  for (int64_t j = 0; j < K; ++j) acc = gpu::mul_add_unfused(load_weight_t<F>(taps, j), window[j], acc);
+  out[t * out_stride + c] = acc / (1.0f + expf(-acc));  // silu, as causal_conv1d_kernel
+  for (int64_t r = 0; r < K - 1; ++r) state[r * state_stride + c] = window[r + 1];
+}
+
 // ---- gates ----
 
 __device__ __forceinline__ float weight_element(const WeightVector& w, int64_t n) {
@@ -127,7 +148,9 @@ __global__ void __launch_bounds__(kDeltaThreads) gated_delta_rule_kernel(DeltaRu
   const int m = n / (a.n_v_heads / a.n_k_heads);
   const int dk = a.dk, dv = a.dv;
   const bool has_col = j < dv;
-  float* S = a.state + static_cast<int64_t>(n) * dk * dv;
+  // One sequence's tokens [0, n_tokens), or (state_table) token blockIdx.z alone on its own state.
+  const int64_t first_token = a.state_table ? blockIdx.z : 0, end_token = a.state_table ? first_token + 1 : a.n_tokens;
+  float* S = (a.state_table ? a.state_table[blockIdx.z] : a.state) + static_cast<int64_t>(n) * dk * dv;
   extern __shared__ float staged[];
   float* s_qk = staged;                         // [stage][2][dk]: normalised q (scaled), k
   float* s_decay = s_qk + stage * 2 * dk;       // [stage]: exp(g)
@@ -141,8 +164,8 @@ __global__ void __launch_bounds__(kDeltaThreads) gated_delta_rule_kernel(DeltaRu
     st[r] = has_col && i < dk ? S[static_cast<int64_t>(i) * dv + j] : 0.0f;
   }
 
-  for (int64_t t0 = 0; t0 < a.n_tokens; t0 += stage) {
-    const int n_stage = static_cast<int>(a.n_tokens - t0 < stage ? a.n_tokens - t0 : stage);
+  for (int64_t t0 = first_token; t0 < end_token; t0 += stage) {
+    const int n_stage = static_cast<int>(end_token - t0 < stage ? end_token - t0 : stage);
     __syncthreads();  // every thread is done with the previous stage
     for (int u = warp; u < n_stage; u += kWarps) {
       const int64_t t = t0 + u;
@@ -216,12 +239,15 @@ __global__ void __launch_bounds__(kDeltaThreads) gated_delta_rule_kernel(DeltaRu
 template <int kSplit>
 cudaError_t launch_delta_rule_split(const DeltaRuleArgs& a, cudaStream_t stream) {
   constexpr int kCols = kDeltaThreads / kSplit;
-  const dim3 grid(static_cast<unsigned>((a.dv + kCols - 1) / kCols), static_cast<unsigned>(a.n_v_heads));
+  if (a.state_table && a.n_tokens > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((a.dv + kCols - 1) / kCols), static_cast<unsigned>(a.n_v_heads),
+                  a.state_table ? static_cast<unsigned>(a.n_tokens) : 1u);
   // Tokens per stage: at most 32, and at most ~32 KB of shared memory (4096 / dk tokens), so the
   // launch stays under the 48 KB a block gets without opting in, whatever dk.
   int64_t stage64 = 4096 / a.dk < 1 ? 1 : 4096 / a.dk;
   if (stage64 > 32) stage64 = 32;
   if (stage64 > a.n_tokens) stage64 = a.n_tokens;
+  if (a.state_table) stage64 = 1;  // each block runs one token
   const int stage = static_cast<int>(stage64);
   const size_t smem = sizeof(float) * static_cast<size_t>(stage) * (2 * a.dk + 2 + kCols);
   return launch_kernel(gated_delta_rule_kernel<kSplit>, grid, kDeltaThreads, smem, stream, a, stage);
@@ -260,6 +286,23 @@ cudaError_t launch_causal_conv1d(float* out, int64_t out_stride, const float* x,
   if (err != cudaSuccess || kernel == 1) return err;
   return launch_kernel(causal_conv1d_state_kernel, static_cast<unsigned>((channels + kThreads - 1) / kThreads),
                        kThreads, 0, stream, state, state_stride, x, x_stride, n_tokens, channels, kernel);
+}
+
+cudaError_t launch_causal_conv1d_rows(float* out, int64_t out_stride, const float* x, int64_t x_stride,
+                                      float* const* states, int64_t state_stride, const void* weight, DType weight_type,
+                                      int64_t weight_row_bytes, int64_t n_rows, int64_t channels, int64_t kernel,
+                                      cudaStream_t stream) {
+  if (n_rows == 0 || channels == 0) return cudaSuccess;
+  if (!is_weight_format(weight_type) || kernel < 1 || kernel > kConvRowsMaxKernel || n_rows > 65535)
+    return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>((channels + kThreads - 1) / kThreads), static_cast<unsigned>(n_rows));
+  cudaError_t err = cudaErrorInvalidValue;
+  dispatch_weight_format(weight_type, [&](auto format) {
+    err = launch_kernel(causal_conv1d_rows_kernel<decltype(format)::value>, grid, kThreads, 0, stream, out, out_stride,
+                        x, x_stride, states, state_stride, static_cast<const uint8_t*>(weight), weight_row_bytes,
+                        channels, kernel);
+  });
+  return err;
 }
 
 cudaError_t launch_delta_rule_gates(float* g, int64_t g_stride, float* beta, int64_t beta_stride, const float* a,

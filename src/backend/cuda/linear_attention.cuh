@@ -22,6 +22,15 @@ cudaError_t launch_causal_conv1d(float* out, int64_t out_stride, const float* x,
                                  int64_t weight_row_bytes, int64_t n_tokens, int64_t channels, int64_t kernel,
                                  cudaStream_t stream);
 
+// causal_conv1d for n_rows sequences of one row each (batched decode): row t of x/out continues
+// the state at states[t] (a device array; every state [K - 1, channels] with state_stride). The
+// same arithmetic as launch_causal_conv1d for one token; one launch.
+constexpr int64_t kConvRowsMaxKernel = 8;
+cudaError_t launch_causal_conv1d_rows(float* out, int64_t out_stride, const float* x, int64_t x_stride,
+                                      float* const* states, int64_t state_stride, const void* weight, DType weight_type,
+                                      int64_t weight_row_bytes, int64_t n_rows, int64_t channels, int64_t kernel,
+                                      cudaStream_t stream);
+
 // A small weight vector of any format: element n is column n % cols of row n / cols.
 struct WeightVector {
   const void* data = nullptr;
@@ -49,6 +58,9 @@ struct DeltaRuleArgs {
   const float* beta = nullptr;  // [T, nV] rows
   int64_t g_stride = 0, beta_stride = 0;
   float* state = nullptr;  // [nV, dk, dv], contiguous
+  // Batched decode: token t is its own sequence's one row, continuing the state at
+  // state_table[t] (a device array; `state` unused). The same arithmetic as one token alone.
+  float* const* state_table = nullptr;
   int64_t n_tokens = 0;
   int n_k_heads = 0, n_v_heads = 0, dk = 0, dv = 0;
   float q_scale = 1.0f, l2_eps = 1e-6f;
