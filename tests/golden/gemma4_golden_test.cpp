@@ -2,27 +2,21 @@
 // checkpoints: every logit within 1e-4 for whole-prompt prefill, token-by-token decode, any mix
 // of the two, and the greedy continuation. Fixtures: tests/fixtures/gemma4-*, made by
 // scripts/gen_fixtures.py.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "core/error.h"
+#include "golden_util.h"
+#include "graph_replay_check.h"
 #include "io/quantize_model.h"
 #include "io/safetensors.h"
-#include "quant/quant_policy.h"
-#ifdef FIRELINE_HAVE_GPU
-#include "backend/cuda/cuda_backend.h"
-#else
-namespace fl {
-inline bool cuda_device_available() { return false; }
-}  // namespace fl
-#endif
 #include "model/model.h"
-#include "graph_replay_check.h"
+#include "quant/quant_policy.h"
 #include "util/test_util.h"
 
 namespace fl {
@@ -39,25 +33,14 @@ struct Golden {
   std::vector<int32_t> generated_ids;
 };
 
-template <typename T>
-std::vector<T> read_all(const SafetensorsFile& f, const char* name) {
-  const SafetensorsEntry* e = f.find(name);
-  EXPECT_NE(e, nullptr) << name;
-  if (!e) return {};
-  Tensor t = f.tensor(*e);
-  return std::vector<T>(t.ptr<T>(), t.ptr<T>() + t.numel());
-}
+using test::max_abs_diff;
+using test::read_golden;
 
 Golden load_golden(const std::string& dir) {
   SafetensorsFile f(dir + "/golden.safetensors");
-  return {read_all<int32_t>(f, "input_ids"), read_all<float>(f, "logits_prefill"), read_all<float>(f, "logits_decode"),
-          read_all<float>(f, "logits_generated"), read_all<int32_t>(f, "generated_ids")};
-}
-
-float max_abs_diff(const float* a, const float* b, size_t n) {
-  float m = 0.0f;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
+  return {read_golden<int32_t>(f, "input_ids"), read_golden<float>(f, "logits_prefill"),
+          read_golden<float>(f, "logits_decode"), read_golden<float>(f, "logits_generated"),
+          read_golden<int32_t>(f, "generated_ids")};
 }
 
 // (fixture, backend): the CPU oracle, and every other backend this build has.

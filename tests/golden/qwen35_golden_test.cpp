@@ -6,6 +6,8 @@
 // MoE twice (released wrapper layout with fused experts; text-only with per-expert tensors).
 // Without fixtures, a synthetic model still checks that prompts (chunked) and decode
 // (recurrent) agree with each other.
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -14,22 +16,14 @@
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "core/error.h"
+#include "golden_util.h"
+#include "graph_replay_check.h"
 #include "io/safetensors.h"
 #include "model/model.h"
 #include "model/qwen35.h"
 #include "model/synthetic.h"
-#include "graph_replay_check.h"
 #include "util/test_util.h"
-#ifdef FIRELINE_HAVE_GPU
-#include "backend/cuda/cuda_backend.h"
-#else
-namespace fl {
-inline bool cuda_device_available() { return false; }
-}  // namespace fl
-#endif
 
 namespace fl {
 namespace {
@@ -50,28 +44,22 @@ struct Golden {
   int64_t two_chunk_split = 0;  // 0: transformers' two-call prefill disagreed with itself, not saved
 };
 
-template <typename T>
-std::vector<T> read_all(const SafetensorsFile& f, const char* name) {
-  const SafetensorsEntry* e = f.find(name);
-  if (!e) return {};
-  Tensor t = f.tensor(*e);
-  return std::vector<T>(t.ptr<T>(), t.ptr<T>() + t.numel());
-}
+using test::max_abs_diff;
+using test::read_golden;
 
 Golden load_golden(const std::string& dir) {
   SafetensorsFile f(dir + "/golden.safetensors");
-  Golden g{read_all<int32_t>(f, "input_ids"),      read_all<int32_t>(f, "generated_ids"),
-           read_all<float>(f, "logits_prefill"),   read_all<float>(f, "logits_decode"),
-           read_all<float>(f, "logits_generated"), read_all<float>(f, "logits_two_chunk"), 0};
-  std::vector<int32_t> split = read_all<int32_t>(f, "two_chunk_split");
+  // The two-chunk logits are saved only where transformers' two-call prefill agreed with itself.
+  Golden g{read_golden<int32_t>(f, "input_ids"),
+           read_golden<int32_t>(f, "generated_ids"),
+           read_golden<float>(f, "logits_prefill"),
+           read_golden<float>(f, "logits_decode"),
+           read_golden<float>(f, "logits_generated"),
+           read_golden<float>(f, "logits_two_chunk", /*optional=*/true),
+           0};
+  std::vector<int32_t> split = read_golden<int32_t>(f, "two_chunk_split", /*optional=*/true);
   if (!split.empty()) g.two_chunk_split = split[0];
   return g;
-}
-
-float max_abs_diff(const float* a, const float* b, size_t n) {
-  float m = 0.0f;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i] - b[i]));
-  return m;
 }
 
 // Feeds ids in calls of the given sizes; returns all logits [sum, V].

@@ -1,0 +1,40 @@
+#pragma once
+// What both architectures' golden tests share: reading a fixture's golden tensors, the largest
+// logit difference, and whether a CUDA device is there to run the GPU cases on.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "io/safetensors.h"
+#ifdef FIRELINE_HAVE_GPU
+#include "backend/cuda/cuda_backend.h"
+#else
+namespace fl {
+inline bool cuda_device_available() { return false; }
+}  // namespace fl
+#endif
+
+namespace fl::test {
+
+// Every element of tensor `name` of a golden file; empty when it is absent (a failure too unless
+// the tensor is optional: fixtures made before a tensor was added lack it).
+template <typename T>
+std::vector<T> read_golden(const SafetensorsFile& f, const char* name, bool optional = false) {
+  const SafetensorsEntry* e = f.find(name);
+  if (!optional) {
+    EXPECT_NE(e, nullptr) << name;
+  }
+  if (!e) return {};
+  Tensor t = f.tensor(*e);
+  return std::vector<T>(t.ptr<T>(), t.ptr<T>() + t.numel());
+}
+
+inline float max_abs_diff(const float* a, const float* b, size_t n) {
+  float m = 0.0f;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+}  // namespace fl::test
