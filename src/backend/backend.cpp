@@ -28,6 +28,13 @@ void Backend::residual_update(Tensor h, const ResidualUpdate& u) {
   if (u.terms.empty() || u.terms.size() > 2 || u.norms.size() > 4)
     fail("residual_update: {} terms (1 or 2) and {} norms (at most 4)", u.terms.size(), u.norms.size());
   for (const ResidualTerm& t : u.terms)
+    if (t.x.data == h.data) fail("residual_update: a term is h itself");
+  for (const StreamNorm& n : u.norms) {
+    if (n.out.data == h.data) fail("residual_update: a norm would overwrite h");
+    for (const ResidualTerm& t : u.terms)
+      if (n.out.data == t.x.data) fail("residual_update: a norm would overwrite a term");
+  }
+  for (const ResidualTerm& t : u.terms)
     if (t.normed) rms_norm(t.x, t.x, t.weight, t.gain, u.eps);
   const Tensor& branch = u.terms[0].x;
   for (size_t i = 1; i < u.terms.size(); ++i) add(branch, branch, u.terms[i].x);

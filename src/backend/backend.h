@@ -168,6 +168,7 @@ class Backend {
   // h = (h + branch) * layer_scalar, with branch = the sum of u.terms (each rms(x) * gain when
   // normed), normed again when u.merge_weight is set; then norms[j].out = rms(h) * gain_j * scale_j.
   // The default runs rms_norm / add / scale_by / scale in that order (the CPU oracle's numerics).
+  // No term or norm output may be h, and no norm output a term.
   virtual void residual_update(Tensor h, const ResidualUpdate& u);
 
   // out[t, m] = sum_k x[t, k] * weight[m, k].          out [T, M]; x [T, K]; weight [M, K]
@@ -248,8 +249,8 @@ class Backend {
   virtual void gated_delta_rule(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                 const Tensor& beta, Tensor state, const DeltaRuleParams& params) = 0;
   // gated_delta_rule (the recurrence) for several sequences of one row each: row i continues
-  // states[i]. The default runs the rows one by one; a GPU does all rows in one launch with the
-  // same per-row numbers.
+  // states[i] (each row its own state: a GPU refuses two rows on one). The default runs the rows one by one; a GPU does
+  // all rows in one launch with the same per-row numbers.
   virtual void gated_delta_rule_rows(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                      const Tensor& beta, std::span<const Tensor> states, const DeltaRuleParams& params);
   virtual void gated_delta_rule_chunked(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v,

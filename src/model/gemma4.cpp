@@ -548,7 +548,8 @@ MemoryPlan gemma4_memory_plan(const ModelSource& source, const LoadOptions& o) {
     const double kv_fresh = 2.0 * T * nKV * D * 4;
     if (is_source[l]) deferred += kv_fresh;
     double layer = 2.0 * T * nH * D * 4 + kv_fresh + 2.0 * T * I * 4 + T * H * 4 + T * P * 4;
-    if (c.enable_moe_block) layer += T * c.num_experts * 4 + T * c.top_k_experts * 8;
+    // MoE: router logits, routes, and the router's and experts' own input norms of h
+    if (c.enable_moe_block) layer += T * c.num_experts * 4 + T * c.top_k_experts * 8 + 2.0 * T * H * 4;
     per_layer_max = std::max(per_layer_max, layer);
     // backend workspace: attention partials (up to 64 splits) and expert intermediates
     workspace = std::max(workspace, T * nH * 64 * (D + 2) * 4);

@@ -442,7 +442,9 @@ TEST_F(CudaOps, FusedAddRmsNormAndRmsNormRope) {
 
 // The residual update (one kernel on CUDA) against the CPU's default, which runs the ops it
 // replaces: one or two branch terms (normed or raw), the merge norm, the layer scalar, and up to
-// four norms of the new h with scales; strided views for h and a norm output.
+// four norms of the new h with scales; strided views for h and a norm output. Widths take every
+// kernel: 1, 2, 4 and 8 elements per thread in registers (64, 1536, 2816, 5376) and the row
+// from memory (9000).
 TEST_F(CudaOps, ResidualUpdateMatchesTheOpsItReplaces) {
   struct Case {
     int n_terms;
@@ -453,7 +455,7 @@ TEST_F(CudaOps, ResidualUpdateMatchesTheOpsItReplaces) {
                         {1, true, false, true, 0},  {2, false, false, false, 4}, {1, true, true, false, 2}};
   for (const Case& c : cases)
     for (int64_t rows : {1, 5})
-      for (int64_t cols : {64, 2816, 5376}) {
+      for (int64_t cols : {64, 1536, 2816, 5376, 9000}) {
         const std::string what = "residual_update terms=" + std::to_string(c.n_terms) +
                                  " normed=" + std::to_string(c.normed) + " merge=" + std::to_string(c.merge) +
                                  " scalar=" + std::to_string(c.scalar) + " norms=" + std::to_string(c.n_norms) +
@@ -466,8 +468,8 @@ TEST_F(CudaOps, ResidualUpdateMatchesTheOpsItReplaces) {
           ws.push_back(twin_random(t == 0 ? DType::bf16 : DType::f32, {cols}));
         }
         Twin merge_w = twin_random(DType::bf16, {cols}), scalar = twin_random(DType::bf16, {1}, 2.0f);
-        for (int n = 0; n < c.n_norms; ++n) {
-          outs.push_back(twin_output(DType::f32, {rows, cols}));
+        for (int n = 0; n < c.n_norms; ++n) {  // norm 1 writes the right half of a wider tensor
+          outs.push_back(n == 1 ? twin_random(DType::f32, {rows, 2 * cols}) : twin_output(DType::f32, {rows, cols}));
           out_ws.push_back(twin_random(DType::bf16, {cols}));
         }
         auto run = [&](Backend& b, bool gpu) {
@@ -476,9 +478,11 @@ TEST_F(CudaOps, ResidualUpdateMatchesTheOpsItReplaces) {
           const NormGain gains[] = {NormGain::weight, NormGain::one_plus_weight, NormGain::none, NormGain::weight};
           for (int t = 0; t < c.n_terms; ++t)
             terms.push_back({gpu ? xs[t].gpu : xs[t].cpu, gpu ? &ws[t].gpu : &ws[t].cpu, gains[t], c.normed});
-          for (int n = 0; n < c.n_norms; ++n)
-            norms.push_back({gpu ? outs[n].gpu : outs[n].cpu, gpu ? &out_ws[n].gpu : &out_ws[n].cpu, gains[n],
+          for (int n = 0; n < c.n_norms; ++n) {
+            const Tensor out = gpu ? outs[n].gpu : outs[n].cpu;
+            norms.push_back({n == 1 ? out.narrow(1, cols, cols) : out, gpu ? &out_ws[n].gpu : &out_ws[n].cpu, gains[n],
                              n == 1 ? 0.0625f : 1.0f});
+          }
           ResidualUpdate u;
           u.terms = terms;
           if (c.merge) u.merge_weight = gpu ? &merge_w.gpu : &merge_w.cpu, u.merge_gain = NormGain::one_plus_weight;
@@ -502,6 +506,9 @@ TEST_F(CudaOps, ResidualUpdateMatchesTheOpsItReplaces) {
   EXPECT_ERROR_HAS(gpu_->residual_update(h.gpu, u), "residual_update");
   u.terms = {};
   EXPECT_ERROR_HAS(gpu_->residual_update(h.gpu, u), "residual_update");
+  const ResidualTerm h_itself[] = {{h.gpu, nullptr, NormGain::none, true}};
+  u.terms = h_itself;
+  EXPECT_ERROR_HAS(gpu_->residual_update(h.gpu, u), "h itself");
 }
 
 // q, k and v head norms in one launch (Gemma 4: q and k with gain and RoPE, v without gain)
@@ -943,6 +950,11 @@ TEST_F(CudaOps, LinearAttentionOpsMatchTheCpu) {
     }
     expect_close(conv_out, kUlpBudget * 4, "causal_conv1d_rows out vs the CPU");
     expect_close(core, 2 * kSumBudget, "gated_delta_rule_rows out vs the CPU");
+    // Two rows on one state would race: refused.
+    const Tensor shared_conv[] = {conv_rows[0].gpu, conv_rows[0].gpu};
+    EXPECT_ERROR_HAS(
+        gpu_->causal_conv1d_rows(conv_out.gpu.slice(0, 2), x.gpu.slice(0, 2), w.gpu, shared_conv, Activation::silu),
+        "share one state");
   }
 
   // ---- sigmoid gate: elementwise with a strided gate (attention's query gate), and per row ----

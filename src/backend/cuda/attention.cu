@@ -327,7 +327,7 @@ cudaError_t launch_kv_write(uint8_t* k_cache, uint8_t* v_cache, DType cache_type
                             int64_t cache_row_bytes, const float* k, const float* v, const int32_t* positions,
                             int64_t n_tokens, int64_t n_kv_heads, int64_t head_dim, cudaStream_t stream,
                             uint8_t* const* k_row_caches, uint8_t* const* v_row_caches) {
-  if (n_tokens == 0) return cudaSuccess;
+  if (n_tokens == 0 || head_dim == 0) return cudaSuccess;
   if (cache_type != DType::f32 && cache_type != DType::bf16 && cache_type != DType::q8_0) return cudaErrorInvalidValue;
   // Whole 32-value blocks of threads (and whole warps: the Q8_0 max is a warp shuffle).
   const int64_t threads = (head_dim + 31) / 32 * 32;

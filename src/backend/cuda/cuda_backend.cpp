@@ -365,6 +365,7 @@ class CudaBackend final : public Backend {
       const ResidualTerm& t = u.terms[i];
       F32Rows r = f32_rows(t.x, "residual_update");
       same_shape(hr, r, "residual_update");
+      if (r.data == hr.data) fail("residual_update: term {} is h itself", i);
       if (t.normed) check_gain(t.weight, t.gain, hr.cols, "residual_update");
       a.terms[i] = {r.data,
                     r.stride,
@@ -392,6 +393,9 @@ class CudaBackend final : public Backend {
       const StreamNorm& n = u.norms[i];
       F32Rows r = f32_rows(n.out, "residual_update");
       same_shape(hr, r, "residual_update");
+      if (r.data == hr.data) fail("residual_update: norm {} would overwrite h", i);
+      for (int t = 0; t < a.n_terms; ++t)
+        if (r.data == a.terms[t].x) fail("residual_update: norm {} would overwrite term {}", i, t);
       check_gain(n.weight, n.gain, hr.cols, "residual_update");
       a.norms[i] = {r.data,
                     r.stride,
@@ -534,6 +538,14 @@ class CudaBackend final : public Backend {
       table[caches.size() + i] = c.v.data;
     }
     return upload_pointer_table(table, op);
+  }
+
+  // Rows of one batched launch write their own state: two rows on one state would race on the
+  // GPU where the CPU's row-by-row default runs them one after the other.
+  static void require_distinct(std::vector<const void*> addresses, const char* op) {
+    std::sort(addresses.begin(), addresses.end());
+    if (std::adjacent_find(addresses.begin(), addresses.end()) != addresses.end())
+      fail("{}: two rows share one state (each row must continue its own sequence)", op);
   }
 
   // A table of device addresses in device memory for one batched launch (per-row caches or
@@ -775,6 +787,7 @@ class CudaBackend final : public Backend {
       if (st.stride != state_stride) fail("{}: state {} has another row stride than the first", op, i);
       table[i] = st.data;
     }
+    require_distinct(table, op);
     const void* const* states_on_device = upload_pointer_table(table, op);
     check(cuda::launch_causal_conv1d_rows(
               o.data, o.stride, in.data, in.stride,
@@ -802,6 +815,7 @@ class CudaBackend final : public Backend {
     for (const Tensor& st : states)
       if (st.device != Device::cuda || !st.is_contiguous())
         fail("{}: state {} must be contiguous in GPU memory", op, st.describe());
+    require_distinct(table, op);
     const void* const* states_on_device = upload_pointer_table(table, op);
     run_delta_rule(op, out, q, k, v, g, beta, states[0], params,
                    const_cast<float* const*>(reinterpret_cast<const float* const*>(states_on_device)));
@@ -1029,7 +1043,9 @@ class CudaBackend final : public Backend {
   size_t weight_bytes_ = 0;
   std::unique_ptr<CudaBuffer> workspace_;
   std::unique_ptr<CudaBuffer> sample_adjust_;
-  std::unique_ptr<CudaBuffer> cache_table_;  // attention_rows / kv_write_rows: per-row cache addresses
+  // upload_pointer_table: per-row cache or state addresses of the rows ops (attention_rows,
+  // kv_write_rows, causal_conv1d_rows, gated_delta_rule_rows)
+  std::unique_ptr<CudaBuffer> cache_table_;
   bool profiling_ = false;
   bool capturing_ = false;
   std::vector<TimedOp> timed_;

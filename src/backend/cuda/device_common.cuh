@@ -102,13 +102,14 @@ __device__ __forceinline__ float small_uint_to_float(uint32_t c) {
 
 // The raw bytes of eight consecutive weights k0 .. k0 + 7 of a packed row of format F (k0 a
 // multiple of 8) and their block's scale, loaded with the widest loads each format's alignment
-// allows: the 4- or 6-bit codes of one lane come from one aligned word (HFQ4) or three halfwords
-// (HFQ6, Q8_0). Loading and decoding are separate steps so that a kernel can issue the loads of
+// allows: the codes of one lane come from three or four halfwords (HFQ6, Q8_0). HFQ4 matvecs
+// read 16 codes per lane on their own path (matmul.cu); other formats here load element by
+// element (the generic template). Loading and decoding are separate steps so that a kernel can issue the loads of
 // several chunks (and rows) before the first decode, keeping many requests in flight per lane.
 // Values past the row's end come from the padded tail block (quantized formats) or are zero
 // (plain formats); callers mask k >= K.
 template <DType F>
-struct RawChunk {  // plain formats (f32, f16, bf16): decoded at load, element by element
+struct RawChunk {  // plain formats (f32, f16, bf16), and HFQ4: decoded at load, element by element
   float v[8];
   __device__ __forceinline__ void load(const uint8_t* row, int64_t k0, int64_t K) {
 #pragma unroll
@@ -119,28 +120,6 @@ struct RawChunk {  // plain formats (f32, f16, bf16): decoded at load, element b
     for (int j = 0; j < 8; ++j) w[j] = v[j];
   }
 };
-
-template <DType F>
-struct HfqRawChunk {  // HFQ4 (G256, G128): f32 scale, f32 min, one word of 8 nibbles
-  uint32_t codes;
-  float scale, min;
-  __device__ __forceinline__ void load(const uint8_t* row, int64_t k0, int64_t) {
-    constexpr int kGroup = F == DType::hfq4_g256 ? 256 : 128;
-    const uint8_t* block = row + (k0 / kGroup) * (8 + kGroup / 2);
-    const int i = static_cast<int>(k0 % kGroup) / 8;
-    codes = *reinterpret_cast<const uint32_t*>(block + 8 + 4 * i);
-    scale = *reinterpret_cast<const float*>(block);
-    min = *reinterpret_cast<const float*>(block + 4);
-  }
-  __device__ __forceinline__ void decode(float w[8]) const {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) w[j] = affine(small_uint_to_float((codes >> (4 * j)) & 15u), scale, min);
-  }
-};
-template <>
-struct RawChunk<DType::hfq4_g256> : HfqRawChunk<DType::hfq4_g256> {};
-template <>
-struct RawChunk<DType::hfq4_g128> : HfqRawChunk<DType::hfq4_g128> {};
 
 template <>
 struct RawChunk<DType::hfq6_g256> {  // f32 scale, f32 min, 8 codes of 6 bits in three halfwords

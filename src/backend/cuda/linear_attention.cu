@@ -127,8 +127,9 @@ __device__ __forceinline__ float column_sum(float v) {
   return v;
 }
 
-// Grid (ceil(dv / kCols), nV), kDeltaThreads threads: thread tid serves column
-// j = blockIdx.x * kCols + tid / kSplit and rows i = tid % kSplit + r * kSplit, r < kDeltaRows.
+// Grid (ceil(dv / kCols), nV, 1 or one per state-table row), kDeltaThreads threads: thread tid
+// serves column j = blockIdx.x * kCols + tid / kSplit and rows i = tid % kSplit + r * kSplit,
+// r < kDeltaRows.
 // Threads past dv or rows past dk compute on zeros and store nothing.
 //
 // Tokens go in stages of `stage`: the block's warps L2-normalise the stage's q and k rows (one

@@ -3,8 +3,8 @@
 // block; values with k >= K are never used (tail predication). Two kernels:
 //
 // matvec_rows_kernel (one input per weight matrix: batch-1 decode and the routed expert pairs):
-// each warp owns kRows rows and each lane 8 consecutive weights per 256-wide chunk, so one load
-// instruction reads 128 contiguous bytes of HFQ4 codes. The lane's 8 inputs are loaded once (two
+// each warp owns kRows rows and each lane 8 consecutive weights per 256-wide chunk (Q8_0, HFQ6,
+// the plain formats; HFQ4 has its own kernels, below). The lane's 8 inputs are loaded once (two
 // 16-byte loads) and used for all kRows rows: with one row per warp, x (4 bytes per weight, read
 // through L1 with 32-byte strides between lanes) was 7.5x the weight traffic and capped the
 // kernel near 256 GB/s on the H200. All kRows x kUnroll chunks' loads are issued before the first
@@ -223,7 +223,7 @@ __device__ __forceinline__ float load_x16(const float* x, int64_t k0, int64_t K,
 // bits 16..23 under the exponent of 0.5 (a shift and a mask per 4 codes, one PRMT per weight; no
 // int-to-float conversion). Then sum_j x_j c_j = 32 sum_j x_j f_j - 16 sum_j x_j, so s' = 32 s
 // and m' = m - 16 s. The chains carry the 0.5 offset, about twice the codes' part, which costs
-// ~1 bit against an exact dot product. (The code in bits 0..3, f = 0.5 + c / 256, saved the
+// 1-2 bits against an exact dot product. (The code in bits 0..3, f = 0.5 + c / 256, saved the
 // shift but carried an offset 17x the codes' part: 4 bits, over the op harness's budget.)
 __device__ __forceinline__ float hfq4_lane_dot(uint2 codes, float scale, float min, const float xv[16], float x_sum) {
   float even = 0.0f, odd = 0.0f;  // two chains: weights 2i (low nibbles) and 2i + 1 (high ones)

@@ -95,8 +95,9 @@ __global__ void rms_norm_rope_group_kernel(HeadNormParts parts, float eps, const
 }
 
 // Backend::residual_update, one block per row, in the default's order of operations (each term
-// normed, summed, the sum normed, added to h, scaled; then the norms of h), so that only the
-// reductions' summation order differs from the CPU oracle. Each pass reads back what the same
+// normed, summed, the sum normed, added to h, scaled; then the norms of h): what differs from the
+// CPU oracle is the reductions' summation order and the adds the compiler contracts into FMAs
+// (as in add_rms_norm), within the op harness's budget. Each pass reads back what the same
 // thread wrote in the pass before (the same i), so only the reductions need the block.
 __global__ void residual_update_kernel(ResidualUpdateArgs a) {
   enter_kernel();
