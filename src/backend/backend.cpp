@@ -24,7 +24,7 @@ void Backend::rms_norm_rope_group(std::span<const HeadNorm> parts, float eps, co
   }
 }
 
-void Backend::residual_update(Tensor h, const ResidualUpdate& u) {
+void Backend::check_residual_update(const Tensor& h, const ResidualUpdate& u) {
   if (u.terms.empty() || u.terms.size() > 2 || u.norms.size() > 4)
     fail("residual_update: {} terms (1 or 2) and {} norms (at most 4)", u.terms.size(), u.norms.size());
   for (const ResidualTerm& t : u.terms)
@@ -34,6 +34,10 @@ void Backend::residual_update(Tensor h, const ResidualUpdate& u) {
     for (const ResidualTerm& t : u.terms)
       if (n.out.data == t.x.data) fail("residual_update: a norm would overwrite a term");
   }
+}
+
+void Backend::residual_update(Tensor h, const ResidualUpdate& u) {
+  check_residual_update(h, u);
   for (const ResidualTerm& t : u.terms)
     if (t.normed) rms_norm(t.x, t.x, t.weight, t.gain, u.eps);
   const Tensor& branch = u.terms[0].x;

@@ -276,6 +276,9 @@ class Backend {
 
  protected:
   static void check_sample_args(const Tensor& out_id, const Tensor& logits);  // sample's shapes and types
+  // residual_update's counts (1-2 terms, at most 4 norms) and aliases (no term or norm output is
+  // h, no norm output a term), for every backend.
+  static void check_residual_update(const Tensor& h, const ResidualUpdate& u);
 
  public:
 

@@ -117,6 +117,10 @@ void check_gain(const Tensor* weight, NormGain gain, int64_t cols, const char* o
   require_device(*weight, op);
 }
 
+// A norm gain's bytes and format for the launchers (no gain: null, read as f32 by nobody).
+const void* gain_data(const Tensor* weight) { return weight ? weight->data : nullptr; }
+DType gain_dtype(const Tensor* weight) { return weight ? weight->dtype : DType::f32; }
+
 // RoPE's inputs: x contiguous f32 [T, heads, D], positions i32 [T], inv_freq f32 [<= D / 2].
 void check_rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, const char* op) {
   if (x.ndim != 3 || !x.is_contiguous()) fail("{}: expected a contiguous x [T, heads, D], got {}", op, x.describe());
@@ -266,8 +270,8 @@ class CudaBackend final : public Backend {
     F32Rows o = f32_rows(out, "rms_norm"), in = f32_rows(x, "rms_norm");
     same_shape(o, in, "rms_norm");
     check_gain(weight, gain, in.cols, "rms_norm");
-    check(cuda::launch_rms_norm(o.data, o.stride, in.data, in.stride, in.rows, in.cols, weight ? weight->data : nullptr,
-                                weight ? weight->dtype : DType::f32, static_cast<cuda::Gain>(gain), eps, stream_),
+    check(cuda::launch_rms_norm(o.data, o.stride, in.data, in.stride, in.rows, in.cols, gain_data(weight),
+                                gain_dtype(weight), static_cast<cuda::Gain>(gain), eps, stream_),
           "rms_norm");
   }
 
@@ -298,9 +302,8 @@ class CudaBackend final : public Backend {
     F32Rows res = f32_rows(h, "add_rms_norm"), in = f32_rows(x, "add_rms_norm");
     same_shape(res, in, "add_rms_norm");
     check_gain(weight, gain, in.cols, "add_rms_norm");
-    check(cuda::launch_rms_norm(in.data, in.stride, in.data, in.stride, in.rows, in.cols, weight ? weight->data : nullptr,
-                                weight ? weight->dtype : DType::f32, static_cast<cuda::Gain>(gain), eps, stream_,
-                                res.data, res.stride),
+    check(cuda::launch_rms_norm(in.data, in.stride, in.data, in.stride, in.rows, in.cols, gain_data(weight),
+                                gain_dtype(weight), static_cast<cuda::Gain>(gain), eps, stream_, res.data, res.stride),
           "add_rms_norm");
   }
 
@@ -309,9 +312,9 @@ class CudaBackend final : public Backend {
     OpTimer timer(*this, "rms_norm_rope", 2.0 * x.numel() * 4);
     check_rope(x, positions, inv_freq, "rms_norm_rope");
     check_gain(weight, gain, x.dim(2), "rms_norm_rope");
-    check(cuda::launch_rms_norm_rope(x.ptr<float>(), x.dim(0), x.dim(1), x.dim(2), weight ? weight->data : nullptr,
-                                     weight ? weight->dtype : DType::f32, static_cast<cuda::Gain>(gain), eps,
-                                     positions.ptr<int32_t>(), inv_freq.ptr<float>(), inv_freq.numel(), stream_),
+    check(cuda::launch_rms_norm_rope(x.ptr<float>(), x.dim(0), x.dim(1), x.dim(2), gain_data(weight),
+                                     gain_dtype(weight), static_cast<cuda::Gain>(gain), eps, positions.ptr<int32_t>(),
+                                     inv_freq.ptr<float>(), inv_freq.numel(), stream_),
           "rms_norm_rope");
   }
 
@@ -338,8 +341,8 @@ class CudaBackend final : public Backend {
       args[i] = {p.x.ptr<float>(),
                  p.x.dim(1),
                  p.x.dim(2),
-                 p.weight ? p.weight->data : nullptr,
-                 p.weight ? p.weight->dtype : DType::f32,
+                 gain_data(p.weight),
+                 gain_dtype(p.weight),
                  static_cast<cuda::Gain>(p.gain),
                  p.rope};
     }
@@ -349,9 +352,9 @@ class CudaBackend final : public Backend {
   }
 
   void residual_update(Tensor h, const ResidualUpdate& u) override {
-    if (u.terms.empty() || u.terms.size() > cuda::kMaxResidualTerms || u.norms.size() > cuda::kMaxStreamNorms)
-      fail("residual_update: {} terms (1 to {}) and {} norms (at most {})", u.terms.size(), cuda::kMaxResidualTerms,
-           u.norms.size(), cuda::kMaxStreamNorms);
+    check_residual_update(h, u);  // counts within cuda::kMaxResidualTerms / kMaxStreamNorms, aliases
+    static_assert(cuda::kMaxResidualTerms == 2 && cuda::kMaxStreamNorms == 4,
+                  "Backend::check_residual_update's limits");
     F32Rows hr = f32_rows(h, "residual_update");
     OpTimer timer(*this, "residual_update", 4.0 * hr.rows * hr.cols * (2 + 2 * u.terms.size() + u.norms.size()));
     cuda::ResidualUpdateArgs a;
@@ -365,12 +368,11 @@ class CudaBackend final : public Backend {
       const ResidualTerm& t = u.terms[i];
       F32Rows r = f32_rows(t.x, "residual_update");
       same_shape(hr, r, "residual_update");
-      if (r.data == hr.data) fail("residual_update: term {} is h itself", i);
       if (t.normed) check_gain(t.weight, t.gain, hr.cols, "residual_update");
       a.terms[i] = {r.data,
                     r.stride,
-                    t.weight ? t.weight->data : nullptr,
-                    t.weight ? t.weight->dtype : DType::f32,
+                    gain_data(t.weight),
+                    gain_dtype(t.weight),
                     static_cast<cuda::Gain>(t.normed ? t.gain : NormGain::none),
                     t.normed};
     }
@@ -393,15 +395,8 @@ class CudaBackend final : public Backend {
       const StreamNorm& n = u.norms[i];
       F32Rows r = f32_rows(n.out, "residual_update");
       same_shape(hr, r, "residual_update");
-      if (r.data == hr.data) fail("residual_update: norm {} would overwrite h", i);
-      for (int t = 0; t < a.n_terms; ++t)
-        if (r.data == a.terms[t].x) fail("residual_update: norm {} would overwrite term {}", i, t);
       check_gain(n.weight, n.gain, hr.cols, "residual_update");
-      a.norms[i] = {r.data,
-                    r.stride,
-                    n.weight ? n.weight->data : nullptr,
-                    n.weight ? n.weight->dtype : DType::f32,
-                    static_cast<cuda::Gain>(n.gain),
+      a.norms[i] = {r.data, r.stride, gain_data(n.weight), gain_dtype(n.weight), static_cast<cuda::Gain>(n.gain),
                     n.scale};
     }
     check(cuda::launch_residual_update(a, stream_), "residual_update");
@@ -802,19 +797,16 @@ class CudaBackend final : public Backend {
     const char* op = "gated_delta_rule";
     if (states.empty() || q.ndim != 3 || q.dim(0) != static_cast<int64_t>(states.size()))
       fail("{}: {} states for q {}", op, states.size(), q.describe());
+    // run_delta_rule checks the first state; the others must match it.
     std::vector<const void*> table(states.size());
     for (size_t i = 0; i < states.size(); ++i) {
-      if (states[i].dtype != states[0].dtype || states[i].ndim != 3 || states[0].ndim != 3 ||
-          states[i].shape[0] != states[0].shape[0] || states[i].shape[1] != states[0].shape[1] ||
-          states[i].shape[2] != states[0].shape[2])
-        fail("{}: state {} {} differs from the first {}", op, i, states[i].describe(), states[0].describe());
-      table[i] = states[i].data;
+      const Tensor& st = states[i];
+      if (st.dtype != states[0].dtype || st.ndim != states[0].ndim || st.shape != states[0].shape ||
+          st.device != Device::cuda || !st.is_contiguous())
+        fail("{}: state {} {} must be contiguous in GPU memory, shaped as the first {}", op, i, st.describe(),
+             states[0].describe());
+      table[i] = st.data;
     }
-    // Checked against the first state; every other has its shape (above) and is checked for the
-    // device and contiguity here.
-    for (const Tensor& st : states)
-      if (st.device != Device::cuda || !st.is_contiguous())
-        fail("{}: state {} must be contiguous in GPU memory", op, st.describe());
     require_distinct(table, op);
     const void* const* states_on_device = upload_pointer_table(table, op);
     run_delta_rule(op, out, q, k, v, g, beta, states[0], params,
