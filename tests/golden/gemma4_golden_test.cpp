@@ -161,14 +161,7 @@ TEST_P(Gemma4Golden, GreedyContinuationMatchesTransformers) {
 // bit-identical. The batch then shrinks and grows as sequences leave and join between steps.
 TEST_P(Gemma4Golden, BatchedDecodeEqualsSeparateSequences) {
   const int64_t prompts[] = {7, 19, 31};
-  std::vector<std::unique_ptr<Sequence>> alone, batched;
-  for (int64_t n : prompts) {
-    std::span<const int32_t> prompt(golden_.input_ids.data(), n);
-    alone.push_back(sequence());
-    batched.push_back(sequence());
-    model_->forward(*alone.back(), prompt, LogitsMode::last);
-    model_->forward(*batched.back(), prompt, LogitsMode::last);
-  }
+  auto [alone, batched] = test::prefilled_twins(*model_, golden_.input_ids, prompts, [&] { return sequence(); });
   for (int step = 0; step < 14; ++step) {
     // steps 0-5: all three; 6-9: the middle one has left; 10-13: it is back
     std::vector<int> members = step >= 6 && step < 10 ? std::vector<int>{0, 2} : std::vector<int>{0, 1, 2};
@@ -206,14 +199,7 @@ TEST_P(Gemma4Golden, BatchedDecodeEqualsSeparateSequences) {
 // every token is banned (-1).
 TEST_P(Gemma4Golden, BatchedSamplingEqualsHostSamplingOfBatchedLogits) {
   const int64_t prompts[] = {5, 12, 23, 30};
-  std::vector<std::unique_ptr<Sequence>> sampled, plain;
-  for (int64_t n : prompts) {
-    std::span<const int32_t> prompt(golden_.input_ids.data(), n);
-    sampled.push_back(sequence());
-    plain.push_back(sequence());
-    model_->forward(*sampled.back(), prompt, LogitsMode::last);
-    model_->forward(*plain.back(), prompt, LogitsMode::last);
-  }
+  auto [sampled, plain] = test::prefilled_twins(*model_, golden_.input_ids, prompts, [&] { return sequence(); });
   std::vector<SampleSpec> specs(4);
   specs[0].temperature = 0.0f;
   specs[1].temperature = 0.7f, specs[1].top_k = 5, specs[1].top_p = 0.9f, specs[1].uniform = 0.37;

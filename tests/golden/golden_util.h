@@ -5,9 +5,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <memory>
+#include <span>
 #include <vector>
 
 #include "io/safetensors.h"
+#include "model/model.h"
 #ifdef FIRELINE_HAVE_GPU
 #include "backend/cuda/cuda_backend.h"
 #else
@@ -35,6 +39,23 @@ inline float max_abs_diff(const float* a, const float* b, size_t n) {
   float m = 0.0f;
   for (size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(a[i] - b[i]));
   return m;
+}
+
+// Two sequences per prompt length n, each given the first n prompt ids: the pairs the batched
+// tests compare (one decoded in a batch, its twin alone or sampled on the host).
+struct TwinSequences {
+  std::vector<std::unique_ptr<Sequence>> first, second;
+};
+inline TwinSequences prefilled_twins(Model& model, std::span<const int32_t> prompt, std::span<const int64_t> lengths,
+                                     const std::function<std::unique_ptr<Sequence>()>& make_sequence) {
+  TwinSequences twins;
+  for (int64_t n : lengths) {
+    for (auto* side : {&twins.first, &twins.second}) {
+      side->push_back(make_sequence());
+      model.forward(*side->back(), prompt.first(static_cast<size_t>(n)), LogitsMode::last);
+    }
+  }
+  return twins;
 }
 
 }  // namespace fl::test

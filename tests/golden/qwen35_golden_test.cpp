@@ -224,14 +224,7 @@ TEST_P(Qwen35Golden, GraphReplayIsByteIdenticalToEagerDecode) {
 // the token the host reference picks from those logits.
 TEST_P(Qwen35Golden, BatchedDecodeEqualsSeparateSequences) {
   const int64_t prompts[] = {7, 70, 131};
-  std::vector<std::unique_ptr<Sequence>> alone, batched;
-  for (int64_t n : prompts) {
-    std::span<const int32_t> prompt(golden_.input_ids.data(), n);
-    alone.push_back(sequence());
-    batched.push_back(sequence());
-    model_->forward(*alone.back(), prompt, LogitsMode::last);
-    model_->forward(*batched.back(), prompt, LogitsMode::last);
-  }
+  auto [alone, batched] = test::prefilled_twins(*model_, golden_.input_ids, prompts, [&] { return sequence(); });
   for (int step = 0; step < 8; ++step) {
     std::vector<int> members = step >= 3 && step < 5 ? std::vector<int>{0, 2} : std::vector<int>{0, 1, 2};
     std::vector<Sequence*> seqs;
