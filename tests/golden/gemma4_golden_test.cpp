@@ -156,9 +156,9 @@ TEST_P(Gemma4Golden, GreedyContinuationMatchesTransformers) {
 
 // Continuous batching: three sequences at different positions (prompts of 7, 19 and 31 tokens,
 // so their sliding rings are at different offsets) decode together through forward_batch, one
-// token each per step, and must give the logits each gets alone. Rows of a batch only share
-// weight ops, whose per-row arithmetic is the same at any row count, so the results are
-// bit-identical. The batch then shrinks and grows as sequences leave and join between steps.
+// token each per step, and must give the logits each gets alone: bit for bit on the CPU, within
+// batched_decode_tolerance on a GPU (attention's split along the context depends on the batch).
+// The batch then shrinks and grows as sequences leave and join between steps.
 TEST_P(Gemma4Golden, BatchedDecodeEqualsSeparateSequences) {
   const int64_t prompts[] = {7, 19, 31};
   auto [alone, batched] = test::prefilled_twins(*model_, golden_.input_ids, prompts, [&] { return sequence(); });
@@ -177,8 +177,8 @@ TEST_P(Gemma4Golden, BatchedDecodeEqualsSeparateSequences) {
       const int m = members[i];
       if (step >= 6 && step < 10 && m == 1) continue;
       std::vector<float> want = model_->forward(*alone[m], std::span<const int32_t>(&ids[i], 1), LogitsMode::last);
-      ASSERT_EQ(std::memcmp(got.data() + i * V_, want.data(), V_ * sizeof(float)), 0)
-          << "sequence " << m << " differs at step " << step << " by " << max_abs_diff(got.data() + i * V_, want.data(), V_);
+      ASSERT_LE(max_abs_diff(got.data() + i * V_, want.data(), V_), test::batched_decode_tolerance(*backend_))
+          << "sequence " << m << " differs at step " << step;
     }
     if (step == 9) {  // the middle sequence catches up alone on the tokens it skipped
       for (int s = 6; s < 10; ++s) {

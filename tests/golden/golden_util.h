@@ -41,6 +41,25 @@ inline float max_abs_diff(const float* a, const float* b, size_t n) {
   return m;
 }
 
+// Batched decode against each sequence decoded alone. The CPU backend runs a batch's rows one
+// after another through the single-row ops: identical bits. On a GPU, attention splits a row's
+// context into a number of blocks that depends on the batch (few rows: many splits each; a lone
+// sequence of 8+ query heads per KV head: the tensor-core kernel), so the summation order, and
+// with it the last bits, differ; everything else is per-row identical.
+inline float batched_decode_tolerance(const Backend& backend) { return backend.device() == Device::cpu ? 0.0f : 1e-5f; }
+
+// max |a - b| over two states' bytes read as f32 (KV rows and recurrent states of f32 sequences).
+inline float max_state_diff(const std::vector<std::vector<uint8_t>>& a, const std::vector<std::vector<uint8_t>>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  float m = 0.0f;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].size() != b[i].size() || a[i].size() % sizeof(float)) return INFINITY;
+    m = std::max(m, max_abs_diff(reinterpret_cast<const float*>(a[i].data()),
+                                 reinterpret_cast<const float*>(b[i].data()), a[i].size() / sizeof(float)));
+  }
+  return m;
+}
+
 // Two sequences per prompt length n, each given the first n prompt ids: the pairs the batched
 // tests compare (one decoded in a batch, its twin alone or sampled on the host).
 struct TwinSequences {

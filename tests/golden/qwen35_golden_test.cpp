@@ -218,9 +218,10 @@ TEST_P(Qwen35Golden, GraphReplayIsByteIdenticalToEagerDecode) {
 }
 
 // Continuous batching: three sequences (prompts of 7, 70 and 131 tokens: inside the first
-// delta-rule chunk, across one, across two) decode together through forward_batch and must give,
-// bit for bit, the logits and the recurrent states (conv windows, delta matrices) and KV rows each
-// gets alone; the middle one sits out some steps. Then forward_batch_sample picks for each row
+// delta-rule chunk, across one, across two) decode together through forward_batch and must give
+// the logits and the recurrent states (conv windows, delta matrices) and KV rows each gets alone
+// (bit for bit on the CPU, within batched_decode_tolerance on a GPU); the middle one sits out
+// some steps. Then forward_batch_sample picks for each row
 // the token the host reference picks from those logits.
 TEST_P(Qwen35Golden, BatchedDecodeEqualsSeparateSequences) {
   const int64_t prompts[] = {7, 70, 131};
@@ -238,14 +239,15 @@ TEST_P(Qwen35Golden, BatchedDecodeEqualsSeparateSequences) {
     for (size_t i = 0; i < members.size(); ++i) {
       const int m = members[i];
       std::vector<float> want = model_->forward(*alone[m], std::span<const int32_t>(&ids[i], 1), LogitsMode::last);
-      ASSERT_EQ(std::memcmp(got.data() + i * V_, want.data(), V_ * sizeof(float)), 0)
-          << "sequence " << m << " differs at step " << step << " by "
-          << max_abs_diff(got.data() + i * V_, want.data(), V_);
+      ASSERT_LE(max_abs_diff(got.data() + i * V_, want.data(), V_), test::batched_decode_tolerance(*backend_))
+          << "sequence " << m << " differs at step " << step;
     }
   }
   for (int m = 0; m < 3; ++m) {
     EXPECT_EQ(alone[m]->n_past, batched[m]->n_past);
-    EXPECT_TRUE(test::sequence_state_bytes(*backend_, *alone[m]) == test::sequence_state_bytes(*backend_, *batched[m]))
+    EXPECT_LE(test::max_state_diff(test::sequence_state_bytes(*backend_, *alone[m]),
+                                   test::sequence_state_bytes(*backend_, *batched[m])),
+              test::batched_decode_tolerance(*backend_))
         << "KV rows and recurrent states of sequence " << m;
   }
 

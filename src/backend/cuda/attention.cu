@@ -7,10 +7,11 @@
 // normalised output (n_splits == 1) or a partial (max, sum, V) that attention_merge_kernel
 // combines. Splitting along the context keeps all SMs busy at batch 1 with long contexts, where
 // (token x head) alone gives only 16-32 blocks.
+#include <algorithm>
 #include <cfloat>
 
-#include "backend/cuda/device_common.cuh"
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/device_common.cuh"
 
 namespace fl::cuda {
 namespace {
@@ -219,36 +220,48 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(Attention
   }
 }
 
-// Combines the n_splits partials of one (token, head): each split's weight exp(m_s - m_all) is
-// computed once, in parallel, into shared memory; then each output element is one FMA per split.
-// (With the weights recomputed per element, two expf per split per element, this kernel's 16
-// blocks took longer than the splits themselves at 132 splits.)
-__global__ void attention_merge_kernel(AttentionArgs a) {
+// Combines the n_splits partials of one (token, head): block (token x head, slice) takes kWarp
+// output elements. The splits' weights exp(m_s - m_all) are computed once per block into shared
+// memory; then each warp sums every n_warps-th split's partials for its lane's element (coalesced
+// rows), and the warps' sums are added in warp order. (One block per (token, head) put the whole
+// merge on 16 SMs at batch 1: 9.6 us per layer for 64 splits.)
+constexpr int kMergeThreads = 128;
+
+__global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttentionArgs a) {
   enter_kernel();
   extern __shared__ float weight[];  // [n_splits]
-  __shared__ float reduce[1024 / kWarp];
+  constexpr int kMergeWarps = kMergeThreads / kWarp;
+  __shared__ float reduce[kMergeWarps][kWarp];
   const int D = a.head_dim;
   const float* parts = a.partial + static_cast<int64_t>(blockIdx.x) * a.n_splits * (D + 2);
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp, n_warps = blockDim.x / kWarp;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   float local_max = -FLT_MAX;
-  for (int s = threadIdx.x; s < a.n_splits; s += blockDim.x)
+  for (int s = threadIdx.x; s < a.n_splits; s += kMergeThreads)
     if (parts[s * (D + 2) + D + 1] > 0.0f) local_max = fmaxf(local_max, parts[s * (D + 2) + D]);
   local_max = warp_max(local_max);
-  if (lane == 0) reduce[warp] = local_max;
+  if (lane == 0) reduce[warp][0] = local_max;
   __syncthreads();
   float m_all = -FLT_MAX;
-  for (int w = 0; w < n_warps; ++w) m_all = fmaxf(m_all, reduce[w]);
+  for (int w = 0; w < kMergeWarps; ++w) m_all = fmaxf(m_all, reduce[w][0]);
   float local_sum = 0.0f;
-  for (int s = threadIdx.x; s < a.n_splits; s += blockDim.x) {
+  for (int s = threadIdx.x; s < a.n_splits; s += kMergeThreads) {
     const float ls = parts[s * (D + 2) + D + 1];
     weight[s] = ls > 0.0f ? expf(parts[s * (D + 2) + D] - m_all) : 0.0f;
     local_sum += ls > 0.0f ? ls * weight[s] : 0.0f;
   }
-  const float l_all = block_sum(local_sum);  // its barriers also publish weight[]
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float v = 0.0f;
-    for (int s = 0; s < a.n_splits; ++s) v += parts[s * (D + 2) + d] * weight[s];
-    a.out[static_cast<int64_t>(blockIdx.x) * D + d] = v / l_all;
+  const float l_all = block_sum(local_sum);  // its barriers also publish weight[] and free reduce[]
+  const int d = blockIdx.y * kWarp + lane;
+  float v = 0.0f;
+  if (d < D) {
+#pragma unroll 8  // independent loads in flight: the sum waits for L2 once per 8 splits
+    for (int s = warp; s < a.n_splits; s += kMergeWarps) v += parts[s * (D + 2) + d] * weight[s];
+  }
+  reduce[warp][lane] = v;
+  __syncthreads();
+  if (warp == 0 && d < D) {
+    float sum = 0.0f;
+    for (int w = 0; w < kMergeWarps; ++w) sum += reduce[w][lane];
+    a.out[static_cast<int64_t>(blockIdx.x) * D + d] = sum / l_all;
   }
 }
 
@@ -302,25 +315,69 @@ __global__ void kv_write_kernel(uint8_t* k_cache, uint8_t* v_cache, uint8_t* con
 
 }  // namespace
 
+AttentionPlan plan_attention(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim, int64_t max_keys,
+                             bool per_row, int sm_count) {
+  AttentionPlan plan;
+  if (!per_row && flash_attention_applies(n_tokens, head_dim)) return plan;  // prefill: never split
+  const int64_t group = n_kv_heads > 0 ? n_heads / n_kv_heads : 0;
+  if (flash_decode_applies(n_heads, n_kv_heads, head_dim)) {
+    if (per_row) {
+      // Batched decode: one block per (sequence, KV head), unsplit, when the group fills at least
+      // half of the block's 16 query rows (8 heads: Gemma 4's global layers, Qwen3.5-35B-A3B's)
+      // and those blocks are at least half the SMs. (Sliding layers' 2-head groups took 29.9 ->
+      // 38.8 ms per 64-sequence step on the tensor cores, so they stay on the SIMT kernel.)
+      if (2 * group >= 16 && 2 * n_tokens * n_kv_heads >= sm_count) plan.group_queries = true;
+    } else if (group >= 4) {
+      // One sequence's decode: each KV head's keys read once for its query heads, split along the
+      // context into whole tiles so that two blocks (~100 KB of shared memory and 2 x 128 x 248
+      // registers each) run on every SM. attention_bench on the H200 (Q8 KV, incl. merge):
+      // Gemma 4 26B global (8 heads per KV head, D = 512) 4k 53.9 -> 53.2 us, 32k 461 -> 251;
+      // Qwen3.5-35B-A3B (8) 4k 36.8 -> 31.0, 32k 261 -> 121; Qwen3.5-4B (4) 4k equal, 32k 279 ->
+      // 246; while 2-head groups (Gemma 4's sliding layers) lose: 17.5 -> 21.2 us.
+      const int64_t blocks = n_tokens * n_kv_heads, tile = flash_decode_tile_keys(head_dim);
+      const int64_t tiles = std::max<int64_t>(1, (max_keys + tile - 1) / tile);
+      plan.group_queries = true;
+      plan.n_splits = static_cast<int>(std::clamp<int64_t>((2 * sm_count + blocks - 1) / blocks, 1, tiles));
+    }
+    if (plan.group_queries) return plan;
+  }
+  // The SIMT kernel: aim for about 8 blocks per SM (one warp walks its keys one after another:
+  // load, warp sum, exp; only many warps in flight hide the latency), >= 16 keys per split.
+  const int64_t blocks = n_tokens * n_heads, target = 8 * static_cast<int64_t>(sm_count);
+  if (blocks < target)
+    plan.n_splits =
+        static_cast<int>(std::clamp<int64_t>((target + blocks - 1) / blocks, 1, std::max<int64_t>(1, max_keys / 16)));
+  return plan;
+}
+
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.n_tokens == 0) return cudaSuccess;
-  if (a.head_dim > kMaxChunks * 8 * kWarp || a.n_heads % a.n_kv_heads) return cudaErrorInvalidValue;
-  if (a.n_splits == 1 && (a.k_row_caches ? flash_decode_rows_apply(a.n_heads, a.n_kv_heads, a.head_dim)
-                                         : flash_attention_applies(a.n_tokens, a.head_dim)))
-    return launch_flash_attention(a, stream);
-  dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_heads), static_cast<unsigned>(a.n_splits));
-  const size_t smem = static_cast<size_t>(kAttnWarps) * (a.head_dim + 2) * sizeof(float);
-  const unsigned threads = kAttnWarps * kWarp;
+  if (a.head_dim > kMaxChunks * 8 * kWarp || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads || a.n_splits < 1)
+    return cudaErrorInvalidValue;
   cudaError_t err = cudaErrorInvalidValue;
-  switch (a.cache_type) {
-    case DType::f32: err = launch_kernel(attention_kernel<DType::f32>, grid, threads, smem, stream, a); break;
-    case DType::bf16: err = launch_kernel(attention_kernel<DType::bf16>, grid, threads, smem, stream, a); break;
-    case DType::q8_0: err = launch_kernel(attention_kernel<DType::q8_0>, grid, threads, smem, stream, a); break;
-    default: return cudaErrorInvalidValue;
+  if (a.group_queries || (a.n_splits == 1 && !a.k_row_caches && flash_attention_applies(a.n_tokens, a.head_dim))) {
+    err = launch_flash_attention(a, stream);
+  } else {
+    dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_heads), static_cast<unsigned>(a.n_splits));
+    const size_t smem = static_cast<size_t>(kAttnWarps) * (a.head_dim + 2) * sizeof(float);
+    const unsigned threads = kAttnWarps * kWarp;
+    switch (a.cache_type) {
+      case DType::f32: err = launch_kernel(attention_kernel<DType::f32>, grid, threads, smem, stream, a); break;
+      case DType::bf16: err = launch_kernel(attention_kernel<DType::bf16>, grid, threads, smem, stream, a); break;
+      case DType::q8_0: err = launch_kernel(attention_kernel<DType::q8_0>, grid, threads, smem, stream, a); break;
+      default: return cudaErrorInvalidValue;
+    }
   }
   if (err != cudaSuccess || a.n_splits == 1) return err;
-  return launch_kernel(attention_merge_kernel, static_cast<unsigned>(a.n_tokens * a.n_heads), 128,
-                       a.n_splits * sizeof(float), stream, a);
+  return launch_attention_merge(a, stream);
+}
+
+cudaError_t launch_attention_merge(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.n_tokens == 0) return cudaSuccess;
+  if (a.n_splits < 2 || !a.partial) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_heads),
+                  static_cast<unsigned>((a.head_dim + kWarp - 1) / kWarp));
+  return launch_kernel(attention_merge_kernel, grid, kMergeThreads, a.n_splits * sizeof(float), stream, a);
 }
 
 cudaError_t launch_kv_write(uint8_t* k_cache, uint8_t* v_cache, DType cache_type, int64_t cache_rows,

@@ -29,21 +29,39 @@ struct AttentionArgs {
   // k_cache / v_cache are then unused and positions[t] is row t's own position.
   const uint8_t* const* k_row_caches = nullptr;
   const uint8_t* const* v_row_caches = nullptr;
-  int n_splits = 1;          // blocks along the context per (token, head)
+  // Decode (the tensor-core kernel): a block's query rows are one query row's query heads of one
+  // KV head, so the group's K/V rows are read once for all its heads (plan_attention sets it).
+  bool group_queries = false;
+  int n_splits = 1;          // blocks along the context per (token, head), or per (token, KV head) with group_queries
   float* partial = nullptr;  // [T, n_heads, n_splits, head_dim + 2] when n_splits > 1
 };
-// Runs the tensor-core prefill kernel (attention_mma.cu) when flash_attention_applies and
-// n_splits == 1, else the SIMT kernel (split along the context with n_splits > 1).
+// Runs the tensor-core kernel (attention_mma.cu) for prefill-sized steps (flash_attention_applies,
+// n_splits == 1) and for group_queries, else the SIMT kernel; either way split along the context
+// when n_splits > 1, with a merge of the splits after.
 cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream);
+// The merge alone (launch_attention runs it after split kernels): out from partial.
+cudaError_t launch_attention_merge(const AttentionArgs& args, cudaStream_t stream);
+
+// How a step's attention runs: the kernel (group_queries) and the splits along the context.
+struct AttentionPlan {
+  bool group_queries = false;
+  int n_splits = 1;
+};
+// T query rows (one sequence's consecutive tokens, or with per_row one decode row per sequence),
+// max_keys: the most keys a query can see (fixed by the cache size, not the position, so that a
+// captured decode step stays valid). The CUDA backend and attention_bench share this choice.
+AttentionPlan plan_attention(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim, int64_t max_keys,
+                             bool per_row, int sm_count);
+
 // The tensor-core kernel takes >= kFlashMinTokens queries and head dims that are multiples of 16
 // up to 512 (CUDA builds only; HIP keeps the SIMT kernel).
 constexpr int64_t kFlashMinTokens = 16;
 bool flash_attention_applies(int64_t n_tokens, int64_t head_dim);
-// Batched decode (per-row caches) may take it too, one block per (sequence, KV head) with the
-// head's query heads as rows, when the group fills at least half of a block's rows (Gemma 4's
-// global layers). The caller decides whether there are enough (sequence, KV head) blocks and then
-// sets n_splits = 1.
-bool flash_decode_rows_apply(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
+// Decode rows may take it with group_queries: a block per (query row, KV head, split) whose 16
+// query rows hold the KV head's query heads (at most 16), head dims multiples of 64 up to 512.
+bool flash_decode_applies(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
+// Keys per tile of that kernel (a split takes whole tiles).
+int64_t flash_decode_tile_keys(int64_t head_dim);
 cudaError_t launch_flash_attention(const AttentionArgs& args, cudaStream_t stream);
 // Writes k, v ([T, n_kv, D] f32) into cache rows positions[t] % cache_rows, converting to the
 // cache's type (f32, bf16 or q8_0); with k_row_caches / v_row_caches (device arrays), row t into

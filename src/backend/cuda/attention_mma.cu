@@ -9,10 +9,12 @@
 // the output are the f32 ones up to summation order, as the op harness and the golden tests
 // require. The pieces are cut in registers from f32 tiles in shared memory.
 //
-// Batched decode (per-row caches, AttentionArgs::k_row_caches): a block takes one sequence's
-// decode row and one KV head, and its query rows are that head's group of query heads (Gemma 4's
-// global layers: 8 heads over D = 512), all at the sequence's position: the group's K/V rows are
-// read once for all its heads, where the SIMT kernel reads them once per head.
+// Decode (AttentionArgs::group_queries): a block takes one query row (a token of one sequence, or
+// with per-row caches one sequence's decode row) and one KV head, and its query rows are that
+// head's group of query heads (Gemma 4's global layers: 8 heads over D = 512), all at the row's
+// position: the group's K/V rows are read once for all its heads, where the SIMT kernel reads them
+// once per head. At batch 1 the visible keys are split over blocks (grid.z, whole tiles each);
+// each split writes its unnormalised output, max and sum for attention_merge_kernel.
 //
 // Head dims up to 512 (Gemma 4's global layers) do not fit one warp's output registers, so the
 // block's 4 warps are QW query groups x DW slices of the head dim (DW = 1, 2, 4 for D <= 128,
@@ -47,7 +49,7 @@ __device__ __forceinline__ void mma_pieces(float c[4], const uint32_t (&a)[kPiec
 
 struct FlashLayout {
   int D, DW, QW, rows, stride;  // stride: floats per shared row (D + 4: conflict-free fragments)
-  // by_group (batched decode): always 16 query rows (DW = 4), which a group of 8 heads half fills.
+  // by_group (decode): always 16 query rows (DW = 4), which a group of 8 heads half fills.
   __host__ __device__ static FlashLayout of(int D, bool by_group = false) {
     FlashLayout l;
     l.D = D;
@@ -69,7 +71,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
   enter_kernel();
   constexpr int kKeyTiles = kKeys / 8;
   extern __shared__ float smem[];
-  const FlashLayout L = FlashLayout::of(a.head_dim, a.k_row_caches != nullptr);
+  const FlashLayout L = FlashLayout::of(a.head_dim, a.group_queries);
   const int D = a.head_dim;
   float* s_q = smem;                            // [rows][stride]
   float* s_k = s_q + L.rows * L.stride;         // [kKeys][stride]
@@ -80,14 +82,18 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
   const int qw = warp / L.DW, dw = warp % L.DW;
   const int g = lane / 4, q = lane % 4;
   const int group = a.n_heads / a.n_kv_heads;
-  // Prefill: rows are tokens t0 + r of head h. Batched decode: rows are heads kv * group + r of
-  // sequence row `seq`, every one at the sequence's position.
-  const bool by_group = a.k_row_caches != nullptr;
+  // Prefill: rows are tokens t0 + r of head h. Decode: rows are heads kv * group + r of query row
+  // `seq`, every one at that row's position.
+  const bool by_group = a.group_queries, per_row = a.k_row_caches != nullptr;
   const int seq = by_group ? blockIdx.x : 0;
   const int h = by_group ? 0 : blockIdx.y, kv = by_group ? blockIdx.y : h / group;
   const int t0 = by_group ? 0 : blockIdx.x * L.rows;
   const int n_rows = by_group ? group : a.n_tokens - t0;  // rows of this block with a query
-  const int64_t p0 = a.positions[seq];  // the position of the first fresh key (row `seq`'s)
+  // p0: the position of the first fresh key, which is fresh row `fresh0` (per-row caches: each
+  // sequence's own new key, row seq; one sequence: the step's first token, row 0).
+  const int64_t p0 = a.positions[per_row ? seq : 0];
+  const int64_t fresh0 = per_row ? seq : 0;
+  const int64_t query_pos = per_row ? p0 : p0 + seq;  // decode rows' position
   const int slice = D / L.DW, d0 = dw * slice, out_tiles = slice / 8;
   // Query row r of the block: its [D] input and output offset.
   auto query_offset = [&](int r) -> int64_t {
@@ -100,16 +106,19 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
     const int r = i / D, d = i % D;
     s_q[r * L.stride + d] = r < n_rows ? a.q[query_offset(r) + d] : 0.0f;
   }
-  // The keys any of this block's queries sees.
-  const int64_t first_pos = by_group ? p0 : p0 + t0;
-  const int64_t last_pos = by_group ? p0 : p0 + min(t0 + L.rows, a.n_tokens) - 1;
-  const int64_t key_begin = a.window > 0 ? max(int64_t{0}, first_pos - a.window + 1) : 0;
-  const int64_t key_end = last_pos + 1;
+  // The keys any of this block's queries sees, and this split's whole tiles of them.
+  const int64_t first_pos = by_group ? query_pos : p0 + t0;
+  const int64_t last_pos = by_group ? query_pos : p0 + min(t0 + L.rows, a.n_tokens) - 1;
+  const int64_t visible_begin = a.window > 0 ? max(int64_t{0}, first_pos - a.window + 1) : 0;
+  const int64_t tiles = (last_pos + 1 - visible_begin + kKeys - 1) / kKeys;
+  const int64_t split_keys = (tiles + a.n_splits - 1) / a.n_splits * kKeys;
+  const int64_t key_begin = visible_begin + blockIdx.z * split_keys;
+  const int64_t key_end = min(last_pos + 1, key_begin + split_keys);  // may be <= key_begin: no keys
   // This thread's two query rows (g and g + 8 of its group) and their positions.
   const int row0 = qw * 16 + g;
-  const int64_t pos[2] = {by_group ? p0 : p0 + t0 + row0, by_group ? p0 : p0 + t0 + row0 + 8};
-  const uint8_t* k_cache = by_group ? a.k_row_caches[seq] : a.k_cache;
-  const uint8_t* v_cache = by_group ? a.v_row_caches[seq] : a.v_cache;
+  const int64_t pos[2] = {by_group ? query_pos : p0 + t0 + row0, by_group ? query_pos : p0 + t0 + row0 + 8};
+  const uint8_t* k_cache = per_row ? a.k_row_caches[seq] : a.k_cache;
+  const uint8_t* v_cache = per_row ? a.v_row_caches[seq] : a.v_cache;
 
   float o[kMaxOutTiles][4];
 #pragma unroll
@@ -141,8 +150,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
           const int64_t row = (j % a.cache_rows) * cache_stride + kv * a.cache_row_bytes;
           decode8<C>(k_cache + row, c, D, kv8[u][0]);
           decode8<C>(v_cache + row, c, D, kv8[u][1]);
-        } else {  // fresh row seq + (j - p0): prefill's step keys, or the sequence's own new key
-          const int64_t row = (seq + j - p0) * fresh_stride + static_cast<int64_t>(kv) * D + c;
+        } else {  // fresh row fresh0 + (j - p0): the step's keys, or the sequence's own new key
+          const int64_t row = (fresh0 + j - p0) * fresh_stride + static_cast<int64_t>(kv) * D + c;
           if (fresh_vector) {
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
@@ -289,11 +298,28 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
     }
   }
 
-  // Normalise and store this warp's slice of its rows.
+  // Normalise and store this warp's slice of its rows; or, split, the unnormalised slice and (one
+  // lane per row) the row's max and sum, as the SIMT kernel's partials: [D] then m, l.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += gpu::shfl_xor(l[r], 1);
     l[r] += gpu::shfl_xor(l[r], 2);
+  }
+  if (a.n_splits > 1) {  // group_queries only: row r is head kv * group + r
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (row0 + 8 * r >= n_rows) continue;
+      const int64_t head = static_cast<int64_t>(seq) * a.n_heads + kv * group + row0 + 8 * r;
+      float* part = a.partial + (head * a.n_splits + blockIdx.z) * (D + 2);
+#pragma unroll
+      for (int j = 0; j < kMaxOutTiles; ++j) {
+        if (j >= out_tiles) break;
+        part[d0 + j * 8 + 2 * q] = o[j][2 * r];
+        part[d0 + j * 8 + 2 * q + 1] = o[j][2 * r + 1];
+      }
+      if (dw == 0 && q == 0) part[D] = m[r], part[D + 1] = l[r];
+    }
+    return;
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -310,22 +336,25 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
 
 template <DType C, int kKeys, int kPieces>
 cudaError_t launch_flash(const AttentionArgs& a, cudaStream_t stream) {
-  const FlashLayout L = FlashLayout::of(a.head_dim, a.k_row_caches != nullptr);
+  const FlashLayout L = FlashLayout::of(a.head_dim, a.group_queries);
   const size_t smem = flash_smem_bytes<kKeys>(L);
   auto kernel = flash_attention_kernel<C, kKeys, kPieces>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
-  const dim3 grid = a.k_row_caches ? dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads))
-                                   : dim3(static_cast<unsigned>((a.n_tokens + L.rows - 1) / L.rows),
-                                          static_cast<unsigned>(a.n_heads));
+  const dim3 grid = a.group_queries ? dim3(static_cast<unsigned>(a.n_tokens), static_cast<unsigned>(a.n_kv_heads),
+                                           static_cast<unsigned>(a.n_splits))
+                                    : dim3(static_cast<unsigned>((a.n_tokens + L.rows - 1) / L.rows),
+                                           static_cast<unsigned>(a.n_heads));
   return launch_kernel(kernel, grid, kFlashThreads, smem, stream, a);
 }
 
+// 32-key tiles, or 16 for head dims over 256: K and V tiles of ~64 KB leave room for two blocks
+// per SM.
+constexpr int tile_keys(int64_t head_dim) { return head_dim > 256 ? 16 : 32; }
+
 template <DType C>
 cudaError_t launch_flash_cache(const AttentionArgs& a, cudaStream_t stream) {
-  // 32-key tiles, or 16 for head dims over 256: K and V tiles of ~64 KB leave room for two
-  // blocks per SM.
-  if (a.head_dim > 256) return launch_flash<C, 16, 3>(a, stream);
+  if (tile_keys(a.head_dim) == 16) return launch_flash<C, 16, 3>(a, stream);
   return launch_flash<C, 32, 3>(a, stream);
 }
 
@@ -337,19 +366,17 @@ bool flash_attention_applies(int64_t n_tokens, int64_t head_dim) {
   return head_dim % (16 * DW) == 0 && head_dim / DW <= 8 * kMaxOutTiles;
 }
 
-bool flash_decode_rows_apply(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim) {
+bool flash_decode_applies(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim) {
   if (n_kv_heads <= 0 || n_heads % n_kv_heads || head_dim <= 0 || head_dim > 512 || head_dim % 64) return false;
-  // The group fills at least half the block's 16 query rows: 8 heads (Gemma 4's global layers,
-  // Qwen3.5-35B-A3B's attention layers), where the 2 of Gemma 4's sliding layers would waste most
-  // of the tensor work.
-  const int rows = FlashLayout::of(static_cast<int>(head_dim), true).rows;
-  return n_heads / n_kv_heads <= rows && 2 * (n_heads / n_kv_heads) >= rows;
+  return n_heads / n_kv_heads <= FlashLayout::of(static_cast<int>(head_dim), true).rows;
 }
 
+int64_t flash_decode_tile_keys(int64_t head_dim) { return tile_keys(head_dim); }
+
 cudaError_t launch_flash_attention(const AttentionArgs& a, cudaStream_t stream) {
-  if (a.n_splits != 1 || a.n_heads % a.n_kv_heads) return cudaErrorInvalidValue;
-  if (a.k_row_caches ? !flash_decode_rows_apply(a.n_heads, a.n_kv_heads, a.head_dim)
-                     : !flash_attention_applies(a.n_tokens, a.head_dim))
+  if (a.n_splits < 1 || (a.n_splits > 1 && !a.group_queries) || a.n_heads % a.n_kv_heads) return cudaErrorInvalidValue;
+  if (a.group_queries ? !flash_decode_applies(a.n_heads, a.n_kv_heads, a.head_dim)
+                      : a.k_row_caches || !flash_attention_applies(a.n_tokens, a.head_dim))
     return cudaErrorInvalidValue;
   switch (a.cache_type) {
     case DType::f32: return launch_flash_cache<DType::f32>(a, stream);
@@ -362,7 +389,8 @@ cudaError_t launch_flash_attention(const AttentionArgs& a, cudaStream_t stream) 
 #else  // HIP: no mma.sync; prefill keeps the SIMT attention kernel
 
 bool flash_attention_applies(int64_t, int64_t) { return false; }
-bool flash_decode_rows_apply(int64_t, int64_t, int64_t) { return false; }
+bool flash_decode_applies(int64_t, int64_t, int64_t) { return false; }
+int64_t flash_decode_tile_keys(int64_t) { return 0; }
 cudaError_t launch_flash_attention(const AttentionArgs&, cudaStream_t) { return cudaErrorInvalidValue; }
 
 #endif

@@ -600,27 +600,17 @@ class CudaBackend final : public Backend {
     a.head_dim = static_cast<int>(D);
     a.scale = p.scale;
     a.window = p.window;
-    // Split along the context when few (token, head) blocks would otherwise run: the grid size is
-    // fixed by the cache size, not the current position, so a captured decode step stays valid.
-    // Keys one query can see: the cache (or window) plus the step's fresh rows before it.
+    // The kernel and the splits along the context (cuda::plan_attention); the grid is fixed by
+    // the cache size, not the current position, so a captured decode step stays valid. Keys one
+    // query can see: the cache (or window) plus the step's fresh rows before it.
     const int64_t fresh = row_tables ? 1 : T;
     const int64_t max_keys = (p.window > 0 ? std::min<int64_t>(p.window, cache.n_rows() + fresh) : cache.n_rows()) + fresh;
-    const int64_t blocks = T * p.n_heads;
-    // Aim for about 8 blocks per SM: one warp walks its keys one after another (load, warp sum,
-    // exp), so only many warps in flight hide the latency. Each split keeps >= 16 keys. Measured
-    // on the H200 (26B-A4B shape, 4k context): 64 splits at most and >= 256 keys per split left
-    // attention at 0.5 ms per layer, half of the decode step.
-    // Prefill-sized steps of one sequence take the tensor-core kernel, which never splits; so do
-    // batched decode steps of layers whose query-head groups fill its rows (one block per
-    // sequence and KV head) when those blocks are at least half the SMs.
-    int splits = 1;
-    const int64_t target_blocks = 8 * static_cast<int64_t>(sm_count_);
-    const bool flash_rows = row_tables && cuda::flash_decode_rows_apply(p.n_heads, p.n_kv_heads, D) &&
-                            2 * T * p.n_kv_heads >= sm_count_;
-    if (!flash_rows && blocks < target_blocks && (row_tables || !cuda::flash_attention_applies(T, D)))
-      splits = static_cast<int>(std::clamp<int64_t>((target_blocks + blocks - 1) / blocks, 1, std::max<int64_t>(1, max_keys / 16)));
-    a.n_splits = splits;
-    if (splits > 1) a.partial = workspace_floats(static_cast<size_t>(blocks) * splits * (D + 2));
+    const cuda::AttentionPlan plan = cuda::plan_attention(T, p.n_heads, p.n_kv_heads, static_cast<int>(D), max_keys,
+                                                          row_tables != nullptr, sm_count_);
+    a.group_queries = plan.group_queries;
+    a.n_splits = plan.n_splits;
+    const int splits = plan.n_splits;
+    if (splits > 1) a.partial = workspace_floats(static_cast<size_t>(T * p.n_heads) * splits * (D + 2));
     // Bytes: the KV rows a step can read (the whole ring, or the whole linear cache: an upper
     // bound when the sequence is shorter than the cache), plus q and out; per sequence.
     const double kv_rows = static_cast<double>(std::min<int64_t>(max_keys, cache.n_rows())) * (row_tables ? T : 1);
