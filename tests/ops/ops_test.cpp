@@ -455,7 +455,7 @@ TEST_F(CudaOps, ResidualUpdateMatchesTheOpsItReplaces) {
                         {1, true, false, true, 0},  {2, false, false, false, 4}, {1, true, true, false, 2}};
   for (const Case& c : cases)
     for (int64_t rows : {1, 5})
-      for (int64_t cols : {64, 1536, 2816, 5376, 9000}) {
+      for (int64_t cols : {64, 1536, 2816, 4096, 5376, 7000, 9000}) {
         const std::string what = "residual_update terms=" + std::to_string(c.n_terms) +
                                  " normed=" + std::to_string(c.normed) + " merge=" + std::to_string(c.merge) +
                                  " scalar=" + std::to_string(c.scalar) + " norms=" + std::to_string(c.n_norms) +
