@@ -168,6 +168,8 @@ int main(int argc, char** argv) {
       const int simt_splits = static_cast<int>(std::clamp<int64_t>(
           (8 * prop.multiProcessorCount + s.n_heads - 1) / s.n_heads, 1, std::max<int64_t>(1, max_keys / 16)));
       variants.push_back({"simt", false, simt_splits});
+      for (int fewer : {2, 4, 8})  // longer key runs per split: fewer blocks, less merging
+        if (simt_splits / fewer >= 2) variants.push_back({fmt::format("simt /{}", fewer), false, simt_splits / fewer});
       if (fl::cuda::flash_decode_applies(s.n_heads, s.n_kv_heads, s.head_dim)) {
         const int64_t tiles = (max_keys + fl::cuda::flash_decode_tile_keys(s.head_dim) - 1) /
                               fl::cuda::flash_decode_tile_keys(s.head_dim);

@@ -341,12 +341,20 @@ AttentionPlan plan_attention(int64_t n_tokens, int n_heads, int n_kv_heads, int 
     }
     if (plan.group_queries) return plan;
   }
-  // The SIMT kernel: aim for about 8 blocks per SM (one warp walks its keys one after another:
-  // load, warp sum, exp; only many warps in flight hide the latency), >= 16 keys per split.
+  // The SIMT kernel: batched rows aim for about 8 blocks per SM (one warp walks its keys one
+  // after another: load, warp sum, exp; only many warps in flight hide the latency), >= 16 keys
+  // per split. One sequence's decode aims for one wave of about 2 blocks per SM (3 fit, at 164
+  // registers), with at most 512 keys per split: attention_bench, Gemma 4 sliding layers (window
+  // 1024) at 8 blocks per SM: 26B 17.4 us (64 splits, 2.6 waves), 31B 24.2; at ~2 per SM: 14.1
+  // (16 splits) and 21.4 (8); fewer splits than that, or 1.3 waves, were slower.
   const int64_t blocks = n_tokens * n_heads, target = 8 * static_cast<int64_t>(sm_count);
-  if (blocks < target)
-    plan.n_splits =
-        static_cast<int>(std::clamp<int64_t>((target + blocks - 1) / blocks, 1, std::max<int64_t>(1, max_keys / 16)));
+  const int64_t most = std::max<int64_t>(1, max_keys / 16);
+  if (per_row) {
+    if (blocks < target) plan.n_splits = static_cast<int>(std::clamp<int64_t>((target + blocks - 1) / blocks, 1, most));
+  } else {
+    const int64_t one_wave = (2 * static_cast<int64_t>(sm_count) + blocks - 1) / blocks, by_keys = (max_keys + 511) / 512;
+    plan.n_splits = static_cast<int>(std::clamp<int64_t>(std::max(one_wave, by_keys), 1, std::min(most, (target + blocks - 1) / blocks)));
+  }
   return plan;
 }
 
