@@ -63,7 +63,23 @@ struct FlashLayout {
 
 template <int kKeys>
 __host__ __device__ size_t flash_smem_bytes(const FlashLayout& l) {
-  return sizeof(float) * (static_cast<size_t>(l.rows + 2 * kKeys) * l.stride + (l.DW > 1 ? kFlashWarps * 16 * kKeys : 0));
+  return sizeof(float) * (static_cast<size_t>(l.rows + 2 * kKeys) * l.stride + (l.DW > 1 ? kFlashWarps * 16 * kKeys : 0) +
+                          2 * kKeys * ((l.D + 31) / 32));
+}
+
+// A loaded Q8_0 chunk's 8 codes as exact floats (its scale is applied later).
+__device__ __forceinline__ void q8_codes8(const RawChunk<DType::q8_0>& raw, float codes[8]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {  // int8 as offset binary: (c ^ 0x80) - 128 == c, exactly
+    codes[2 * j] = __uint_as_float(0x4B000000u | ((raw.p[j] & 0xffu) ^ 0x80u)) - 8388736.0f;
+    codes[2 * j + 1] = __uint_as_float(0x4B000000u | ((raw.p[j] >> 8) ^ 0x80u)) - 8388736.0f;
+  }
+}
+
+// Two exact small integers (Q8_0 codes held as floats) as one bf16 pair, x0 in the low half.
+__device__ __forceinline__ uint32_t bf16_pair(float x0, float x1) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(x0, x1);
+  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 template <DType C, int kKeys, int kPieces>
@@ -77,6 +93,9 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
   float* s_k = s_q + L.rows * L.stride;         // [kKeys][stride]
   float* s_v = s_k + kKeys * L.stride;          // [kKeys][stride]
   float* s_part = s_v + kKeys * L.stride;       // [warp][16][kKeys]: S shares when DW > 1
+  const int n_scale_blocks = (D + 31) / 32;
+  float* s_k_scale = s_part + (L.DW > 1 ? kFlashWarps * 16 * kKeys : 0);  // [kKeys][n_scale_blocks]
+  float* s_v_scale = s_k_scale + kKeys * n_scale_blocks;
 
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int qw = warp / L.DW, dw = warp % L.DW;
@@ -127,15 +146,62 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
 
   const int64_t cache_stride = static_cast<int64_t>(a.n_kv_heads) * a.cache_row_bytes;
   const int64_t fresh_stride = static_cast<int64_t>(a.n_kv_heads) * D;
+  // Q8_0 tiles whose keys are all cached (decode's every tile but the last) take the codes path:
+  // K and V are held as their int8 codes (exact in one bf16 piece) with one scale per key and
+  // 32-element block, so S = sum over blocks of scale * (q . codes) and O += (P * scale) . codes
+  // need three mma per product where the f32 values' three pieces need six, and no split of K or
+  // V at all. Each warp's head-dim slice must be whole blocks.
+  const bool codes_ok = C == DType::q8_0 && slice % 32 == 0;
   for (int64_t kb = key_begin; kb < key_end; kb += kKeys) {
     __syncthreads();  // the previous tile's K/V are no longer read
+    const bool codes_tile = codes_ok && min(kb + kKeys, key_end) <= p0;
+    const int chunks = D / 8, total = kKeys * chunks;
+    if constexpr (C == DType::q8_0) {
+      if (codes_tile) {
+        // Raw chunks in registers (5 halfwords each) while the loads are in flight, decoded at
+        // the store: 8 floats per chunk held across the loads spilled.
+        for (int base = 0; base < total; base += 4 * kFlashThreads) {
+          RawChunk<DType::q8_0> raw[4][2];
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const int i = base + u * kFlashThreads + tid;
+            if (i >= total) break;
+            const int r = i / chunks, c = (i % chunks) * 8;
+            const int64_t j = kb + r;
+            if (j < key_end) {
+              const int64_t row = (j % a.cache_rows) * cache_stride + kv * a.cache_row_bytes;
+              raw[u][0].load(k_cache + row, c, D);
+              raw[u][1].load(v_cache + row, c, D);
+            } else {  // past the end: zero codes, zero scale
+              raw[u][0].p[0] = raw[u][0].p[1] = raw[u][0].p[2] = raw[u][0].p[3] = raw[u][0].scale_bits = 0;
+              raw[u][1].p[0] = raw[u][1].p[1] = raw[u][1].p[2] = raw[u][1].p[3] = raw[u][1].scale_bits = 0;
+            }
+          }
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const int i = base + u * kFlashThreads + tid;
+            if (i >= total) break;
+            const int r = i / chunks, c = (i % chunks) * 8;
+#pragma unroll
+            for (int which = 0; which < 2; ++which) {
+              float codes[8];
+              q8_codes8(raw[u][which], codes);
+              float4* dst = reinterpret_cast<float4*>((which ? s_v : s_k) + r * L.stride + c);
+              dst[0] = make_float4(codes[0], codes[1], codes[2], codes[3]);
+              dst[1] = make_float4(codes[4], codes[5], codes[6], codes[7]);
+              if (c % 32 == 0)
+                (which ? s_v_scale : s_k_scale)[r * n_scale_blocks + c / 32] = f16_bits_to_float(raw[u][which].scale_bits);
+            }
+          }
+        }
+      }
+    }
     // K/V rows -> shared f32, 8 elements per chunk: cached keys decoded from the cache's format,
     // this step's keys copied from the fresh f32 rows (16-byte loads when aligned). Keys past the
     // end are zero. Four chunks' loads per thread are issued before their stores: the tile load
     // is latency-bound, and one chunk at a time left it so.
-    const int chunks = D / 8, total = kKeys * chunks;
     const bool fresh_vector = (reinterpret_cast<uintptr_t>(a.k_new) | reinterpret_cast<uintptr_t>(a.v_new)) % 16 == 0;
-    for (int base = 0; base < total; base += 4 * kFlashThreads) {
+    for (int base = 0; base < (codes_tile ? 0 : total); base += 4 * kFlashThreads) {
       float kv8[4][2][8];
 #pragma unroll
       for (int u = 0; u < 4; ++u) {
@@ -187,7 +253,40 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
     float s[kKeyTiles][4];
 #pragma unroll
     for (int n = 0; n < kKeyTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-    for (int kk = d0; kk < d0 + slice; kk += 16) {
+    if (codes_tile) {
+      for (int b0 = d0; b0 < d0 + slice; b0 += 32) {  // one 32-element scale block at a time
+        float t[kKeyTiles][4];
+#pragma unroll
+        for (int n = 0; n < kKeyTiles; ++n) t[n][0] = t[n][1] = t[n][2] = t[n][3] = 0.0f;
+#pragma unroll 1
+        for (int kk = b0; kk < b0 + 32; kk += 16) {
+          uint32_t qa[kPieces][4];
+          {
+            const float* r0 = s_q + row0 * L.stride + kk + 2 * q;
+            const float* r1 = r0 + 8 * L.stride;
+            uint32_t p[4][kPieces];
+            split_pair<kPieces>(r0[0], r0[1], p[0]);
+            split_pair<kPieces>(r1[0], r1[1], p[1]);
+            split_pair<kPieces>(r0[8], r0[9], p[2]);
+            split_pair<kPieces>(r1[8], r1[9], p[3]);
+#pragma unroll
+            for (int i = 0; i < kPieces; ++i) qa[i][0] = p[0][i], qa[i][1] = p[1][i], qa[i][2] = p[2][i], qa[i][3] = p[3][i];
+          }
+#pragma unroll
+          for (int n = 0; n < kKeyTiles; ++n) {
+            const float* kr = s_k + (n * 8 + g) * L.stride + kk + 2 * q;
+            const uint32_t k0 = bf16_pair(kr[0], kr[1]), k1 = bf16_pair(kr[8], kr[9]);
+#pragma unroll
+            for (int i = 0; i < kPieces; ++i) mma_bf16(t[n], qa[i], k0, k1);
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) s[n][c] += t[n][c] * s_k_scale[(n * 8 + 2 * q + (c & 1)) * n_scale_blocks + b0 / 32];
+      }
+    }
+    for (int kk = d0; kk < (codes_tile ? d0 : d0 + slice); kk += 16) {
       uint32_t qa[kPieces][4];
       {
         const float* r0 = s_q + row0 * L.stride + kk + 2 * q;
@@ -270,9 +369,42 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
 #pragma unroll
       for (int c = 0; c < 4; ++c) o[j][c] *= corr[c / 2];
 
-    // O += P V over this warp's head-dim slice; P's accumulator layout is the A fragment's.
+    // O += P V over this warp's head-dim slice; P's accumulator layout is the A fragment's. Codes
+    // tiles: per 32-column block, P times each key's V scale, then the block's 4 output tiles.
+    if (codes_tile) {
 #pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks) {
+      for (int ks = 0; ks < kKeys / 16; ++ks) {
+        const float* v0 = s_v + (ks * 16 + 2 * q) * L.stride + d0 + g;
+#pragma unroll
+        for (int jb = 0; jb < kMaxOutTiles / 4; ++jb) {
+          if (4 * jb >= out_tiles) break;
+          const int block = (d0 + 32 * jb) / 32;
+          // keys of this thread's P values: ks * 16 + 2q + {0, 1} and + 8
+          const float* vs = s_v_scale + (ks * 16 + 2 * q) * n_scale_blocks + block;
+          const float sv[4] = {vs[0], vs[n_scale_blocks], vs[8 * n_scale_blocks], vs[9 * n_scale_blocks]};
+          uint32_t pa[kPieces][4];
+          {
+            uint32_t p[4][kPieces];
+            split_pair<kPieces>(s[2 * ks][0] * sv[0], s[2 * ks][1] * sv[1], p[0]);
+            split_pair<kPieces>(s[2 * ks][2] * sv[0], s[2 * ks][3] * sv[1], p[1]);
+            split_pair<kPieces>(s[2 * ks + 1][0] * sv[2], s[2 * ks + 1][1] * sv[3], p[2]);
+            split_pair<kPieces>(s[2 * ks + 1][2] * sv[2], s[2 * ks + 1][3] * sv[3], p[3]);
+#pragma unroll
+            for (int i = 0; i < kPieces; ++i) pa[i][0] = p[0][i], pa[i][1] = p[1][i], pa[i][2] = p[2][i], pa[i][3] = p[3][i];
+          }
+#pragma unroll
+          for (int t4 = 0; t4 < 4; ++t4) {
+            const int j = 4 * jb + t4;
+            const float* v = v0 + j * 8;
+            const uint32_t b0 = bf16_pair(v[0], v[L.stride]), b1 = bf16_pair(v[8 * L.stride], v[9 * L.stride]);
+#pragma unroll
+            for (int i = 0; i < kPieces; ++i) mma_bf16(o[j], pa[i], b0, b1);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < (codes_tile ? 0 : kKeys / 16); ++ks) {
       uint32_t pa[kPieces][4];
       {
         uint32_t p[4][kPieces];
