@@ -7,7 +7,10 @@
 // bits of an f32 significand) and the products of pieces i, j with i + j < kPieces are summed
 // (6 products for 3 pieces: the dropped ones are below 2^-24 of the result), so the scores and
 // the output are the f32 ones up to summation order, as the op harness and the golden tests
-// require. The pieces are cut in registers from f32 tiles in shared memory.
+// require. The pieces are cut in registers from f32 tiles in shared memory. Tiles of keys that
+// are all in a Q8_0 cache hold the int8 codes instead (exact in one piece) and a scale per key
+// and 32-element block, applied to each block's share of S and folded into P for each block of
+// output columns: three products per mma step instead of six.
 //
 // Decode (AttentionArgs::group_queries): a block takes one query row (a token of one sequence, or
 // with per-row caches one sequence's decode row) and one KV head, and its query rows are that
