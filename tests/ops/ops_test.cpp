@@ -22,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
+#include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/sampling.h"
 #include "core/error.h"
@@ -1014,6 +1015,55 @@ TEST_F(CudaOps, LinearAttentionDecodeStepReplaysAsAGraph) {
   expect_close(gates, kUlpBudget * 8, "gates");
   expect_close(state, 2 * kSumBudget, "delta rule state after two replays");
   expect_close(out, 2 * kSumBudget, "gated output");
+}
+
+// The decode attention plan (cuda::plan_attention, host code: runs without a GPU) on the
+// published shapes of an H200 (132 SMs): which kernel, how many splits. The op cases above check
+// what each plan computes; this pins the choices bench/RESULTS.md measured.
+TEST(AttentionPlan, KernelAndSplitsForThePublishedShapes) {
+  const int sms = 132;
+  using cuda::plan_attention;
+  // Gemma 4 sliding layers (2 query heads per KV head, window 1024): SIMT, one wave of ~2 blocks
+  // per SM (16 heads x 17 splits), however long the context.
+  cuda::AttentionPlan p = plan_attention(1, 16, 8, 256, 1025, false, sms);
+  EXPECT_FALSE(p.group_queries);
+  EXPECT_EQ(p.n_splits, 17);
+  // No window, 2 heads per KV head, 32k keys: at least one split per 512 keys, but no more
+  // than 8 blocks per SM.
+  p = plan_attention(1, 16, 8, 256, 32769, false, sms);
+  EXPECT_FALSE(p.group_queries);
+  EXPECT_EQ(p.n_splits, 65);
+  // Head dims not in 64s stay on the SIMT kernel.
+  EXPECT_FALSE(plan_attention(1, 16, 2, 72, 4097, false, sms).group_queries);
+  // Prefill-sized steps: the tensor-core kernel by token tiles, never split.
+  p = plan_attention(100, 16, 8, 256, 1124, false, sms);
+  EXPECT_FALSE(p.group_queries);
+  EXPECT_EQ(p.n_splits, 1);
+#if !defined(FIRELINE_GPU_HIP)
+  // Gemma 4 global layers (8 heads per KV head, D = 512, 16-key tiles): by query group, two
+  // blocks per SM (2 KV heads x 132 splits).
+  p = plan_attention(1, 16, 2, 512, 4097, false, sms);
+  EXPECT_TRUE(p.group_queries);
+  EXPECT_EQ(p.n_splits, 132);
+  // Qwen3.5-4B (4 heads per KV head, D = 256): by group, 4 x 66 blocks.
+  p = plan_attention(1, 16, 4, 256, 4097, false, sms);
+  EXPECT_TRUE(p.group_queries);
+  EXPECT_EQ(p.n_splits, 66);
+  // A short cache: never more splits than tiles (17 keys = 2 tiles of 16).
+  EXPECT_EQ(plan_attention(1, 16, 2, 512, 17, false, sms).n_splits, 2);
+  // Batched rows of 8-head groups: one unsplit block per (sequence, KV head) once those fill
+  // half the SMs; fewer rows stay on the SIMT kernel, split toward 8 blocks per SM.
+  p = plan_attention(64, 16, 2, 512, 4097, true, sms);
+  EXPECT_TRUE(p.group_queries);
+  EXPECT_EQ(p.n_splits, 1);
+#endif
+  p = plan_attention(3, 16, 2, 512, 4097, true, sms);
+  EXPECT_FALSE(p.group_queries);
+  EXPECT_EQ(p.n_splits, 22);
+  // 2-head groups in a batch: SIMT, the batched policy (64 rows x 16 heads: 2 splits).
+  p = plan_attention(64, 16, 8, 256, 1025, true, sms);
+  EXPECT_FALSE(p.group_queries);
+  EXPECT_EQ(p.n_splits, 2);
 }
 
 }  // namespace
