@@ -22,7 +22,7 @@
 #include <gtest/gtest.h>
 
 #include "backend/backend.h"
-#include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_plan.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/sampling.h"
 #include "core/error.h"
@@ -617,8 +617,8 @@ TEST_F(CudaOps, AttentionAndKvWriteAcrossRingRollovers) {
       {256, 16, 8, 64, 150, 3}, {512, 16, 2, 0, 700, 1},  {512, 16, 2, 0, 100, 17}, {512, 32, 4, 0, 2500, 1},
       {256, 8, 1, 0, 0, 33},    {256, 16, 8, 1024, 3000, 2},
       // short steps of head dims in 64s with >= 4 query heads per KV head take the tensor-core
-      // kernel by query group, split along the context (most splits empty at position 0; 16, 8
-      // and 4 heads per KV head; a window; 7 tokens of one sequence)
+      // kernel by query group, split along the context (16 heads per KV head at position 0, one
+      // tile; 8 and 4 heads; a window; 7 tokens of one sequence; trailing empty splits at 4000)
       {256, 16, 1, 0, 0, 1},    {128, 8, 2, 0, 300, 1},   {64, 8, 2, 32, 100, 7},   {512, 16, 2, 0, 4000, 1},
       // prefill-sized steps (>= 16 tokens, head dims in 16s) take the tensor-core kernel: the
       // window inside one step, a step continuing a cached prefix across the window, partial
@@ -1039,7 +1039,11 @@ TEST(AttentionPlan, KernelAndSplitsForThePublishedShapes) {
   p = plan_attention(100, 16, 8, 256, 1124, false, sms);
   EXPECT_FALSE(p.group_queries);
   EXPECT_EQ(p.n_splits, 1);
-#if !defined(FIRELINE_GPU_HIP)
+  // The tensor-core cases: HIP builds have no mma.sync and plan the SIMT kernel there.
+  if (!cuda::flash_decode_applies(16, 2, 512)) {
+    EXPECT_FALSE(plan_attention(1, 16, 2, 512, 4097, false, sms).group_queries);
+    return;
+  }
   // Gemma 4 global layers (8 heads per KV head, D = 512, 16-key tiles): by query group, two
   // blocks per SM (2 KV heads x 132 splits).
   p = plan_attention(1, 16, 2, 512, 4097, false, sms);
@@ -1056,7 +1060,6 @@ TEST(AttentionPlan, KernelAndSplitsForThePublishedShapes) {
   p = plan_attention(64, 16, 2, 512, 4097, true, sms);
   EXPECT_TRUE(p.group_queries);
   EXPECT_EQ(p.n_splits, 1);
-#endif
   p = plan_attention(3, 16, 2, 512, 4097, true, sms);
   EXPECT_FALSE(p.group_queries);
   EXPECT_EQ(p.n_splits, 22);
@@ -1064,6 +1067,10 @@ TEST(AttentionPlan, KernelAndSplitsForThePublishedShapes) {
   p = plan_attention(64, 16, 8, 256, 1025, true, sms);
   EXPECT_FALSE(p.group_queries);
   EXPECT_EQ(p.n_splits, 2);
+  // No rows: one unsplit launch (launch_attention returns at once).
+  p = plan_attention(0, 16, 2, 512, 4097, false, sms);
+  EXPECT_FALSE(p.group_queries);
+  EXPECT_EQ(p.n_splits, 1);
 }
 
 }  // namespace

@@ -318,6 +318,7 @@ __global__ void kv_write_kernel(uint8_t* k_cache, uint8_t* v_cache, uint8_t* con
 AttentionPlan plan_attention(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim, int64_t max_keys,
                              bool per_row, int sm_count) {
   AttentionPlan plan;
+  if (n_tokens <= 0 || n_heads <= 0 || sm_count <= 0) return plan;
   if (!per_row && flash_attention_applies(n_tokens, head_dim)) return plan;  // prefill: never split
   const int64_t group = n_kv_heads > 0 ? n_heads / n_kv_heads : 0;
   if (flash_decode_applies(n_heads, n_kv_heads, head_dim)) {
@@ -360,7 +361,8 @@ AttentionPlan plan_attention(int64_t n_tokens, int n_heads, int n_kv_heads, int 
 
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.n_tokens == 0) return cudaSuccess;
-  if (a.head_dim > kMaxChunks * 8 * kWarp || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads || a.n_splits < 1)
+  if (a.head_dim > kMaxChunks * 8 * kWarp || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads || a.n_splits < 1 ||
+      (a.n_splits > 1 && !a.partial))
     return cudaErrorInvalidValue;
   cudaError_t err = cudaErrorInvalidValue;
   if (a.group_queries || (a.n_splits == 1 && !a.k_row_caches && flash_attention_applies(a.n_tokens, a.head_dim))) {

@@ -5,6 +5,7 @@
 // headers: nvcc compiles this file.
 #include <cstdint>
 
+#include "backend/cuda/attention_plan.h"
 #include "backend/cuda/gpu_runtime.h"
 #include "core/dtype.h"
 
@@ -42,24 +43,10 @@ cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream);
 // The merge alone (launch_attention runs it after split kernels): out from partial.
 cudaError_t launch_attention_merge(const AttentionArgs& args, cudaStream_t stream);
 
-// How a step's attention runs: the kernel (group_queries) and the splits along the context.
-struct AttentionPlan {
-  bool group_queries = false;
-  int n_splits = 1;
-};
-// T query rows (one sequence's consecutive tokens, or with per_row one decode row per sequence),
-// max_keys: the most keys a query can see (fixed by the cache size, not the position, so that a
-// captured decode step stays valid). The CUDA backend and attention_bench share this choice.
-AttentionPlan plan_attention(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim, int64_t max_keys,
-                             bool per_row, int sm_count);
-
 // The tensor-core kernel takes >= kFlashMinTokens queries and head dims that are multiples of 16
 // up to 512 (CUDA builds only; HIP keeps the SIMT kernel).
 constexpr int64_t kFlashMinTokens = 16;
 bool flash_attention_applies(int64_t n_tokens, int64_t head_dim);
-// Decode rows may take it with group_queries: a block per (query row, KV head, split) whose 16
-// query rows hold the KV head's query heads (at most 16), head dims multiples of 64 up to 512.
-bool flash_decode_applies(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim);
 // Keys per tile of that kernel (a split takes whole tiles).
 int64_t flash_decode_tile_keys(int64_t head_dim);
 cudaError_t launch_flash_attention(const AttentionArgs& args, cudaStream_t stream);
