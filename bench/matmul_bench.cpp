@@ -1,9 +1,13 @@
 // The matmul op family's kernels alone on the H200, at the shapes of Gemma 4 26B-A4B and 31B:
 // the tensor-core GEMM (plain and grouped over experts) for prefill-sized inputs, for each
 // number of bf16 pieces per input (3 = exact), and the batch-1 matvec. Prints time, TFLOP/s and
-// the weight bytes' rate per case; `--json` adds one JSON object per line.
+// the weight bytes' rate per case; `--json` adds one JSON object per line. The one-input matvecs
+// are timed back to back over copies of the matrix that together exceed L2 (each read once per
+// pass, as a decode step reads each weight once): bracketing one launch with events measured
+// launch latency on the small matrices.
 //   matmul_bench [--quick]   (--quick: 1, 64 and 512 inputs only)
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -98,6 +102,31 @@ double time_us(cudaStream_t stream, int runs, Fn&& f) {
   return times[times.size() / 2];
 }
 
+// Microseconds per call of f(copy), launched back to back over copies 0 .. copies - 1 in turn
+// (at least 32 calls per timing); the median of `runs` timings, after one warm-up pass.
+template <typename Fn>
+double time_rotating_us(cudaStream_t stream, int runs, int copies, Fn&& f) {
+  cudaEvent_t start, stop;
+  cuda_ok(cudaEventCreate(&start), "event");
+  cuda_ok(cudaEventCreate(&stop), "event");
+  for (int c = 0; c < copies; ++c) f(c);
+  const int calls = copies * ((32 + copies - 1) / copies);
+  std::vector<double> times;
+  for (int i = 0; i < runs; ++i) {
+    cuda_ok(cudaEventRecord(start, stream), "record");
+    for (int n = 0; n < calls; ++n) f(n % copies);
+    cuda_ok(cudaEventRecord(stop, stream), "record");
+    cuda_ok(cudaEventSynchronize(stop), "sync");
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    times.push_back(ms * 1000.0 / calls);
+  }
+  std::sort(times.begin(), times.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return times[times.size() / 2];
+}
+
 struct Shape {
   const char* name;
   int64_t M, K;
@@ -128,8 +157,13 @@ int main(int argc, char** argv) {
   void* scratch = nullptr;
   cuda_ok(cudaMalloc(&scratch, scratch_bytes), "cudaMalloc scratch");
   for (const Shape& s : shapes) {
+    // Copies of the matrix for the matvec timing: at least 256 MB in all (H200 L2: 50 MB).
     int64_t row_bytes = 0;
-    void* w = s.type == fl::DType::q8_0 ? random_q8_0(s.M, s.K, &row_bytes) : random_hfq4(s.M, s.K, &row_bytes);
+    const double matrix_bytes = static_cast<double>(s.M) *
+                                (s.type == fl::DType::q8_0 ? (s.K + 31) / 32 * 34 : (s.K + 255) / 256 * 136);
+    const int copies = static_cast<int>(std::clamp(std::ceil(256e6 / matrix_bytes), 1.0, 64.0));
+    void* w = s.type == fl::DType::q8_0 ? random_q8_0(s.M * copies, s.K, &row_bytes)
+                                        : random_hfq4(s.M * copies, s.K, &row_bytes);
     fl::cuda::MatvecArgs a;
     a.out = out;
     a.out_stride = s.M;
@@ -151,7 +185,15 @@ int main(int argc, char** argv) {
       for (int pieces : {1, 2, 3}) {
         if (T == 1 && pieces != 3) continue;  // the matvec has no pieces
         a.act_pieces = pieces;
-        const double us = time_us(stream, runs, [&] { cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec"); });
+        const uint8_t* first = static_cast<const uint8_t*>(w);
+        const double us =
+            T == 1 ? time_rotating_us(stream, runs, copies,
+                                      [&](int c) {
+                                        a.weight = first + static_cast<int64_t>(c) * s.M * row_bytes;
+                                        cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec");
+                                      })
+                   : time_us(stream, runs, [&] { cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec"); });
+        a.weight = first;
         const double flops = 2.0 * T * s.M * s.K;
         fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, T == 1 ? 0 : pieces, us,
                    flops / us / 1e6, weight_bytes / us / 1e3);
