@@ -79,38 +79,15 @@ float* random_f32(int64_t n) {
   return dev;
 }
 
-// Median of `runs` timings of f() in microseconds, after one warm-up call.
-template <typename Fn>
-double time_us(cudaStream_t stream, int runs, Fn&& f) {
-  cudaEvent_t start, stop;
-  cuda_ok(cudaEventCreate(&start), "event");
-  cuda_ok(cudaEventCreate(&stop), "event");
-  f();
-  std::vector<double> times;
-  for (int i = 0; i < runs; ++i) {
-    cuda_ok(cudaEventRecord(start, stream), "record");
-    f();
-    cuda_ok(cudaEventRecord(stop, stream), "record");
-    cuda_ok(cudaEventSynchronize(stop), "sync");
-    float ms = 0;
-    cuda_ok(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    times.push_back(ms * 1000.0);
-  }
-  std::sort(times.begin(), times.end());
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return times[times.size() / 2];
-}
-
 // Microseconds per call of f(copy), launched back to back over copies 0 .. copies - 1 in turn
-// (at least 32 calls per timing); the median of `runs` timings, after one warm-up pass.
+// (at least min_calls calls per timing); the median of `runs` timings, after one warm-up pass.
 template <typename Fn>
-double time_rotating_us(cudaStream_t stream, int runs, int copies, Fn&& f) {
+double time_rotating_us(cudaStream_t stream, int runs, int copies, Fn&& f, int min_calls = 32) {
   cudaEvent_t start, stop;
   cuda_ok(cudaEventCreate(&start), "event");
   cuda_ok(cudaEventCreate(&stop), "event");
   for (int c = 0; c < copies; ++c) f(c);
-  const int calls = copies * ((32 + copies - 1) / copies);
+  const int calls = copies * ((min_calls + copies - 1) / copies);
   std::vector<double> times;
   for (int i = 0; i < runs; ++i) {
     cuda_ok(cudaEventRecord(start, stream), "record");
@@ -125,6 +102,12 @@ double time_rotating_us(cudaStream_t stream, int runs, int copies, Fn&& f) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return times[times.size() / 2];
+}
+
+// Median of `runs` timings of one call of f() in microseconds, after one warm-up call.
+template <typename Fn>
+double time_us(cudaStream_t stream, int runs, Fn&& f) {
+  return time_rotating_us(stream, runs, 1, [&](int) { f(); }, 1);
 }
 
 struct Shape {

@@ -1022,23 +1022,28 @@ TEST_F(CudaOps, LinearAttentionDecodeStepReplaysAsAGraph) {
 // what each plan computes; this pins the choices bench/RESULTS.md measured.
 TEST(AttentionPlan, KernelAndSplitsForThePublishedShapes) {
   const int sms = 132;
+  auto expect_plan = [](const cuda::AttentionPlan& p, bool group_queries, int n_splits, const char* what) {
+    EXPECT_EQ(p.group_queries, group_queries) << what;
+    EXPECT_EQ(p.n_splits, n_splits) << what;
+  };
   using cuda::plan_attention;
   // Gemma 4 sliding layers (2 query heads per KV head, window 1024): SIMT, one wave of ~2 blocks
   // per SM (16 heads x 17 splits), however long the context.
-  cuda::AttentionPlan p = plan_attention(1, 16, 8, 256, 1025, false, sms);
-  EXPECT_FALSE(p.group_queries);
-  EXPECT_EQ(p.n_splits, 17);
+  expect_plan(plan_attention(1, 16, 8, 256, 1025, false, sms), false, 17, "sliding");
   // No window, 2 heads per KV head, 32k keys: at least one split per 512 keys, but no more
   // than 8 blocks per SM.
-  p = plan_attention(1, 16, 8, 256, 32769, false, sms);
-  EXPECT_FALSE(p.group_queries);
-  EXPECT_EQ(p.n_splits, 65);
+  expect_plan(plan_attention(1, 16, 8, 256, 32769, false, sms), false, 65, "32k, 2-head groups");
   // Head dims not in 64s stay on the SIMT kernel.
   EXPECT_FALSE(plan_attention(1, 16, 2, 72, 4097, false, sms).group_queries);
   // Prefill-sized steps: the tensor-core kernel by token tiles, never split.
-  p = plan_attention(100, 16, 8, 256, 1124, false, sms);
-  EXPECT_FALSE(p.group_queries);
-  EXPECT_EQ(p.n_splits, 1);
+  expect_plan(plan_attention(100, 16, 8, 256, 1124, false, sms), false, 1, "prefill");
+  // Batched rows: 3 rows of 8-head groups fill too few SMs for a block per (sequence, KV head)
+  // and stay on the SIMT kernel, split toward 8 blocks per SM; so do 2-head groups (64 rows x 16
+  // heads: 2 splits).
+  expect_plan(plan_attention(3, 16, 2, 512, 4097, true, sms), false, 22, "3 batched rows");
+  expect_plan(plan_attention(64, 16, 8, 256, 1025, true, sms), false, 2, "64 batched rows, 2-head groups");
+  // No rows: one unsplit launch (launch_attention returns at once).
+  expect_plan(plan_attention(0, 16, 2, 512, 4097, false, sms), false, 1, "no rows");
   // The tensor-core cases: HIP builds have no mma.sync and plan the SIMT kernel there.
   if (!cuda::flash_decode_applies(16, 2, 512)) {
     EXPECT_FALSE(plan_attention(1, 16, 2, 512, 4097, false, sms).group_queries);
@@ -1046,31 +1051,14 @@ TEST(AttentionPlan, KernelAndSplitsForThePublishedShapes) {
   }
   // Gemma 4 global layers (8 heads per KV head, D = 512, 16-key tiles): by query group, two
   // blocks per SM (2 KV heads x 132 splits).
-  p = plan_attention(1, 16, 2, 512, 4097, false, sms);
-  EXPECT_TRUE(p.group_queries);
-  EXPECT_EQ(p.n_splits, 132);
+  expect_plan(plan_attention(1, 16, 2, 512, 4097, false, sms), true, 132, "global");
   // Qwen3.5-4B (4 heads per KV head, D = 256): by group, 4 x 66 blocks.
-  p = plan_attention(1, 16, 4, 256, 4097, false, sms);
-  EXPECT_TRUE(p.group_queries);
-  EXPECT_EQ(p.n_splits, 66);
+  expect_plan(plan_attention(1, 16, 4, 256, 4097, false, sms), true, 66, "4-head groups");
   // A short cache: never more splits than tiles (17 keys = 2 tiles of 16).
-  EXPECT_EQ(plan_attention(1, 16, 2, 512, 17, false, sms).n_splits, 2);
+  expect_plan(plan_attention(1, 16, 2, 512, 17, false, sms), true, 2, "short cache");
   // Batched rows of 8-head groups: one unsplit block per (sequence, KV head) once those fill
-  // half the SMs; fewer rows stay on the SIMT kernel, split toward 8 blocks per SM.
-  p = plan_attention(64, 16, 2, 512, 4097, true, sms);
-  EXPECT_TRUE(p.group_queries);
-  EXPECT_EQ(p.n_splits, 1);
-  p = plan_attention(3, 16, 2, 512, 4097, true, sms);
-  EXPECT_FALSE(p.group_queries);
-  EXPECT_EQ(p.n_splits, 22);
-  // 2-head groups in a batch: SIMT, the batched policy (64 rows x 16 heads: 2 splits).
-  p = plan_attention(64, 16, 8, 256, 1025, true, sms);
-  EXPECT_FALSE(p.group_queries);
-  EXPECT_EQ(p.n_splits, 2);
-  // No rows: one unsplit launch (launch_attention returns at once).
-  p = plan_attention(0, 16, 2, 512, 4097, false, sms);
-  EXPECT_FALSE(p.group_queries);
-  EXPECT_EQ(p.n_splits, 1);
+  // half the SMs.
+  expect_plan(plan_attention(64, 16, 2, 512, 4097, true, sms), true, 1, "64 batched rows, 8-head groups");
 }
 
 }  // namespace

@@ -348,13 +348,14 @@ AttentionPlan plan_attention(int64_t n_tokens, int n_heads, int n_kv_heads, int 
   // registers), with at most 512 keys per split: attention_bench, Gemma 4 sliding layers (window
   // 1024) at 8 blocks per SM: 26B 17.4 us (64 splits, 2.6 waves), 31B 24.2; at ~2 per SM: 14.1
   // (16 splits) and 21.4 (8); fewer splits than that, or 1.3 waves, were slower.
-  const int64_t blocks = n_tokens * n_heads, target = 8 * static_cast<int64_t>(sm_count);
-  const int64_t most = std::max<int64_t>(1, max_keys / 16);
+  const int64_t blocks = n_tokens * n_heads;
+  const int64_t at_8_per_sm = std::clamp<int64_t>((8 * static_cast<int64_t>(sm_count) + blocks - 1) / blocks, 1,
+                                                  std::max<int64_t>(1, max_keys / 16));
   if (per_row) {
-    if (blocks < target) plan.n_splits = static_cast<int>(std::clamp<int64_t>((target + blocks - 1) / blocks, 1, most));
+    plan.n_splits = static_cast<int>(at_8_per_sm);
   } else {
     const int64_t one_wave = (2 * static_cast<int64_t>(sm_count) + blocks - 1) / blocks, by_keys = (max_keys + 511) / 512;
-    plan.n_splits = static_cast<int>(std::clamp<int64_t>(std::max(one_wave, by_keys), 1, std::min(most, (target + blocks - 1) / blocks)));
+    plan.n_splits = static_cast<int>(std::clamp<int64_t>(std::max(one_wave, by_keys), 1, at_8_per_sm));
   }
   return plan;
 }

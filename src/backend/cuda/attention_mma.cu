@@ -50,6 +50,29 @@ __device__ __forceinline__ void mma_pieces(float c[4], const uint32_t (&a)[kPiec
     for (int j = 0; i + j < kPieces; ++j) mma_bf16(c, a[i], b[j][0], b[j][1]);
 }
 
+// An A fragment (rows g and g + 8, columns 2q and 2q + 8 of a 16 x 16 tile) from its four f32
+// pairs: (row g, col 2q), (row g + 8, col 2q), (row g, col 2q + 8), (row g + 8, col 2q + 8), each
+// split into kPieces bf16 pairs.
+template <int kPieces>
+__device__ __forceinline__ void split_a_fragment(float a0, float a1, float b0, float b1, float c0, float c1, float d0,
+                                                 float d1, uint32_t (&frag)[kPieces][4]) {
+  uint32_t p[4][kPieces];
+  split_pair<kPieces>(a0, a1, p[0]);
+  split_pair<kPieces>(b0, b1, p[1]);
+  split_pair<kPieces>(c0, c1, p[2]);
+  split_pair<kPieces>(d0, d1, p[3]);
+#pragma unroll
+  for (int i = 0; i < kPieces; ++i) frag[i][0] = p[0][i], frag[i][1] = p[1][i], frag[i][2] = p[2][i], frag[i][3] = p[3][i];
+}
+
+// The A fragment of rows r0 and r0 + 8 * stride of a row-major f32 tile in shared memory (r0
+// pointing at row g, column 2q of the 16-column step).
+template <int kPieces>
+__device__ __forceinline__ void load_a_fragment(const float* r0, int stride, uint32_t (&frag)[kPieces][4]) {
+  const float* r1 = r0 + 8 * stride;
+  split_a_fragment<kPieces>(r0[0], r0[1], r1[0], r1[1], r0[8], r0[9], r1[8], r1[9], frag);
+}
+
 struct FlashLayout {
   int D, DW, QW, rows, stride;  // stride: floats per shared row (D + 4: conflict-free fragments)
   // by_group (decode): always 16 query rows (DW = 4), which a group of 8 heads half fills.
@@ -264,17 +287,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
 #pragma unroll 1
         for (int kk = b0; kk < b0 + 32; kk += 16) {
           uint32_t qa[kPieces][4];
-          {
-            const float* r0 = s_q + row0 * L.stride + kk + 2 * q;
-            const float* r1 = r0 + 8 * L.stride;
-            uint32_t p[4][kPieces];
-            split_pair<kPieces>(r0[0], r0[1], p[0]);
-            split_pair<kPieces>(r1[0], r1[1], p[1]);
-            split_pair<kPieces>(r0[8], r0[9], p[2]);
-            split_pair<kPieces>(r1[8], r1[9], p[3]);
-#pragma unroll
-            for (int i = 0; i < kPieces; ++i) qa[i][0] = p[0][i], qa[i][1] = p[1][i], qa[i][2] = p[2][i], qa[i][3] = p[3][i];
-          }
+          load_a_fragment<kPieces>(s_q + row0 * L.stride + kk + 2 * q, L.stride, qa);
 #pragma unroll
           for (int n = 0; n < kKeyTiles; ++n) {
             const float* kr = s_k + (n * 8 + g) * L.stride + kk + 2 * q;
@@ -291,17 +304,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
     }
     for (int kk = d0; kk < (codes_tile ? d0 : d0 + slice); kk += 16) {
       uint32_t qa[kPieces][4];
-      {
-        const float* r0 = s_q + row0 * L.stride + kk + 2 * q;
-        const float* r1 = r0 + 8 * L.stride;
-        uint32_t p[4][kPieces];
-        split_pair<kPieces>(r0[0], r0[1], p[0]);
-        split_pair<kPieces>(r1[0], r1[1], p[1]);
-        split_pair<kPieces>(r0[8], r0[9], p[2]);
-        split_pair<kPieces>(r1[8], r1[9], p[3]);
-#pragma unroll
-        for (int i = 0; i < kPieces; ++i) qa[i][0] = p[0][i], qa[i][1] = p[1][i], qa[i][2] = p[2][i], qa[i][3] = p[3][i];
-      }
+      load_a_fragment<kPieces>(s_q + row0 * L.stride + kk + 2 * q, L.stride, qa);
 #pragma unroll
       for (int n = 0; n < kKeyTiles; ++n) {
         const float* kr = s_k + (n * 8 + g) * L.stride + kk + 2 * q;
@@ -386,15 +389,9 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
           const float* vs = s_v_scale + (ks * 16 + 2 * q) * n_scale_blocks + block;
           const float sv[4] = {vs[0], vs[n_scale_blocks], vs[8 * n_scale_blocks], vs[9 * n_scale_blocks]};
           uint32_t pa[kPieces][4];
-          {
-            uint32_t p[4][kPieces];
-            split_pair<kPieces>(s[2 * ks][0] * sv[0], s[2 * ks][1] * sv[1], p[0]);
-            split_pair<kPieces>(s[2 * ks][2] * sv[0], s[2 * ks][3] * sv[1], p[1]);
-            split_pair<kPieces>(s[2 * ks + 1][0] * sv[2], s[2 * ks + 1][1] * sv[3], p[2]);
-            split_pair<kPieces>(s[2 * ks + 1][2] * sv[2], s[2 * ks + 1][3] * sv[3], p[3]);
-#pragma unroll
-            for (int i = 0; i < kPieces; ++i) pa[i][0] = p[0][i], pa[i][1] = p[1][i], pa[i][2] = p[2][i], pa[i][3] = p[3][i];
-          }
+          split_a_fragment<kPieces>(s[2 * ks][0] * sv[0], s[2 * ks][1] * sv[1], s[2 * ks][2] * sv[0],
+                                    s[2 * ks][3] * sv[1], s[2 * ks + 1][0] * sv[2], s[2 * ks + 1][1] * sv[3],
+                                    s[2 * ks + 1][2] * sv[2], s[2 * ks + 1][3] * sv[3], pa);
 #pragma unroll
           for (int t4 = 0; t4 < 4; ++t4) {
             const int j = 4 * jb + t4;
@@ -409,15 +406,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
 #pragma unroll
     for (int ks = 0; ks < (codes_tile ? 0 : kKeys / 16); ++ks) {
       uint32_t pa[kPieces][4];
-      {
-        uint32_t p[4][kPieces];
-        split_pair<kPieces>(s[2 * ks][0], s[2 * ks][1], p[0]);
-        split_pair<kPieces>(s[2 * ks][2], s[2 * ks][3], p[1]);
-        split_pair<kPieces>(s[2 * ks + 1][0], s[2 * ks + 1][1], p[2]);
-        split_pair<kPieces>(s[2 * ks + 1][2], s[2 * ks + 1][3], p[3]);
-#pragma unroll
-        for (int i = 0; i < kPieces; ++i) pa[i][0] = p[0][i], pa[i][1] = p[1][i], pa[i][2] = p[2][i], pa[i][3] = p[3][i];
-      }
+      split_a_fragment<kPieces>(s[2 * ks][0], s[2 * ks][1], s[2 * ks][2], s[2 * ks][3], s[2 * ks + 1][0],
+                                s[2 * ks + 1][1], s[2 * ks + 1][2], s[2 * ks + 1][3], pa);
       const float* v0 = s_v + (ks * 16 + 2 * q) * L.stride + d0 + g;
 #pragma unroll
       for (int j = 0; j < kMaxOutTiles; ++j) {

@@ -609,12 +609,11 @@ class CudaBackend final : public Backend {
                                                           row_tables != nullptr, sm_count_);
     a.group_queries = plan.group_queries;
     a.n_splits = plan.n_splits;
-    const int splits = plan.n_splits;
-    if (splits > 1) a.partial = workspace_floats(static_cast<size_t>(T * p.n_heads) * splits * (D + 2));
+    if (a.n_splits > 1) a.partial = workspace_floats(static_cast<size_t>(T * p.n_heads) * a.n_splits * (D + 2));
     // Bytes: the KV rows a step can read (the whole ring, or the whole linear cache: an upper
     // bound when the sequence is shorter than the cache), plus q and out; per sequence.
     const double kv_rows = static_cast<double>(std::min<int64_t>(max_keys, cache.n_rows())) * (row_tables ? T : 1);
-    OpTimer timer(*this, "attention", 2.0 * kv_rows * p.n_kv_heads * a.cache_row_bytes + 8.0 * q.numel(), splits > 1 ? 2 : 1);
+    OpTimer timer(*this, "attention", 2.0 * kv_rows * p.n_kv_heads * a.cache_row_bytes + 8.0 * q.numel(), a.n_splits > 1 ? 2 : 1);
     check(cuda::launch_attention(a, stream_), "attention");
   }
 
