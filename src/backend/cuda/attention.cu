@@ -133,9 +133,22 @@ __device__ __forceinline__ void attend_keys(int64_t b, int64_t e, int D, float s
   }
 }
 
+// Pulls the cached K and V rows of keys [b, e) (KV head g's slice of each row) into L2, the
+// block's threads taking the rows' 128-byte lines in turn.
+__device__ __forceinline__ void prefetch_cached_keys(const uint8_t* k_cache, const uint8_t* v_cache, int64_t b,
+                                                     int64_t e, int64_t cache_rows, int64_t row_stride,
+                                                     int64_t row_bytes) {
+  const int64_t lines = (row_bytes + 127) / 128 + 1;  // a row may straddle one more line than its size
+  for (int64_t i = threadIdx.x; i < (e - b) * 2 * lines; i += blockDim.x) {
+    const int64_t key = b + i / (2 * lines), part = i % (2 * lines);
+    const uint8_t* row = (part < lines ? k_cache : v_cache) + (key % cache_rows) * row_stride;
+    const int64_t offset = (part % lines) * 128;
+    prefetch_l2(row + (offset < row_bytes ? offset : row_bytes - 1));
+  }
+}
+
 template <DType C>
 __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(AttentionArgs a) {
-  enter_kernel();
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int t = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
   const int g = h / (a.n_heads / a.n_kv_heads);
@@ -151,6 +164,17 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(Attention
   const int64_t chunk = (n_visible + a.n_splits - 1) / a.n_splits;
   const int64_t begin = first + blockIdx.y * chunk;
   const int64_t end = min(begin + chunk, query_pos + 1);
+  // Keys before p0 are in the cache (ring row j % cache_rows); keys from p0 on are this step's
+  // fresh f32 rows.
+  const int64_t row_stride = static_cast<int64_t>(a.n_kv_heads) * a.cache_row_bytes;
+  const uint8_t* k_cache = (per_row ? a.k_row_caches[t] : a.k_cache) + g * a.cache_row_bytes;
+  const uint8_t* v_cache = (per_row ? a.v_row_caches[t] : a.v_cache) + g * a.cache_row_bytes;
+  // The cached rows this block reads were written by earlier steps' KV writes, and positions and
+  // the row tables by host uploads: pull the rows into L2 while the previous kernel (the q/k
+  // norms) still runs, so the key steps below wait on L2 instead of DRAM. Only a hint: were a
+  // position stale, other lines of the same cache would be fetched and nothing computed differs.
+  prefetch_cached_keys(k_cache, v_cache, begin, min(end, p0), a.cache_rows, row_stride, a.cache_row_bytes);
+  enter_kernel();
 
   float q[kMaxChunks][8], acc[kMaxChunks][8];
   const float* qv = a.q + (static_cast<int64_t>(t) * a.n_heads + h) * D;
@@ -163,11 +187,6 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(Attention
       acc[c][i] = 0.0f;
     }
   float m = -FLT_MAX, l = 0.0f;
-  // Keys before p0 are in the cache (ring row j % cache_rows); keys from p0 on are this step's
-  // fresh f32 rows.
-  const int64_t row_stride = static_cast<int64_t>(a.n_kv_heads) * a.cache_row_bytes;
-  const uint8_t* k_cache = (per_row ? a.k_row_caches[t] : a.k_cache) + g * a.cache_row_bytes;
-  const uint8_t* v_cache = (per_row ? a.v_row_caches[t] : a.v_cache) + g * a.cache_row_bytes;
   // Decode reads many cached keys and one fresh one; prefill's fresh keys take the 1-key path.
   attend_keys<C, C == DType::q8_0 ? 4 : 2>(begin, min(end, p0), D, a.scale, q, acc, m, l,
                  [&](int64_t j) { return k_cache + (j % a.cache_rows) * row_stride; },

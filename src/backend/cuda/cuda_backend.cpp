@@ -861,18 +861,21 @@ class CudaBackend final : public Backend {
     require_device(out_id, "sample");
     if (capturing_) fail("sample: not inside a captured graph (its inputs are copied in per call)");
     // The adjustments travel with the launch: a pageable-memory copy is staged before it returns.
+    // The launch's scratch (greedy's per-block results) follows them in the same buffer.
     const size_t adjust_bytes = spec.adjust.size() * sizeof(SampleAdjust);
-    void* device = sample_upload_buffer(adjust_bytes, "sample");
-    if (adjust_bytes)
-      check(cudaMemcpyAsync(device, spec.adjust.data(), adjust_bytes, cudaMemcpyHostToDevice, stream_), "sample");
+    const size_t scratch_at = (adjust_bytes + 15) / 16 * 16;
     cuda::SampleArgs a;
     a.logits = logits.ptr<float>();
     a.vocab = logits.numel();
     a.out = out_id.ptr<int32_t>();
-    a.adjust = static_cast<const SampleAdjust*>(device);
     a.n_adjust = static_cast<int>(spec.adjust.size());
     a.p = spec;
-    check(cuda::launch_sample(a, stream_), "sample");
+    auto* device = static_cast<uint8_t*>(
+        sample_upload_buffer(scratch_at + static_cast<size_t>(cuda::sample_scratch_bytes(a)), "sample"));
+    if (adjust_bytes)
+      check(cudaMemcpyAsync(device, spec.adjust.data(), adjust_bytes, cudaMemcpyHostToDevice, stream_), "sample");
+    a.adjust = reinterpret_cast<const SampleAdjust*>(device);
+    check(cuda::launch_sample(a, device + scratch_at, stream_), "sample");
   }
 
   void sample_rows(Tensor out_ids, Tensor logits, std::span<const SampleSpec> specs) override {

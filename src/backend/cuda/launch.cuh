@@ -16,11 +16,15 @@
 //
 // The rule this depends on: NO kernel may read or write memory that another kernel writes
 // before its enter_kernel(). Weights are written only by uploads (copies, which PDL never
-// overlaps), so prefetching them before enter_kernel() is allowed.
+// overlaps), and so are a step's positions and per-row cache tables, so reading those and
+// prefetching weights before enter_kernel() is allowed. An L2 prefetch of other memory (decode
+// attention pulls the KV rows that earlier steps wrote) is a hint that changes no result: L2 is
+// where the GPU's memory is coherent, and the data is read only after the wait.
 //
 // Other GPUs (sm_80, HIP) launch normally and enter_kernel() compiles to nothing.
 // FIRELINE_GPU_PDL=0 (CMAKE_CUDA_FLAGS) turns the early launches off, for measuring them.
 #include <cstddef>
+#include <cstdint>
 
 #include "backend/cuda/gpu_runtime.h"
 
@@ -45,6 +49,34 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 #else
   (void)p;
 #endif
+}
+#endif
+
+// Byte ranges of weights a kernel pulls into L2 before its enter_kernel() (norm gains: a few rows
+// of a few kilobytes each, on pages far apart, whose first touch after the wait cost a DRAM round
+// trip per pass). Filled on the host (add_l2_span); the kernel's threads, across all its blocks,
+// take the ranges' 128-byte lines in turn (prefetch_spans_l2).
+struct L2Spans {
+  static constexpr int kMax = 8;
+  const char* first_line[kMax];  // rounded down to a 128-byte line
+  int64_t lines[kMax];
+  int n = 0;
+};
+inline void add_l2_span(L2Spans& spans, const void* p, int64_t bytes) {
+  if (!p || bytes <= 0 || spans.n == L2Spans::kMax) return;
+  const auto begin = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{127};
+  const auto end = reinterpret_cast<uintptr_t>(p) + static_cast<uintptr_t>(bytes);
+  spans.first_line[spans.n] = reinterpret_cast<const char*>(begin);
+  spans.lines[spans.n] = static_cast<int64_t>((end - begin + 127) / 128);
+  ++spans.n;
+}
+
+#if defined(__CUDACC__) || defined(__HIPCC__)
+__device__ __forceinline__ void prefetch_spans_l2(const L2Spans& spans) {
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int s = 0; s < spans.n; ++s)
+    for (int64_t i = first; i < spans.lines[s]; i += stride) prefetch_l2(spans.first_line[s] + i * 128);
 }
 #endif
 

@@ -87,7 +87,8 @@ __global__ void moe_route_kernel(float* weights, int32_t* ids, const float* logi
 template <int kPerLane>
 __global__ void moe_route_warp_kernel(float* weights, int32_t* ids, const float* logits, int64_t n_tokens,
                                       int64_t n_experts, int64_t top_k, const uint8_t* per_expert_scale,
-                                      DType scale_type) {
+                                      DType scale_type, L2Spans scale_lines) {
+  prefetch_spans_l2(scale_lines);  // a weight: read only after the top-k, so fetched while waiting
   enter_kernel();
   const int lane = threadIdx.x % kWarp;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
@@ -172,11 +173,13 @@ cudaError_t launch_moe_route(float* weights, int32_t* ids, const float* logits, 
   if (top_k <= kWarp && n_experts <= 16 * kWarp) {  // one warp per token, 4 tokens per block
     const unsigned blocks = static_cast<unsigned>((n_tokens + 3) / 4);
     const auto* scale = static_cast<const uint8_t*>(per_expert_scale);
+    L2Spans scale_lines;
+    add_l2_span(scale_lines, scale, scale ? row_bytes(scale_type, n_experts) : 0);
     if (n_experts <= 4 * kWarp)
       return launch_kernel(moe_route_warp_kernel<4>, blocks, 4 * kWarp, 0, stream, weights, ids, logits, n_tokens,
-                           n_experts, top_k, scale, scale_type);
+                           n_experts, top_k, scale, scale_type, scale_lines);
     return launch_kernel(moe_route_warp_kernel<16>, blocks, 4 * kWarp, 0, stream, weights, ids, logits, n_tokens,
-                         n_experts, top_k, scale, scale_type);
+                         n_experts, top_k, scale, scale_type, scale_lines);
   }
   return launch_kernel(moe_route_kernel, static_cast<unsigned>(n_tokens), kRouteThreads, n_experts * sizeof(float),
                        stream, weights, ids, logits, n_experts, top_k, static_cast<const uint8_t*>(per_expert_scale),

@@ -65,12 +65,14 @@ struct HeadNormParts {
   HeadNormPart part[kMaxHeadNormParts];
   int64_t first_block[kMaxHeadNormParts + 1];  // part p owns blocks [first_block[p], first_block[p + 1])
   int n;
+  L2Spans gains;  // the parts' gain rows, pulled into L2 before the wait
 };
 
 // rms_norm_rope_kernel over several tensors: block b is a (token, head) row of the part whose
 // block range holds b; parts without rope are only normed.
 __global__ void rms_norm_rope_group_kernel(HeadNormParts parts, float eps, const int32_t* positions,
                                            const float* inv_freq, int64_t half) {
+  prefetch_spans_l2(parts.gains);  // weights: allowed before the wait (launch.cuh)
   enter_kernel();
   int p = 0;
   while (p + 1 < parts.n && blockIdx.x >= parts.first_block[p + 1]) ++p;
@@ -158,36 +160,42 @@ __device__ __forceinline__ float gain_factor(const void* weight, DType weight_ty
 }
 
 // residual_update_kernel with the row in registers (kPer elements per thread, rows of up to
-// kPer * blockDim.x): the terms, h and the gains of the terms' and the merge's norms are loaded
-// at once, so the reductions up to the new h do not wait for gains; the output norms' gains are
-// loaded after h's reduction. Measured on the H200 (ncu, 26B-A4B, 2816 columns): 11.45 us per
-// update, as with every pass's gains loaded late (11.3): the four block reductions of 32 warps
-// bound it, not the gain loads. Preloading the output norms' gains too (7 gain rows in
-// registers, 512 threads) took 23.9 us. Same arithmetic as residual_update_kernel: v * gain is
-// apply_gain's product.
+// kPer * blockDim.x). Gains are weights, which no kernel writes, so before enter_kernel() (while
+// the previous kernel still runs) every gain row is pulled into L2 and the terms' and the merge's
+// gains are loaded into registers; after the wait, the terms and h are loaded at once, and all
+// output norms' gains are loaded before the first output is stored (a store could alias a later
+// norm's gain as far as the compiler knows, which serialised one memory round trip per norm).
+// Measured on the H200 (ncu, 26B-A4B, 2816 columns) before the prefetch: 11.3 us per update with
+// every gain loaded after the wait, one round trip per pass. Same arithmetic as
+// residual_update_kernel: v * gain is apply_gain's product.
 template <int kPer>
-__global__ void __launch_bounds__(1024) residual_update_registers_kernel(ResidualUpdateArgs a) {
-  enter_kernel();
+__global__ void __launch_bounds__(1024) residual_update_registers_kernel(ResidualUpdateArgs a, L2Spans gains) {
   const int64_t row = blockIdx.x, cols = a.cols;
   const int64_t threads = blockDim.x;
-  float x[kMaxResidualTerms][kPer], h[kPer];
+  prefetch_spans_l2(gains);
   float term_gain[kMaxResidualTerms][kPer], merge_gain[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int64_t i = threadIdx.x + j * threads;
+#pragma unroll
+    for (int t = 0; t < kMaxResidualTerms; ++t)
+      term_gain[t][j] = t < a.n_terms && a.terms[t].normed
+                            ? gain_factor(a.terms[t].weight, a.terms[t].weight_type, a.terms[t].gain, i, cols)
+                            : 1.0f;
+    merge_gain[j] = a.merge ? gain_factor(a.merge_weight, a.merge_type, a.merge_gain, i, cols) : 1.0f;
+  }
+  const float scalar = a.scalar ? load_weight(static_cast<const uint8_t*>(a.scalar), 0, a.scalar_type) : 1.0f;
+  enter_kernel();
+  float x[kMaxResidualTerms][kPer], h[kPer];
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     const int64_t i = threadIdx.x + j * threads;
     const bool in_row = i < cols;
 #pragma unroll
-    for (int t = 0; t < kMaxResidualTerms; ++t) {
-      const bool used = t < a.n_terms;
-      x[t][j] = in_row && used ? a.terms[t].x[row * a.terms[t].stride + i] : 0.0f;
-      term_gain[t][j] = used && a.terms[t].normed
-                            ? gain_factor(a.terms[t].weight, a.terms[t].weight_type, a.terms[t].gain, i, cols)
-                            : 1.0f;
-    }
+    for (int t = 0; t < kMaxResidualTerms; ++t)
+      x[t][j] = in_row && t < a.n_terms ? a.terms[t].x[row * a.terms[t].stride + i] : 0.0f;
     h[j] = in_row ? a.h[row * a.h_stride + i] : 0.0f;
-    merge_gain[j] = a.merge ? gain_factor(a.merge_weight, a.merge_type, a.merge_gain, i, cols) : 1.0f;
   }
-  const float scalar = a.scalar ? load_weight(static_cast<const uint8_t*>(a.scalar), 0, a.scalar_type) : 1.0f;
   float inv[kMaxResidualTerms];
 #pragma unroll
   for (int t = 0; t < kMaxResidualTerms; ++t) {
@@ -230,6 +238,14 @@ __global__ void __launch_bounds__(1024) residual_update_registers_kernel(Residua
     h_sq += updated * updated;
   }
   if (a.n_norms == 0) return;
+  float norm_gain[kMaxStreamNorms][kPer];
+#pragma unroll
+  for (int n = 0; n < kMaxStreamNorms; ++n)
+#pragma unroll
+    for (int j = 0; j < kPer; ++j)
+      norm_gain[n][j] = n < a.n_norms ? gain_factor(a.norms[n].weight, a.norms[n].weight_type, a.norms[n].gain,
+                                                    threadIdx.x + j * threads, cols)
+                                      : 1.0f;
   const float h_inv = powf(block_sum(h_sq) / static_cast<float>(cols) + a.eps, -0.5f);
 #pragma unroll
   for (int n = 0; n < kMaxStreamNorms; ++n) {
@@ -239,7 +255,7 @@ __global__ void __launch_bounds__(1024) residual_update_registers_kernel(Residua
     for (int j = 0; j < kPer; ++j) {
       const int64_t i = threadIdx.x + j * threads;
       if (i >= cols) continue;
-      float v = apply_gain(h[j] * h_inv, static_cast<const uint8_t*>(norm.weight), norm.weight_type, norm.gain, i);
+      float v = norm.gain != Gain::none ? h[j] * h_inv * norm_gain[n][j] : h[j] * h_inv;
       if (norm.scale != 1.0f) v = v * norm.scale;
       norm.out[row * norm.stride + i] = v;
     }
@@ -277,6 +293,8 @@ cudaError_t launch_rms_norm_rope_group(const HeadNormPart* parts, int n_parts, i
     group.first_block[p] = blocks;
     blocks += n_tokens * parts[p].heads;
     widest = parts[p].head_dim > widest ? parts[p].head_dim : widest;
+    if (parts[p].gain != Gain::none)
+      add_l2_span(group.gains, parts[p].weight, row_bytes(parts[p].weight_type, parts[p].head_dim));
   }
   group.first_block[n_parts] = blocks;
   group.n = n_parts;
@@ -292,11 +310,19 @@ cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t str
   const int threads = norm_threads(a.cols);
   const unsigned rows = static_cast<unsigned>(a.rows);
   const int64_t per_thread = (a.cols + threads - 1) / threads;
-  if (per_thread <= 1) return launch_kernel(residual_update_registers_kernel<1>, rows, threads, 0, stream, a);
-  if (per_thread <= 2) return launch_kernel(residual_update_registers_kernel<2>, rows, threads, 0, stream, a);
-  if (per_thread <= 4) return launch_kernel(residual_update_registers_kernel<4>, rows, threads, 0, stream, a);
-  if (per_thread <= 6) return launch_kernel(residual_update_registers_kernel<6>, rows, threads, 0, stream, a);
-  if (per_thread <= 8) return launch_kernel(residual_update_registers_kernel<8>, rows, threads, 0, stream, a);
+  L2Spans gains;  // every gain row the update reads, and the layer scalar
+  for (int t = 0; t < a.n_terms; ++t)
+    if (a.terms[t].normed && a.terms[t].gain != Gain::none)
+      add_l2_span(gains, a.terms[t].weight, row_bytes(a.terms[t].weight_type, a.cols));
+  if (a.merge && a.merge_gain != Gain::none) add_l2_span(gains, a.merge_weight, row_bytes(a.merge_type, a.cols));
+  for (int n = 0; n < a.n_norms; ++n)
+    if (a.norms[n].gain != Gain::none) add_l2_span(gains, a.norms[n].weight, row_bytes(a.norms[n].weight_type, a.cols));
+  if (a.scalar) add_l2_span(gains, a.scalar, row_bytes(a.scalar_type, 1));
+  if (per_thread <= 1) return launch_kernel(residual_update_registers_kernel<1>, rows, threads, 0, stream, a, gains);
+  if (per_thread <= 2) return launch_kernel(residual_update_registers_kernel<2>, rows, threads, 0, stream, a, gains);
+  if (per_thread <= 4) return launch_kernel(residual_update_registers_kernel<4>, rows, threads, 0, stream, a, gains);
+  if (per_thread <= 6) return launch_kernel(residual_update_registers_kernel<6>, rows, threads, 0, stream, a, gains);
+  if (per_thread <= 8) return launch_kernel(residual_update_registers_kernel<8>, rows, threads, 0, stream, a, gains);
   return launch_kernel(residual_update_kernel, rows, threads, 0, stream, a);  // wider rows: from memory
 }
 

@@ -207,10 +207,78 @@ __global__ void __launch_bounds__(kSampleThreads) sample_rows_kernel(const Sampl
   sample_row(a);
 }
 
+// Greedy without adjustments, over many blocks: sample_row's greedy pass is one block walking
+// the whole vocabulary (55 us for Gemma's 262144 logits on the H200, ncu). Here block b takes
+// kGreedyChunk logits at a time (8 independent loads per thread) and keeps the largest
+// order_key; greedy_pick_kernel takes the largest of the blocks'. The largest key is the largest
+// logit at its lowest id, which is what the one-block pass picks; NaN is skipped and -0 keyed as
+// +0 (they compare equal there), and a largest logit of -inf (every token banned) gives -1.
+constexpr int kGreedyThreads = 256, kGreedyPerThread = 8, kGreedyMaxBlocks = 1024;
+constexpr int64_t kGreedyChunk = int64_t{kGreedyThreads} * kGreedyPerThread;
+
+__device__ __forceinline__ uint64_t block_max_u64(uint64_t v) {
+  __shared__ uint64_t warp_best[kGreedyThreads / kWarp];
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) {
+    const uint64_t o = gpu::shfl_xor(v, offset);
+    v = o > v ? o : v;
+  }
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  if (lane == 0) warp_best[warp] = v;
+  __syncthreads();
+  uint64_t best = 0;
+  for (int w = 0; w < static_cast<int>(blockDim.x / kWarp); ++w) best = warp_best[w] > best ? warp_best[w] : best;
+  return best;
+}
+
+__global__ void __launch_bounds__(kGreedyThreads) greedy_partial_kernel(const float* l, int64_t V, uint64_t* partial) {
+  enter_kernel();
+  uint64_t best = 0;  // below every real key: ordered_bits(-inf) > 0
+  for (int64_t chunk = blockIdx.x * kGreedyChunk; chunk < V; chunk += gridDim.x * kGreedyChunk) {
+    float v[kGreedyPerThread];
+#pragma unroll
+    for (int j = 0; j < kGreedyPerThread; ++j) {
+      const int64_t i = chunk + j * kGreedyThreads + threadIdx.x;
+      v[j] = i < V ? l[i] : NAN;
+    }
+#pragma unroll
+    for (int j = 0; j < kGreedyPerThread; ++j) {
+      if (v[j] != v[j]) continue;
+      const uint64_t key = order_key(v[j] == 0.0f ? 0.0f : v[j], chunk + j * kGreedyThreads + threadIdx.x);
+      best = key > best ? key : best;
+    }
+  }
+  best = block_max_u64(best);
+  if (threadIdx.x == 0) partial[blockIdx.x] = best;
+}
+
+__global__ void __launch_bounds__(kGreedyThreads) greedy_pick_kernel(const uint64_t* partial, int n, int32_t* out) {
+  enter_kernel();
+  uint64_t best = 0;
+  for (int b = threadIdx.x; b < n; b += blockDim.x) best = partial[b] > best ? partial[b] : best;
+  best = block_max_u64(best);
+  if (threadIdx.x == 0)
+    *out = best <= order_key(kNegInf, 0) ? -1 : static_cast<int32_t>(0xffffffffu - static_cast<uint32_t>(best));
+}
+
 }  // namespace
 
-cudaError_t launch_sample(const SampleArgs& args, cudaStream_t stream) {
+int64_t sample_scratch_bytes(const SampleArgs& args) {
+  const bool greedy_blocks = args.p.temperature == 0.0f && args.n_adjust == 0;
+  return greedy_blocks ? kGreedyMaxBlocks * static_cast<int64_t>(sizeof(uint64_t)) : 0;
+}
+
+cudaError_t launch_sample(const SampleArgs& args, void* scratch, cudaStream_t stream) {
   if (args.vocab <= 0 || args.vocab > 0x7fffffff) return cudaErrorInvalidValue;
+  if (sample_scratch_bytes(args) > 0) {
+    if (!scratch) return cudaErrorInvalidValue;
+    const int64_t chunks = (args.vocab + kGreedyChunk - 1) / kGreedyChunk;
+    const int blocks = static_cast<int>(chunks < kGreedyMaxBlocks ? chunks : kGreedyMaxBlocks);
+    auto* partial = static_cast<uint64_t*>(scratch);
+    const cudaError_t err =
+        launch_kernel(greedy_partial_kernel, blocks, kGreedyThreads, 0, stream, args.logits, args.vocab, partial);
+    if (err != cudaSuccess) return err;
+    return launch_kernel(greedy_pick_kernel, 1, kGreedyThreads, 0, stream, partial, blocks, args.out);
+  }
   return launch_kernel(sample_kernel, 1, kSampleThreads, 0, stream, args);
 }
 

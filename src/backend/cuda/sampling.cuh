@@ -16,7 +16,10 @@ struct SampleArgs {
   int n_adjust = 0;
   SampleScalars p;
 };
-cudaError_t launch_sample(const SampleArgs& args, cudaStream_t stream);
+// Device scratch launch_sample needs for these arguments (greedy without adjustments runs over
+// many blocks, which leave their partial results there); 0 for none.
+int64_t sample_scratch_bytes(const SampleArgs& args);
+cudaError_t launch_sample(const SampleArgs& args, void* scratch, cudaStream_t stream);
 // One token per row, one block each: rows [n_rows] is a device copy of each row's arguments (the
 // host checked every row's vocab as launch_sample does).
 cudaError_t launch_sample_rows(const SampleArgs* rows, int64_t n_rows, cudaStream_t stream);
