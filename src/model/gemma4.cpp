@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backend/communicator.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "model/batched_decode.h"
@@ -110,6 +111,14 @@ class Gemma4Model final : public Model {
     writes_deferred_.assign(L, false);
     for (const auto& lc : c_.layers)
       if (lc.kv_source_layer >= 0) writes_deferred_[lc.kv_source_layer] = true;
+  }
+
+  // One rank of a model split with --tp (model/rank_source.h): the rank's shards come from
+  // `rank_source`, which the model keeps, and `comm` adds up the partial sums of o_proj and the MLP.
+  Gemma4Model(std::unique_ptr<ModelSource> rank_source, Backend& backend, Communicator& comm)
+      : Gemma4Model(*rank_source, backend) {
+    rank_source_ = std::move(rank_source);
+    comm_ = &comm;
   }
 
   const ModelConfig& config() const override { return source_config_; }
@@ -292,6 +301,7 @@ class Gemma4Model final : public Model {
         }
       }
       b.matmul(tmp, attn.reshape({T, nH * D}), layer.o_proj);
+      if (comm_) comm_->all_reduce_sum(tmp);  // a rank's heads' share of o_proj: the sum over ranks
 
       // h += post_attention_norm(attention), then the feed-forward's input norms of the new h:
       // the dense MLP's; on MoE models also the router's (rms(h) * scale / sqrt(H): the residual,
@@ -325,6 +335,7 @@ class Gemma4Model final : public Model {
       b.gated_activation(gate, gate, up, Activation::gelu_tanh);
       Tensor mlp = arena.alloc(DType::f32, {T, H});
       b.matmul(mlp, gate, layer.down_proj);
+      if (comm_) comm_->all_reduce_sum(mlp);  // a rank's slice of the intermediate: likewise
       // The block's output: the MLP's post norm; on MoE models the MLP and expert outputs each
       // normed, summed and normed again (post_feedforward_norm).
       ResidualTerm ffn_out[2] = {{mlp, &layer.post_feedforward_norm, NormGain::weight}};
@@ -458,6 +469,8 @@ class Gemma4Model final : public Model {
   std::vector<Gemma4Layer> layers_;
   std::vector<bool> writes_deferred_;
   std::vector<std::unique_ptr<DeviceBuffer>> inv_freq_storage_;
+  std::unique_ptr<ModelSource> rank_source_;  // one rank of a split model: its shards (CPU weights are views of them)
+  Communicator* comm_ = nullptr;              // one rank of a split model: the all-reduce
 };
 
 std::unique_ptr<DecodeGraph> Gemma4Model::make_decode_graph(Sequence& seq) {
@@ -564,6 +577,12 @@ MemoryPlan gemma4_memory_plan(const ModelSource& source, const LoadOptions& o) {
 
 std::unique_ptr<Model> make_gemma4_model(const ModelSource& source, Backend& backend) {
   return std::make_unique<Gemma4Model>(source, backend);
+}
+
+std::unique_ptr<Model> make_gemma4_rank_model(std::unique_ptr<ModelSource> rank_source, Backend& backend,
+                                              Communicator& comm) {
+  if (!rank_source) fail("make_gemma4_rank_model: no rank source");
+  return std::make_unique<Gemma4Model>(std::move(rank_source), backend, comm);
 }
 
 }  // namespace fl

@@ -9,7 +9,16 @@
 
 namespace fl {
 
+class Communicator;
+
 std::unique_ptr<Model> make_gemma4_model(const ModelSource& source, Backend& backend);
+
+// One rank of a model split with --tp (issue 10): built from the rank's source
+// (model/rank_source.h), which it keeps, on that rank's backend; `comm` (one per rank, living as
+// long as the model) adds up the ranks' partial outputs of o_proj and down_proj, the two
+// all-reduces per layer of the plan. Every rank's logits are the same bits.
+std::unique_ptr<Model> make_gemma4_rank_model(std::unique_ptr<ModelSource> rank_source, Backend& backend,
+                                              Communicator& comm);
 
 // Every tensor the Gemma 4 model reads, with the shape the config implies.
 std::vector<WeightSpec> gemma4_weight_specs(const Gemma4Config& config);

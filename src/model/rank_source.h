@@ -1,0 +1,20 @@
+#pragma once
+// One rank's view of a model split by a ParallelPlan (issue 10, model/parallel_plan.h): a
+// ModelSource whose tensors are that rank's shards and whose config counts the rank's own query
+// and KV heads and MLP width, so that the ordinary model code builds the rank's part of the model
+// from it. What the split leaves to the model is adding up the partial sums (the all-reduce after
+// o_proj and down_proj: make_gemma4_rank_model).
+#include <memory>
+
+#include "io/model_source.h"
+#include "model/parallel_plan.h"
+
+namespace fl {
+
+// Shards are cut when this is called (from `whole`'s tensors, which must outlive the result), so
+// the rank sources of several ranks can be made on one thread and then used by one thread each.
+// Throws when a tensor's format is not the one the plan was made for, or when the plan deals
+// experts out (expert parallelism runs no rank forward yet).
+std::unique_ptr<ModelSource> make_rank_source(const ModelSource& whole, const ParallelPlan& plan, int rank);
+
+}  // namespace fl
