@@ -261,9 +261,10 @@ TEST_F(CudaOps, SampleMatchesTheHostReference) {
   penalised.spec.adjust = {{3, 0.0f, 2}, {5, 1.5f, 0}, {6, -INFINITY, 0}, {4, -2.0f, 5}, {100000000, 1.0f, 1}};
   cases.push_back(penalised);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
-  for (int64_t V : {7, 1000, 262144})
+  // 100003: greedy's many-block pass with a last chunk part-filled.
+  for (int64_t V : {7, 1000, 100003, 262144})
     for (const Case& c : cases)
-      for (int draw = 0; draw < 7; ++draw) {
+      for (int draw = 0; draw < 8; ++draw) {
         Twin logits = twin_random(DType::f32, {V}, 4.0f);
         float* host = static_cast<float*>(logits.host.data());
         if (draw == 1) std::fill(host, host + V, 1.25f);  // all tied
@@ -273,6 +274,7 @@ TEST_F(CudaOps, SampleMatchesTheHostReference) {
           for (int64_t i = 0; i < V; i += 2) host[i] = i % 4 ? -INFINITY : NAN;
         if (draw == 6)  // the best logit is zero, as -0 and +0 (equal: the lowest id wins)
           for (int64_t i = 0; i < V; ++i) host[i] = i % 3 == 0 ? -std::fabs(host[i]) - 1.0f : i % 3 == 1 ? -0.0f : 0.0f;
+        if (draw == 7) std::fill(host, host + V, NAN);  // nothing to choose: -1
         gpu_->copy_to_device(logits.gpu, host);
         SampleSpec s = c.spec;
         s.uniform = draw == 4 ? 0.0 : draw == 5 ? std::nextafter(1.0, 0.0) : unit(rng_);

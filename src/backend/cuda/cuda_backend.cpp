@@ -855,7 +855,6 @@ class CudaBackend final : public Backend {
   }
 
   void sample(Tensor out_id, Tensor logits, const SampleSpec& spec) override {
-    OpTimer timer(*this, "sample", 4.0 * logits.numel());
     check_sample_args(out_id, logits);
     require_device(logits, "sample");
     require_device(out_id, "sample");
@@ -870,8 +869,10 @@ class CudaBackend final : public Backend {
     a.out = out_id.ptr<int32_t>();
     a.n_adjust = static_cast<int>(spec.adjust.size());
     a.p = spec;
+    const int64_t scratch_bytes = cuda::sample_scratch_bytes(a);
+    OpTimer timer(*this, "sample", 4.0 * logits.numel(), scratch_bytes > 0 ? 2 : 1);  // greedy: blocks, then the pick
     auto* device = static_cast<uint8_t*>(
-        sample_upload_buffer(scratch_at + static_cast<size_t>(cuda::sample_scratch_bytes(a)), "sample"));
+        sample_upload_buffer(scratch_at + static_cast<size_t>(scratch_bytes), "sample"));
     if (adjust_bytes)
       check(cudaMemcpyAsync(device, spec.adjust.data(), adjust_bytes, cudaMemcpyHostToDevice, stream_), "sample");
     a.adjust = reinterpret_cast<const SampleAdjust*>(device);
