@@ -1,14 +1,48 @@
 #include "backend/communicator.h"
 
 #include <algorithm>
-#include <barrier>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "core/error.h"
 
 namespace fl {
 namespace {
+
+// A reusable barrier for `n` threads that abort() breaks: every thread waiting in it, and every
+// later arrival, then throws the reason instead of waiting for a rank that will not come.
+class BreakableBarrier {
+ public:
+  explicit BreakableBarrier(int n) : n_(n) {}
+  void arrive_and_wait() {
+    std::unique_lock lock(mutex_);
+    if (!broken_.empty()) fail("{}", broken_);
+    const uint64_t generation = generation_;
+    if (++arrived_ == n_) {
+      arrived_ = 0;
+      ++generation_;
+      all_arrived_.notify_all();
+      return;
+    }
+    all_arrived_.wait(lock, [&] { return generation_ != generation || !broken_.empty(); });
+    if (generation_ == generation) fail("{}", broken_);
+  }
+  void abort(const std::string& why) {
+    std::lock_guard lock(mutex_);
+    if (broken_.empty()) broken_ = why.empty() ? "the rank group was aborted" : why;
+    all_arrived_.notify_all();
+  }
+
+ private:
+  const int n_;
+  int arrived_ = 0;
+  uint64_t generation_ = 0;
+  std::string broken_;
+  std::mutex mutex_;
+  std::condition_variable all_arrived_;
+};
 
 // What the ranks of one thread group share: each rank's published buffer, the sum being built
 // and a barrier. One all-reduce is three phases: publish (and check), reduce a slice each, copy
@@ -25,7 +59,7 @@ struct ThreadGroup {
   const int size;
   std::vector<Published> published;
   std::vector<float> sum;
-  std::barrier<> sync;
+  BreakableBarrier sync;
 };
 
 class ThreadCommunicator final : public Communicator {
@@ -77,6 +111,8 @@ class ThreadCommunicator final : public Communicator {
     if (n > 0) std::memcpy(mine.data, g.sum.data(), static_cast<size_t>(n) * sizeof(float));
     g.sync.arrive_and_wait();
   }
+
+  void abort(const std::string& why) override { group_->sync.abort(why); }
 
  private:
   std::shared_ptr<ThreadGroup> group_;

@@ -9,6 +9,7 @@
 // inside the collective, after every rank has arrived, so that every rank throws the same
 // fl::Error instead of some ranks throwing and the rest waiting forever.
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/tensor.h"
@@ -23,6 +24,9 @@ class Communicator {
   // t (f32, contiguous, on this rank's device) becomes the sum of every rank's t, in place, and
   // every rank gets the same bits.
   virtual void all_reduce_sum(Tensor& t) = 0;
+  // For a rank that failed outside a collective (so the others would wait for it forever): every
+  // rank's current and later collectives throw fl::Error with `why`. The group stays broken.
+  virtual void abort(const std::string& why) = 0;
 };
 
 // `ranks` ranks as threads of this process on the CPU backend (tests, and the CPU reference of a

@@ -16,6 +16,7 @@
 #include "core/log.h"
 #include "model/model.h"
 #include "model/synthetic.h"
+#include "model/tensor_parallel.h"
 
 namespace fl::cli {
 namespace {
@@ -34,6 +35,7 @@ struct BenchOptions {
   bool json = false;
   bool profile = false;
   int batch = 1;
+  int tp = 1;  // --tp: ranks of a tensor-parallel split
 };
 
 // Per-op device time of `steps` units (decode tokens, or one prefill), as table rows and JSON.
@@ -79,6 +81,12 @@ double median(std::vector<double> v) {
 
 void run_bench(const BenchOptions& opt) {
   if (opt.model.empty() == opt.like.empty()) fail("bench needs a MODEL or --like NAME (not both)");
+  if (opt.tp > 1 && opt.profile) fail("--profile times one device's ops; it does not combine with --tp");
+  if (opt.tp > 1 && opt.backend != "cpu")
+    fail(
+        "--tp {} on {}: the GPUs' all-reduce (NCCL) is not built yet (issue 10); --backend cpu runs the {} ranks as "
+        "threads on the CPU",
+        opt.tp, opt.backend, opt.tp);
   auto start = std::chrono::steady_clock::now();
   auto backend = make_backend(opt.backend);
   std::unique_ptr<ModelSource> source =
@@ -88,7 +96,17 @@ void run_bench(const BenchOptions& opt) {
   load.max_seq = std::max<int64_t>(opt.context + opt.gen_tokens + 3, opt.prompt_tokens + 1);
   load.kv_dtype = kv;
   load.max_tokens = std::max(opt.prompt_tokens, opt.batch);
-  auto model = load_model(*source, *backend, load);
+  std::unique_ptr<Model> model;
+  std::string backend_name(backend->name());
+  if (opt.tp > 1) {  // one CPU backend and thread per rank (model/tensor_parallel.h)
+    std::vector<std::unique_ptr<Backend>> backends;
+    for (int r = 0; r < opt.tp; ++r) backends.push_back(make_backend(opt.backend));
+    model = make_tensor_parallel_model(*source, {opt.tp, false}, load, std::move(backends),
+                                       make_thread_communicators(opt.tp));
+    backend_name = fmt::format("{} x {} (--tp {})", backend_name, opt.tp, opt.tp);
+  } else {
+    model = load_model(*source, *backend, load);
+  }
   const double load_s = seconds_since(start);
   const int V = model->vocab_size();
   std::mt19937 rng(1234);
@@ -209,7 +227,8 @@ void run_bench(const BenchOptions& opt) {
   const double prefill = median(prefill_tps), decode = median(decode_tps);
   if (opt.json) {
     nlohmann::json j = {{"model", source->path()},
-                        {"backend", std::string(backend->name())},
+                        {"backend", backend_name},
+                        {"tp", opt.tp},
                         {"kv", opt.kv},
                         {"load_s", load_s},
                         {"prompt_tokens", opt.prompt_tokens},
@@ -234,7 +253,7 @@ void run_bench(const BenchOptions& opt) {
     return;
   }
   std::string out;
-  out += fmt::format("model     {} on {} (KV {}), loaded in {:.1f} s\n", source->path(), backend->name(), opt.kv, load_s);
+  out += fmt::format("model     {} on {} (KV {}), loaded in {:.1f} s\n", source->path(), backend_name, opt.kv, load_s);
   out += fmt::format("prefill   {:>10.1f} tok/s   ({} tokens, median of {})\n", prefill, opt.prompt_tokens, opt.runs);
   out += fmt::format("decode    {:>10.1f} tok/s   ({:.2f} ms/token at context {}, {} tokens, median of {}, graph replay)\n",
                      decode, 1000.0 / decode, opt.context, opt.gen_tokens, opt.runs);
@@ -243,7 +262,8 @@ void run_bench(const BenchOptions& opt) {
       traffic.state_bytes > 0 ? fmt::format(" + {:.3f} GB recurrent state", traffic.state_bytes / 1e9) : "";
   out += fmt::format("roofline  {:>10.1f} tok/s   ({:.3f} GB weights + {:.3f} GB KV{} per token at {:.0f} GB/s)\n",
                      roofline, traffic.weight_bytes / 1e9, traffic.kv_bytes / 1e9, state, opt.bandwidth_gbs);
-  out += fmt::format("ratio     {:>10.1f} %      of the decode roofline\n", 100.0 * decode / roofline);
+  out += fmt::format("ratio     {:>10.1f} %      of the decode roofline{}\n", 100.0 * decode / roofline,
+                     opt.tp > 1 ? " (bytes of one rank's part: the ranks read theirs in parallel)" : "");
   if (opt.batch > 1)
     out += fmt::format("batch     {:>10.1f} tok/s   ({} sequences decoding together, total; eager, sampled on the device)\n",
                        decode_batch, opt.batch);
@@ -286,6 +306,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--json", opt->json, "Print the results as JSON");
   cmd->add_option("--batch", opt->batch, "Also decode this many sequences together and report the total rate (default 1: off)")
       ->check(CLI::Range(1, 4096));
+  cmd->add_option("--tp", opt->tp,
+                  "Split the model over this many ranks (tensor parallel: heads and MLP columns; CPU threads for now)")
+      ->check(CLI::Range(1, 64));
   cmd->add_flag("--profile", opt->profile,
                 "Also time every op on the device (one prefill, --gen-tokens eager decode steps) and print where the time goes");
   cmd->callback([opt] { run_bench(*opt); });

@@ -38,6 +38,9 @@ class Sequence {
   std::vector<std::unique_ptr<DeviceBuffer>> storage;  // KV rows and recurrent states
   size_t kv_bytes = 0;
   size_t recurrent_bytes = 0;
+  // A model split over several devices (model/tensor_parallel.h): each rank's own sequence, whose
+  // KV rows hold that rank's heads; this one then only carries the position.
+  std::vector<std::unique_ptr<Sequence>> rank_parts;
 };
 
 enum class LogitsMode { last, all };

@@ -101,6 +101,29 @@ TEST(CliSynth, ShowTpSummarisesTheParallelPlan) {
   EXPECT_NE(qwen.err.find("covers Gemma 4 so far"), std::string::npos) << qwen.err;
 }
 
+// bench --tp N: the split model (model/tensor_parallel.h) as CPU threads; what it cannot do yet is
+// a clear error.
+TEST(CliSynth, BenchTpRunsTheSplitModelOnCpuThreads) {
+  const std::string common =
+      "bench --like tiny-gemma4-moe --format q8 --context 32 --prompt-tokens 8 --gen-tokens 4 --runs 1";
+  auto r = fireline(common + " --backend cpu --tp 2 --batch 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json j = json::parse(r.out);
+  EXPECT_EQ(j["tp"], 2);
+  EXPECT_EQ(j["backend"], "cpu x 2 (--tp 2)");
+  EXPECT_GT(j["decode_tok_s"].get<double>(), 0.0);
+  EXPECT_GT(j["batch"]["decode_tok_s_total"].get<double>(), 0.0);
+  auto gpu = fireline(common + " --backend cuda --tp 2");
+  EXPECT_NE(gpu.exit_code, 0);
+  EXPECT_NE(gpu.err.find("NCCL) is not built yet"), std::string::npos) << gpu.err;
+  auto profile = fireline(common + " --backend cpu --tp 2 --profile");
+  EXPECT_NE(profile.exit_code, 0);
+  EXPECT_NE(profile.err.find("does not combine with --tp"), std::string::npos) << profile.err;
+  auto uneven = fireline(common + " --backend cpu --tp 3");
+  EXPECT_NE(uneven.exit_code, 0);
+  EXPECT_NE(uneven.err.find("do not divide into 3"), std::string::npos) << uneven.err;
+}
+
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
 // --tokenizer DIR embeds a tokenizer and chat template: the synthetic model then chats (random

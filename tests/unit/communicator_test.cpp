@@ -3,6 +3,7 @@
 // must make every rank throw the same error rather than leave some waiting.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <random>
 #include <string>
@@ -12,6 +13,7 @@
 #include "backend/communicator.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#include "util/test_util.h"
 
 namespace fl {
 namespace {
@@ -107,6 +109,29 @@ TEST(ThreadCommunicator, MistakesThrowOnEveryRankAndTheGroupStaysUsable) {
     EXPECT_NE(messages[r][0].find("rank 1 has 9 values where rank 0 has 8"), std::string::npos) << messages[r][0];
     EXPECT_NE(messages[r][1].find("rank 2's tensor is bf16, not f32"), std::string::npos) << messages[r][1];
   }
+}
+
+// A rank that fails outside a collective aborts the group: the ranks already waiting in an
+// all-reduce, and every later call, throw its reason instead of waiting forever.
+TEST(ThreadCommunicator, AbortFreesTheRanksWaitingForAFailedOne) {
+  auto comms = make_thread_communicators(3);
+  const auto errors = run_ranks(comms, [&](int rank, Communicator& c) {
+    std::vector<float> v(4, 1.0f);
+    Tensor t = make_tensor(v.data(), DType::f32, {4});
+    c.all_reduce_sum(t);  // one good call first
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let the others block in the next call
+      c.abort("rank 2 ran out of memory");
+      fail("rank 2 gave up");
+    }
+    c.all_reduce_sum(t);
+  });
+  EXPECT_NE(errors[0].find("rank 2 ran out of memory"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("rank 2 ran out of memory"), std::string::npos) << errors[1];
+  EXPECT_EQ(errors[2], "rank 2 gave up");
+  std::vector<float> v(4, 1.0f);
+  Tensor t = make_tensor(v.data(), DType::f32, {4});
+  EXPECT_ERROR_HAS(comms[0]->all_reduce_sum(t), "rank 2 ran out of memory");  // the group stays broken
 }
 
 TEST(ThreadCommunicator, RefusesAbsurdRankCounts) {

@@ -21,6 +21,7 @@
 #include "model/parallel_plan.h"
 #include "model/rank_source.h"
 #include "model/synthetic.h"
+#include "model/tensor_parallel.h"
 #include "util/test_util.h"
 
 namespace fl {
@@ -118,6 +119,114 @@ TEST(TensorParallel, RanksOnThreadsGiveTheOneDeviceTokensAndLogits) {
       EXPECT_GT(max_ref, 0.0f);
     }
   }
+}
+
+// The split model as an ordinary Model (one thread per rank, model/tensor_parallel.h).
+std::unique_ptr<Model> split_model(const ModelSource& whole, int ranks,
+                                   std::vector<std::unique_ptr<Communicator>> comms = {}) {
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (int r = 0; r < ranks; ++r) backends.push_back(make_backend("cpu"));
+  if (comms.empty()) comms = make_thread_communicators(ranks);
+  return make_tensor_parallel_model(whole, {ranks, false}, LoadOptions{}, std::move(backends), std::move(comms));
+}
+
+void expect_close_logits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  float max_ref = 0.0f, max_diff = 0.0f;
+  for (size_t j = 0; j < want.size(); ++j) {
+    max_ref = std::max(max_ref, std::fabs(want[j]));
+    max_diff = std::max(max_diff, std::fabs(got[j] - want[j]));
+  }
+  EXPECT_LE(max_diff, 1e-4f * max_ref) << what;
+}
+
+TEST(TensorParallel, TheSplitModelServesForwardGraphsAndBatches) {
+  auto whole = make_synthetic_source({"tiny-gemma4-moe", "q8", 7, {}});
+  std::unique_ptr<Backend> cpu = make_backend("cpu");
+  std::unique_ptr<Model> single = make_gemma4_model(*whole, *cpu);
+  const Generated one = generate(*single);
+  std::unique_ptr<Model> split = split_model(*whole, 2);
+  EXPECT_EQ(split->vocab_size(), single->vocab_size());
+  EXPECT_EQ(std::get<Gemma4Config>(split->config().arch).num_heads,
+            std::get<Gemma4Config>(single->config().arch).num_heads);  // the whole model's config
+
+  // forward: the one-device tokens and logits.
+  const Generated two = generate(*split);
+  EXPECT_EQ(two.tokens, one.tokens);
+  for (size_t i = 0; i < one.logits.size(); ++i)
+    expect_close_logits(two.logits[i], one.logits[i], "forward " + std::to_string(i));
+
+  // The decode graph: each rank's graph stepped together, the next token sampled on every rank.
+  SequenceOptions options;
+  options.max_seq = 64;
+  auto seq = split->new_sequence(options);
+  std::vector<int32_t> prompt(kPromptTokens);
+  for (int i = 0; i < kPromptTokens; ++i) prompt[i] = (37 * i + 11) % split->vocab_size();
+  const std::vector<float> prompt_logits = split->forward(*seq, prompt, LogitsMode::last);
+  auto graph = split->make_decode_graph(*seq);
+  SampleSpec greedy_spec;
+  greedy_spec.temperature = 0.0f;
+  int32_t next = greedy(prompt_logits.data(), split->vocab_size());
+  std::vector<int32_t> graph_tokens = {next};
+  for (int step = 1; step < kDecodeSteps; ++step) graph_tokens.push_back(next = graph->step_sample(next, greedy_spec));
+  EXPECT_EQ(graph_tokens, one.tokens);
+  EXPECT_EQ(seq->n_past, kPromptTokens + kDecodeSteps - 1);
+
+  // A batch of two sequences at different positions: each gets what it gets alone.
+  auto a = split->new_sequence(options), b = split->new_sequence(options);
+  split->forward(*a, std::span<const int32_t>(prompt.data(), 20), LogitsMode::last);
+  split->forward(*b, std::span<const int32_t>(prompt.data(), 5), LogitsMode::last);
+  Sequence* both[] = {a.get(), b.get()};
+  const int32_t ids[] = {3, 9};
+  const std::vector<float> batched = split->forward_batch(both, ids);
+  auto a1 = single->new_sequence(options), b1 = single->new_sequence(options);
+  single->forward(*a1, std::span<const int32_t>(prompt.data(), 20), LogitsMode::last);
+  single->forward(*b1, std::span<const int32_t>(prompt.data(), 5), LogitsMode::last);
+  const int V = single->vocab_size();
+  const std::vector<float> alone_a = single->forward(*a1, std::span<const int32_t>(&ids[0], 1), LogitsMode::last);
+  const std::vector<float> alone_b = single->forward(*b1, std::span<const int32_t>(&ids[1], 1), LogitsMode::last);
+  expect_close_logits(std::vector<float>(batched.begin(), batched.begin() + V), alone_a, "batch row 0");
+  expect_close_logits(std::vector<float>(batched.begin() + V, batched.end()), alone_b, "batch row 1");
+  EXPECT_EQ(a->n_past, 21);
+  EXPECT_EQ(b->n_past, 6);
+
+  // Bad input is refused before the ranks start, and the model stays usable.
+  const int32_t bad = V + 5;
+  EXPECT_ERROR_HAS(split->forward(*a, std::span<const int32_t>(&bad, 1), LogitsMode::last), "outside the vocabulary");
+  auto foreign = single->new_sequence(options);
+  EXPECT_ERROR_HAS(split->forward(*foreign, std::span<const int32_t>(&ids[0], 1), LogitsMode::last),
+                   "not made by this 2-rank model");
+  EXPECT_EQ(split->forward(*a, std::span<const int32_t>(&ids[0], 1), LogitsMode::last).size(), static_cast<size_t>(V));
+}
+
+// A fault inside one rank (here its communicator throws on its third all-reduce) must not leave
+// the other ranks waiting in the collective: the call throws that rank's error, and later calls
+// throw too instead of hanging.
+class FaultyCommunicator final : public Communicator {
+ public:
+  FaultyCommunicator(std::unique_ptr<Communicator> inner, int fail_at) : inner_(std::move(inner)), fail_at_(fail_at) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  void all_reduce_sum(Tensor& t) override {
+    if (++calls_ == fail_at_) fail("injected device fault");
+    inner_->all_reduce_sum(t);
+  }
+  void abort(const std::string& why) override { inner_->abort(why); }
+
+ private:
+  std::unique_ptr<Communicator> inner_;
+  int fail_at_, calls_ = 0;
+};
+
+TEST(TensorParallel, AFaultingRankFailsTheCallInsteadOfHangingIt) {
+  auto whole = make_synthetic_source({"tiny-gemma4-moe", "q8", 7, {}});
+  std::vector<std::unique_ptr<Communicator>> comms = make_thread_communicators(2);
+  comms[1] = std::make_unique<FaultyCommunicator>(std::move(comms[1]), 3);
+  std::unique_ptr<Model> split = split_model(*whole, 2, std::move(comms));
+  auto seq = split->new_sequence({});
+  const int32_t ids[] = {1, 2, 3};
+  EXPECT_ERROR_HAS(split->forward(*seq, ids, LogitsMode::last), "rank 1: injected device fault");
+  EXPECT_ERROR_HAS(split->forward(*seq, ids, LogitsMode::last), "rank 1 failed: injected device fault");
 }
 
 TEST(TensorParallel, RankSourcesRefuseWhatTheyCannotRun) {

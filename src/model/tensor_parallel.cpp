@@ -1,0 +1,313 @@
+#include "model/tensor_parallel.h"
+
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "model/gemma4.h"
+#include "model/rank_source.h"
+#include "model/weight_loader.h"
+
+namespace fl {
+namespace {
+
+// One thread per rank (rank 0 is the caller's): run(body) runs body(r) on every rank at once and
+// returns when all have; the first rank to fail aborts its communicator (freeing ranks that wait
+// for it in a collective), and run then throws that rank's error.
+class RankThreads {
+ public:
+  explicit RankThreads(std::vector<Communicator*> comms) : comms_(std::move(comms)) {
+    for (int r = 1; r < static_cast<int>(comms_.size()); ++r) workers_.emplace_back([this, r] { work(r); });
+  }
+  ~RankThreads() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    start_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  RankThreads(const RankThreads&) = delete;
+  RankThreads& operator=(const RankThreads&) = delete;
+
+  void run(const std::function<void(int rank)>& body) {
+    {
+      std::lock_guard lock(mutex_);
+      body_ = &body;
+      pending_ = static_cast<int>(workers_.size());
+      failure_.clear();
+      ++job_;
+    }
+    start_.notify_all();
+    execute(0);
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return pending_ == 0; });
+    body_ = nullptr;
+    if (!failure_.empty()) fail("{}", failure_);
+  }
+
+ private:
+  void execute(int rank) {
+    try {
+      (*body_)(rank);
+    } catch (const std::exception& e) {
+      {
+        std::lock_guard lock(mutex_);
+        if (failure_.empty()) failure_ = comms_.size() > 1 ? fmt::format("rank {}: {}", rank, e.what()) : e.what();
+      }
+      comms_[static_cast<size_t>(rank)]->abort(fmt::format("rank {} failed: {}", rank, e.what()));
+    }
+  }
+
+  void work(int rank) {
+    uint64_t seen = 0;
+    for (;;) {
+      {
+        std::unique_lock lock(mutex_);
+        start_.wait(lock, [&] { return stop_ || job_ != seen; });
+        if (stop_) return;
+        seen = job_;
+      }
+      execute(rank);
+      std::lock_guard lock(mutex_);
+      if (--pending_ == 0) done_.notify_all();
+    }
+  }
+
+  std::vector<Communicator*> comms_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable start_, done_;
+  const std::function<void(int)>* body_ = nullptr;
+  uint64_t job_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  std::string failure_;
+};
+
+struct Rank {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Communicator> comm;
+  std::unique_ptr<Model> model;
+};
+
+// The steps of every rank's graph, run together; the sequence's position follows rank 0's.
+class TensorParallelDecode final : public DecodeGraph {
+ public:
+  TensorParallelDecode(RankThreads& threads, std::vector<std::unique_ptr<DecodeGraph>> graphs, Sequence& seq, int vocab)
+      : threads_(threads), graphs_(std::move(graphs)), seq_(seq), vocab_(vocab) {}
+
+  std::vector<float> step(int32_t token) override {
+    check(token);
+    std::vector<float> logits;
+    threads_.run([&](int r) {
+      std::vector<float> mine = graphs_[static_cast<size_t>(r)]->step(token);
+      if (r == 0) logits = std::move(mine);
+    });
+    seq_.n_past = seq_.rank_parts[0]->n_past;
+    return logits;
+  }
+  int32_t step_sample(int32_t token, const SampleSpec& spec) override {
+    check(token);
+    int32_t chosen = -1;
+    threads_.run([&](int r) {
+      const int32_t mine = graphs_[static_cast<size_t>(r)]->step_sample(token, spec);
+      if (r == 0) chosen = mine;
+    });
+    seq_.n_past = seq_.rank_parts[0]->n_past;
+    return chosen;
+  }
+  bool captured() const override { return graphs_[0]->captured(); }
+
+ private:
+  // What the ranks would refuse, refused before they start (a refusal inside a rank aborts the
+  // communicators, which is for faults, not for bad input).
+  void check(int32_t token) const {
+    if (token < 0 || token >= vocab_) fail("token id {} is outside the vocabulary [0, {})", token, vocab_);
+    if (seq_.n_past + 1 > seq_.max_seq)
+      fail("the sequence would reach {} tokens but its context holds {}", seq_.n_past + 1, seq_.max_seq);
+  }
+
+  RankThreads& threads_;
+  std::vector<std::unique_ptr<DecodeGraph>> graphs_;
+  Sequence& seq_;
+  int vocab_;
+};
+
+class TensorParallelModel final : public Model {
+ public:
+  TensorParallelModel(const ModelSource& whole, const ParallelOptions& options, const LoadOptions& load,
+                      std::vector<std::unique_ptr<Backend>> backends, std::vector<std::unique_ptr<Communicator>> comms)
+      : config_(whole.config()) {
+    const int N = options.tensor_parallel;
+    if (static_cast<int>(backends.size()) != N || static_cast<int>(comms.size()) != N)
+      fail("--tp {}: {} backends and {} communicators", N, backends.size(), comms.size());
+    if (!std::holds_alternative<Gemma4Config>(whole.config().arch))
+      fail("{}: only Gemma 4 models split over several devices so far", whole.path());
+    const std::optional<std::string> prefix = find_weight_prefix(whole, "embed_tokens.weight");
+    if (!prefix) fail("{}: no embed_tokens.weight under any known prefix", whole.path());
+    const ParallelPlan plan = plan_gemma4_parallel(std::get<Gemma4Config>(whole.config().arch), options,
+                                                   [&](const std::string& name, const std::vector<int64_t>&) {
+                                                     const std::optional<Tensor> t = whole.find(*prefix + name);
+                                                     if (!t)
+                                                       fail("{}: missing tensor '{}{}'", whole.path(), *prefix, name);
+                                                     return t->dtype;
+                                                   });
+    std::vector<std::unique_ptr<ModelSource>> sources;
+    std::vector<Communicator*> comm_of;
+    for (int r = 0; r < N; ++r) {
+      sources.push_back(make_rank_source(whole, plan, r));  // cut here: `whole` is read on this thread only
+      if (auto free_bytes = backends[r]->free_memory()) {
+        const MemoryPlan need = plan_model_memory(*sources.back(), load);
+        if (need.total() > static_cast<double>(*free_bytes))
+          fail(
+              "{}: rank {} needs {:.2f} GiB (weights {:.2f}, KV {:.2f}, scratch {:.2f}) but its {} device has {:.2f} "
+              "GiB free",
+              whole.path(), r, need.total() / 1073741824.0, need.weights / 1073741824.0, need.kv / 1073741824.0,
+              need.scratch / 1073741824.0, backends[r]->name(), static_cast<double>(*free_bytes) / 1073741824.0);
+      }
+      comm_of.push_back(comms[r].get());
+      ranks_.push_back({std::move(backends[r]), std::move(comms[r]), nullptr});
+    }
+    threads_ = std::make_unique<RankThreads>(comm_of);
+    // Each rank's model is built on its own thread, as every later call to its backend is made.
+    threads_->run([&](int r) {
+      Rank& rank = ranks_[static_cast<size_t>(r)];
+      rank.model = make_gemma4_rank_model(std::move(sources[static_cast<size_t>(r)]), *rank.backend, *rank.comm);
+    });
+    vocab_ = ranks_[0].model->vocab_size();
+  }
+
+  ~TensorParallelModel() override {
+    threads_.reset();  // before the ranks' models and backends go
+  }
+
+  const ModelConfig& config() const override { return config_; }
+  int vocab_size() const override { return vocab_; }
+
+  std::unique_ptr<Sequence> new_sequence(const SequenceOptions& options) override {
+    auto seq = std::make_unique<Sequence>();
+    seq->max_seq = options.max_seq;
+    seq->rank_parts.resize(ranks_.size());
+    threads_->run([&](int r) {
+      seq->rank_parts[static_cast<size_t>(r)] = ranks_[static_cast<size_t>(r)].model->new_sequence(options);
+    });
+    for (const auto& part : seq->rank_parts) seq->kv_bytes += part->kv_bytes;
+    return seq;
+  }
+
+  std::vector<float> forward(Sequence& seq, std::span<const int32_t> ids, LogitsMode mode) override {
+    check_step(seq, ids);
+    std::vector<float> logits;
+    threads_->run([&](int r) {
+      Sequence& part = *seq.rank_parts[static_cast<size_t>(r)];
+      part.n_past = seq.n_past;
+      std::vector<float> mine = ranks_[static_cast<size_t>(r)].model->forward(part, ids, mode);
+      if (r == 0) logits = std::move(mine);
+    });
+    seq.n_past += static_cast<int64_t>(ids.size());
+    return logits;
+  }
+
+  std::vector<float> forward_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids) override {
+    std::vector<float> logits;
+    run_batch(seqs, ids, [&](int r, Model& m, std::span<Sequence* const> parts) {
+      std::vector<float> mine = m.forward_batch(parts, ids);
+      if (r == 0) logits = std::move(mine);
+    });
+    return logits;
+  }
+
+  std::vector<int32_t> forward_batch_sample(std::span<Sequence* const> seqs, std::span<const int32_t> ids,
+                                            std::span<const SampleSpec> specs) override {
+    if (specs.size() != seqs.size())
+      fail("forward_batch_sample: {} sequences but {} sampling specs", seqs.size(), specs.size());
+    std::vector<int32_t> tokens;
+    run_batch(seqs, ids, [&](int r, Model& m, std::span<Sequence* const> parts) {
+      std::vector<int32_t> mine = m.forward_batch_sample(parts, ids, specs);
+      if (r == 0) tokens = std::move(mine);
+    });
+    return tokens;
+  }
+
+  void reset_sequence(Sequence& seq) override {
+    check_ours(seq);
+    threads_->run(
+        [&](int r) { ranks_[static_cast<size_t>(r)].model->reset_sequence(*seq.rank_parts[static_cast<size_t>(r)]); });
+    seq.n_past = 0;
+  }
+
+  // Per device: every rank moves about this much (its heads, its MLP slice, the replicated rest).
+  DecodeTraffic decode_traffic(int64_t context, DType kv_dtype) const override {
+    return ranks_[0].model->decode_traffic(context, kv_dtype);
+  }
+
+  std::unique_ptr<DecodeGraph> make_decode_graph(Sequence& seq) override {
+    check_ours(seq);
+    std::vector<std::unique_ptr<DecodeGraph>> graphs(ranks_.size());
+    threads_->run([&](int r) {
+      Sequence& part = *seq.rank_parts[static_cast<size_t>(r)];
+      part.n_past = seq.n_past;
+      graphs[static_cast<size_t>(r)] = ranks_[static_cast<size_t>(r)].model->make_decode_graph(part);
+    });
+    return std::make_unique<TensorParallelDecode>(*threads_, std::move(graphs), seq, vocab_);
+  }
+
+ private:
+  void check_ours(const Sequence& seq) const {
+    if (seq.rank_parts.size() != ranks_.size()) fail("this sequence was not made by this {}-rank model", ranks_.size());
+  }
+
+  // What the ranks would refuse, refused before they start (a refusal inside a rank aborts the
+  // communicators, which is for faults, not for bad input).
+  void check_step(const Sequence& seq, std::span<const int32_t> ids) const {
+    check_ours(seq);
+    const int64_t T = static_cast<int64_t>(ids.size());
+    if (T == 0) fail("forward: no tokens");
+    if (seq.n_past + T > seq.max_seq)
+      fail("the sequence would reach {} tokens but its context holds {}", seq.n_past + T, seq.max_seq);
+    for (int32_t id : ids)
+      if (id < 0 || id >= vocab_) fail("token id {} is outside the vocabulary [0, {})", id, vocab_);
+  }
+
+  template <typename Call>
+  void run_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids, Call call) {
+    if (seqs.size() != ids.size()) fail("forward_batch: {} sequences but {} token ids", seqs.size(), ids.size());
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      check_step(*seqs[i], ids.subspan(i, 1));
+      for (size_t j = 0; j < i; ++j)
+        if (seqs[j] == seqs[i]) fail("forward_batch: a sequence appears twice in one batch");
+    }
+    threads_->run([&](int r) {
+      std::vector<Sequence*> parts;
+      for (Sequence* s : seqs) {
+        Sequence& part = *s->rank_parts[static_cast<size_t>(r)];
+        part.n_past = s->n_past;
+        parts.push_back(&part);
+      }
+      call(r, *ranks_[static_cast<size_t>(r)].model, parts);
+    });
+    for (Sequence* s : seqs) s->n_past += 1;
+  }
+
+  ModelConfig config_;
+  std::vector<Rank> ranks_;
+  std::unique_ptr<RankThreads> threads_;
+  int vocab_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_tensor_parallel_model(const ModelSource& whole, const ParallelOptions& options,
+                                                  const LoadOptions& load,
+                                                  std::vector<std::unique_ptr<Backend>> backends,
+                                                  std::vector<std::unique_ptr<Communicator>> comms) {
+  return std::make_unique<TensorParallelModel>(whole, options, load, std::move(backends), std::move(comms));
+}
+
+}  // namespace fl

@@ -1,0 +1,27 @@
+#pragma once
+// A model split over N devices with --tp (issue 10), one thread per rank in this process: rank r
+// runs its part of the model (make_gemma4_rank_model on its shards, model/rank_source.h) on its
+// own backend, and the ranks add up their partial sums through their communicators. The result
+// is an ordinary Model: every call runs on all ranks at once (rank 0 on the caller's thread) and
+// answers with rank 0's result, which every rank shares bit for bit. A rank that fails aborts the
+// communicators, so the others stop waiting and the call throws the first rank's error; the model
+// is unusable after that (as a device error leaves a single-device model).
+#include <memory>
+#include <vector>
+
+#include "backend/communicator.h"
+#include "model/model.h"
+#include "model/parallel_plan.h"
+
+namespace fl {
+
+// backends[r] and comms[r] belong to rank r (backends.size() == comms.size() == ranks); `whole`
+// must outlive the model. Each rank's memory plan for `load` is checked against its device.
+// Throws when the model cannot be split that way (plan_gemma4_parallel's reasons, --ep) or a
+// rank's part does not fit.
+std::unique_ptr<Model> make_tensor_parallel_model(const ModelSource& whole, const ParallelOptions& options,
+                                                  const LoadOptions& load,
+                                                  std::vector<std::unique_ptr<Backend>> backends,
+                                                  std::vector<std::unique_ptr<Communicator>> comms);
+
+}  // namespace fl
