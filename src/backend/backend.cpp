@@ -68,6 +68,29 @@ void Backend::kv_write_rows(std::span<const KvView> caches, const Tensor& k, con
   for (int64_t i = 0; i < B; ++i) kv_write(caches[i], k.slice(i, i + 1), v.slice(i, i + 1), positions.slice(i, i + 1));
 }
 
+void Backend::moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) {
+  if (ids.dtype != DType::i32 || weights.dtype != DType::f32 || !ids.is_contiguous() || !weights.is_contiguous() ||
+      ids.numel() != weights.numel())
+    fail("moe_keep_experts: expected contiguous ids i32 and weights f32 of one shape, got {} and {}", ids.describe(),
+         weights.describe());
+  if (first < 0 || count < 1) fail("moe_keep_experts: experts [{}, {}) are no range", first, first + count);
+  std::vector<int32_t> id(static_cast<size_t>(ids.numel()));
+  std::vector<float> w(static_cast<size_t>(weights.numel()));
+  if (id.empty()) return;
+  copy_to_host(id.data(), ids);
+  copy_to_host(w.data(), weights);
+  for (size_t i = 0; i < id.size(); ++i) {
+    if (id[i] >= first && id[i] < first + count) {
+      id[i] -= static_cast<int32_t>(first);
+    } else {
+      id[i] = 0;
+      w[i] = 0.0f;
+    }
+  }
+  copy_to_device(ids, id.data());
+  copy_to_device(weights, w.data());
+}
+
 void Backend::causal_conv1d_rows(Tensor out, const Tensor& x, const Tensor& weight, std::span<const Tensor> states,
                                  Activation act) {
   const int64_t B = static_cast<int64_t>(states.size());

@@ -214,6 +214,13 @@ class Backend {
   // ids [T, top_k] i32, highest probability first.
   virtual void moe_route(Tensor weights, Tensor ids, const Tensor& logits, const Tensor* per_expert_scale) = 0;
 
+  // Expert parallelism: a rank holds experts [first, first + count) of the stacks. In place, ids
+  // [T, K] (i32) become indices into the rank's stack, and every pair whose expert is another
+  // rank's gets the rank's first expert with weights [T, K] (f32) 0: moe_experts over the rank's
+  // stack then adds only its own experts (the others contribute exact zeros). The default copies
+  // both to the host and back.
+  virtual void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count);
+
   // out[t] = sum_j weights[t, j] * down[e] (act(gate_e x[t]) * up_e x[t]) with e = ids[t, j],
   // where gate_up[e] holds the gate rows then the up rows: [E, 2 I, H]; down [E, H, I].
   // Experts are summed in ascending id order (as transformers' index_add loop does).

@@ -36,6 +36,7 @@ struct BenchOptions {
   bool profile = false;
   int batch = 1;
   int tp = 1;  // --tp: ranks of a tensor-parallel split
+  bool ep = false;  // --ep: deal the experts out over the ranks too
 };
 
 // Per-op device time of `steps` units (decode tokens, or one prefill), as table rows and JSON.
@@ -81,6 +82,7 @@ double median(std::vector<double> v) {
 
 void run_bench(const BenchOptions& opt) {
   if (opt.model.empty() == opt.like.empty()) fail("bench needs a MODEL or --like NAME (not both)");
+  if (opt.ep && opt.tp < 2) fail("--ep deals the experts out over the ranks of --tp N (N >= 2)");
   if (opt.tp > 1 && opt.profile) fail("--profile times one device's ops; it does not combine with --tp");
   if (opt.tp > 1 && opt.backend != "cpu")
     fail(
@@ -101,9 +103,9 @@ void run_bench(const BenchOptions& opt) {
   if (opt.tp > 1) {  // one CPU backend and thread per rank (model/tensor_parallel.h)
     std::vector<std::unique_ptr<Backend>> backends;
     for (int r = 0; r < opt.tp; ++r) backends.push_back(make_backend(opt.backend));
-    model = make_tensor_parallel_model(*source, {opt.tp, false}, load, std::move(backends),
+    model = make_tensor_parallel_model(*source, {opt.tp, opt.ep}, load, std::move(backends),
                                        make_thread_communicators(opt.tp));
-    backend_name = fmt::format("{} x {} (--tp {})", backend_name, opt.tp, opt.tp);
+    backend_name = fmt::format("{} x {} (--tp {}{})", backend_name, opt.tp, opt.tp, opt.ep ? " --ep" : "");
   } else {
     model = load_model(*source, *backend, load);
   }
@@ -229,6 +231,7 @@ void run_bench(const BenchOptions& opt) {
     nlohmann::json j = {{"model", source->path()},
                         {"backend", backend_name},
                         {"tp", opt.tp},
+                        {"ep", opt.ep},
                         {"kv", opt.kv},
                         {"load_s", load_s},
                         {"prompt_tokens", opt.prompt_tokens},
@@ -309,6 +312,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--tp", opt->tp,
                   "Split the model over this many ranks (tensor parallel: heads and MLP columns; CPU threads for now)")
       ->check(CLI::Range(1, 64));
+  cmd->add_flag("--ep", opt->ep, "With --tp: deal a mixture-of-experts model's experts out over the ranks");
   cmd->add_flag("--profile", opt->profile,
                 "Also time every op on the device (one prefill, --gen-tokens eager decode steps) and print where the time goes");
   cmd->callback([opt] { run_bench(*opt); });

@@ -56,6 +56,9 @@ struct Gemma4Config {
   int num_experts = 0;
   int top_k_experts = 0;
   int moe_intermediate_size = 0;
+  // Not from config.json: a rank of an expert-parallel split (model/rank_source.h) holds experts
+  // [expert_first, expert_first + expert_count) of every layer's stacks; 0 = all of them.
+  int expert_first = 0, expert_count = 0;
   // Per-layer embeddings (E2B/E4B); 0 = off.
   int hidden_size_per_layer_input = 0;
   int vocab_size_per_layer_input = 0;

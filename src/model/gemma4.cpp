@@ -89,11 +89,12 @@ class Gemma4Model final : public Model {
       layer.down_proj = w.get(p + "mlp.down_proj.weight", {H, I});
       if (c_.enable_moe_block) {
         const int64_t E = c_.num_experts, Ie = c_.moe_intermediate_size;
+        const int64_t held = c_.expert_count > 0 ? c_.expert_count : E;  // an expert-parallel rank's experts
         layer.router_proj = w.get(p + "router.proj.weight", {E, H});
         layer.router_scale = w.get(p + "router.scale", {H});
         layer.per_expert_scale = w.get(p + "router.per_expert_scale", {E});
-        layer.experts_gate_up = w.get(p + "experts.gate_up_proj", {E, 2 * Ie, H});
-        layer.experts_down = w.get(p + "experts.down_proj", {E, H, Ie});
+        layer.experts_gate_up = w.get(p + "experts.gate_up_proj", {held, 2 * Ie, H});
+        layer.experts_down = w.get(p + "experts.down_proj", {held, H, Ie});
         layer.pre_feedforward_norm_2 = w.get(p + "pre_feedforward_layernorm_2.weight", {H});
         layer.post_feedforward_norm_1 = w.get(p + "post_feedforward_layernorm_1.weight", {H});
         layer.post_feedforward_norm_2 = w.get(p + "post_feedforward_layernorm_2.weight", {H});
@@ -349,8 +350,11 @@ class Gemma4Model final : public Model {
         Tensor expert_weights = arena.alloc(DType::f32, {T, K});
         Tensor expert_ids = arena.alloc(DType::i32, {T, K});
         b.moe_route(expert_weights, expert_ids, router_logits, &layer.per_expert_scale);
+        // Expert parallel: every rank routes over all experts, runs its own and adds up the rest.
+        if (c_.expert_count > 0) b.moe_keep_experts(expert_ids, expert_weights, c_.expert_first, c_.expert_count);
         b.moe_experts(tmp, x_experts, layer.experts_gate_up, layer.experts_down, expert_ids, expert_weights,
                       Activation::gelu_tanh);
+        if (comm_ && c_.expert_count > 0) comm_->all_reduce_sum(tmp);
         ffn_out[0].weight = &layer.post_feedforward_norm_1;
         ffn_out[1] = {tmp, &layer.post_feedforward_norm_2, NormGain::weight};
         update.terms = ffn_out;
@@ -517,12 +521,12 @@ std::vector<WeightSpec> gemma4_weight_specs(const Gemma4Config& c) {
     add(p + "mlp.up_proj.weight", {I, H}, WeightKind::matrix);
     add(p + "mlp.down_proj.weight", {H, I}, WeightKind::matrix);
     if (c.enable_moe_block) {
-      const int64_t E = c.num_experts, Ie = c.moe_intermediate_size;
+      const int64_t E = c.num_experts, Ie = c.moe_intermediate_size, held = c.expert_count > 0 ? c.expert_count : E;
       add(p + "router.proj.weight", {E, H}, WeightKind::matrix);
       add(p + "router.scale", {H}, WeightKind::vector);
       add(p + "router.per_expert_scale", {E}, WeightKind::vector);
-      add(p + "experts.gate_up_proj", {E, 2 * Ie, H}, WeightKind::experts);
-      add(p + "experts.down_proj", {E, H, Ie}, WeightKind::experts);
+      add(p + "experts.gate_up_proj", {held, 2 * Ie, H}, WeightKind::experts);
+      add(p + "experts.down_proj", {held, H, Ie}, WeightKind::experts);
       for (const char* norm : {"pre_feedforward_layernorm_2", "post_feedforward_layernorm_1",
                                "post_feedforward_layernorm_2"})
         add(p + norm + ".weight", {H}, WeightKind::vector);

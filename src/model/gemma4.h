@@ -15,8 +15,8 @@ std::unique_ptr<Model> make_gemma4_model(const ModelSource& source, Backend& bac
 
 // One rank of a model split with --tp (issue 10): built from the rank's source
 // (model/rank_source.h), which it keeps, on that rank's backend; `comm` (one per rank, living as
-// long as the model) adds up the ranks' partial outputs of o_proj and down_proj, the two
-// all-reduces per layer of the plan. Every rank's logits are the same bits.
+// long as the model) adds up the ranks' partial outputs of o_proj and down_proj, and with --ep
+// of the expert block: the plan's all-reduces per layer. Every rank's logits are the same bits.
 std::unique_ptr<Model> make_gemma4_rank_model(std::unique_ptr<ModelSource> rank_source, Backend& backend,
                                               Communicator& comm);
 

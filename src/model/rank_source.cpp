@@ -32,8 +32,6 @@ class RankSource final : public ModelSource {
         continue;
       }
       const TensorShard& shard = *it->second;
-      if (shard.split == ShardSplit::experts)
-        fail("{}: expert parallelism (--ep) has no per-rank forward yet; split with --tp alone", whole.path());
       if (t->dtype != shard.dtype)
         fail("{}: tensor '{}' is {} but the split was planned for {}", whole.path(), name, dtype_name(t->dtype),
              dtype_name(shard.dtype));
@@ -47,6 +45,11 @@ class RankSource final : public ModelSource {
     config_ = whole.config();
     Gemma4Config& c = std::get<Gemma4Config>(config_.arch);
     c.num_heads /= plan.ranks;
+    for (const TensorShard& t : plan.tensors)
+      if (t.split == ShardSplit::experts) {  // --ep: every layer's stacks are dealt alike
+        c.expert_first = static_cast<int>(t.begin[rank]);
+        c.expert_count = static_cast<int>(t.end[rank] - t.begin[rank]);
+      }
     for (size_t l = 0; l < c.layers.size(); ++l) {
       Gemma4LayerConfig& lc = c.layers[l];
       const std::string p = *prefix + "layers." + std::to_string(l) + ".";

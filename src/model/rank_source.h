@@ -13,8 +13,8 @@ namespace fl {
 
 // Shards are cut when this is called (from `whole`'s tensors, which must outlive the result), so
 // the rank sources of several ranks can be made on one thread and then used by one thread each.
-// Throws when a tensor's format is not the one the plan was made for, or when the plan deals
-// experts out (expert parallelism runs no rank forward yet).
+// With --ep the config names the rank's experts (Gemma4Config::expert_first / expert_count).
+// Throws when a tensor's format is not the one the plan was made for.
 std::unique_ptr<ModelSource> make_rank_source(const ModelSource& whole, const ParallelPlan& plan, int rank);
 
 }  // namespace fl

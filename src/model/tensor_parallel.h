@@ -17,8 +17,9 @@ namespace fl {
 
 // backends[r] and comms[r] belong to rank r (backends.size() == comms.size() == ranks); `whole`
 // must outlive the model. Each rank's memory plan for `load` is checked against its device.
-// Throws when the model cannot be split that way (plan_gemma4_parallel's reasons, --ep) or a
-// rank's part does not fit.
+// Throws when the model cannot be split that way (plan_gemma4_parallel's reasons) or a rank's
+// part does not fit. With options.expert_parallel the experts are dealt out too (a third
+// all-reduce per layer, after the expert block).
 std::unique_ptr<Model> make_tensor_parallel_model(const ModelSource& whole, const ParallelOptions& options,
                                                   const LoadOptions& load,
                                                   std::vector<std::unique_ptr<Backend>> backends,

@@ -113,6 +113,12 @@ TEST(CliSynth, BenchTpRunsTheSplitModelOnCpuThreads) {
   EXPECT_EQ(j["backend"], "cpu x 2 (--tp 2)");
   EXPECT_GT(j["decode_tok_s"].get<double>(), 0.0);
   EXPECT_GT(j["batch"]["decode_tok_s_total"].get<double>(), 0.0);
+  auto ep = fireline(common + " --backend cpu --tp 4 --ep --json");
+  ASSERT_EQ(ep.exit_code, 0) << ep.err;
+  EXPECT_EQ(json::parse(ep.out)["backend"], "cpu x 4 (--tp 4 --ep)");
+  auto ep_alone = fireline(common + " --backend cpu --ep");
+  EXPECT_NE(ep_alone.exit_code, 0);
+  EXPECT_NE(ep_alone.err.find("over the ranks of --tp N"), std::string::npos) << ep_alone.err;
   auto gpu = fireline(common + " --backend cuda --tp 2");
   EXPECT_NE(gpu.exit_code, 0);
   EXPECT_NE(gpu.err.find("NCCL) is not built yet"), std::string::npos) << gpu.err;

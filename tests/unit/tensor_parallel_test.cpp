@@ -3,8 +3,8 @@
 // one backend. The tiny MoE Gemma 4 in Q8_0 (32-weight blocks, so its 64-wide heads split) has
 // every layer kind: sliding layers whose 2 KV heads split over 2 ranks and repeat over 4, global
 // layers with K = V and 1 KV head on every rank, an MLP width of 11 blocks dealt 6 + 5 or
-// 3 + 3 + 3 + 2, and the expert block (replicated: --tp without --ep). A prompt longer than the
-// sliding window, then greedy decode steps.
+// 3 + 3 + 3 + 2, and the expert block, replicated (--tp) or its 8 experts dealt out (--ep, a
+// third all-reduce). A prompt longer than the sliding window, then greedy decode steps.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -65,8 +65,8 @@ ParallelPlan plan_for(const ModelSource& source, int ranks, bool expert_parallel
 }
 
 // Every rank's run, the ranks on threads of their own.
-std::vector<Generated> generate_split(const ModelSource& whole, int ranks) {
-  const ParallelPlan plan = plan_for(whole, ranks);
+std::vector<Generated> generate_split(const ModelSource& whole, int ranks, bool expert_parallel) {
+  const ParallelPlan plan = plan_for(whole, ranks, expert_parallel);
   std::vector<std::unique_ptr<ModelSource>> sources;
   for (int r = 0; r < ranks; ++r) sources.push_back(make_rank_source(whole, plan, r));  // cut on this thread
   std::vector<std::unique_ptr<Communicator>> comms = make_thread_communicators(ranks);
@@ -92,33 +92,35 @@ TEST(TensorParallel, RanksOnThreadsGiveTheOneDeviceTokensAndLogits) {
   auto whole = make_synthetic_source({"tiny-gemma4-moe", "q8", 7, {}});
   std::unique_ptr<Backend> cpu = make_backend("cpu");
   const Generated one = generate(*make_gemma4_model(*whole, *cpu));
-  for (int ranks : {2, 4}) {
-    SCOPED_TRACE("--tp " + std::to_string(ranks));
-    const std::vector<Generated> runs = generate_split(*whole, ranks);
-    if (HasFailure()) return;
-    // The all-reduce hands every rank the same sum, and everything after it is replicated.
-    for (int r = 1; r < ranks; ++r) {
-      EXPECT_EQ(runs[r].tokens, runs[0].tokens) << "rank " << r;
-      for (size_t i = 0; i < runs[0].logits.size(); ++i)
-        EXPECT_EQ(std::memcmp(runs[r].logits[i].data(), runs[0].logits[i].data(), runs[0].logits[i].size() * 4), 0)
-            << "rank " << r << " forward " << i;
-    }
-    // Against one device: the same tokens, and logits within the reassociation of o_proj's and
-    // down_proj's sums (a rank's partial sums added in rank order instead of one running sum
-    // over K) carried through the layers: measured at most 2.1e-5 of max |logit| (4 ranks, the
-    // prompt's forward), budget 1e-4. Without the MLP's all-reduce the tokens differ.
-    EXPECT_EQ(runs[0].tokens, one.tokens);
-    for (size_t i = 0; i < one.logits.size(); ++i) {
-      ASSERT_EQ(runs[0].logits[i].size(), one.logits[i].size());
-      float max_ref = 0.0f, max_diff = 0.0f;
-      for (size_t j = 0; j < one.logits[i].size(); ++j) {
-        max_ref = std::max(max_ref, std::fabs(one.logits[i][j]));
-        max_diff = std::max(max_diff, std::fabs(runs[0].logits[i][j] - one.logits[i][j]));
+  for (int ranks : {2, 4})
+    for (bool ep : {false, true}) {
+      SCOPED_TRACE("--tp " + std::to_string(ranks) + (ep ? " --ep" : ""));
+      const std::vector<Generated> runs = generate_split(*whole, ranks, ep);
+      if (HasFailure()) return;
+      // The all-reduce hands every rank the same sum, and everything after it is replicated.
+      for (int r = 1; r < ranks; ++r) {
+        EXPECT_EQ(runs[r].tokens, runs[0].tokens) << "rank " << r;
+        for (size_t i = 0; i < runs[0].logits.size(); ++i)
+          EXPECT_EQ(std::memcmp(runs[r].logits[i].data(), runs[0].logits[i].data(), runs[0].logits[i].size() * 4), 0)
+              << "rank " << r << " forward " << i;
       }
-      EXPECT_LE(max_diff, 1e-4f * max_ref) << "forward " << i << ": max |logit| " << max_ref;
-      EXPECT_GT(max_ref, 0.0f);
+      // Against one device: the same tokens, and logits within the reassociation of o_proj's and
+      // down_proj's sums (a rank's partial sums added in rank order instead of one running sum
+      // over K) carried through the layers: measured at most 2.1e-5 of max |logit| (4 ranks, the
+      // prompt's forward; --ep the same), budget 1e-4. Without the MLP's all-reduce, or the expert
+      // block's with --ep, the logits are off by more than their size.
+      EXPECT_EQ(runs[0].tokens, one.tokens);
+      for (size_t i = 0; i < one.logits.size(); ++i) {
+        ASSERT_EQ(runs[0].logits[i].size(), one.logits[i].size());
+        float max_ref = 0.0f, max_diff = 0.0f;
+        for (size_t j = 0; j < one.logits[i].size(); ++j) {
+          max_ref = std::max(max_ref, std::fabs(one.logits[i][j]));
+          max_diff = std::max(max_diff, std::fabs(runs[0].logits[i][j] - one.logits[i][j]));
+        }
+        EXPECT_LE(max_diff, 1e-4f * max_ref) << "forward " << i << ": max |logit| " << max_ref;
+        EXPECT_GT(max_ref, 0.0f);
+      }
     }
-  }
 }
 
 // The split model as an ordinary Model (one thread per rank, model/tensor_parallel.h).
@@ -229,9 +231,32 @@ TEST(TensorParallel, AFaultingRankFailsTheCallInsteadOfHangingIt) {
   EXPECT_ERROR_HAS(split->forward(*seq, ids, LogitsMode::last), "rank 1 failed: injected device fault");
 }
 
+// The expert-parallel remap: a rank's own experts become indices into its stack, the others its
+// first expert at weight 0.
+TEST(TensorParallel, MoeKeepExpertsRemapsOwnAndZeroesForeignPairs) {
+  std::unique_ptr<Backend> cpu = make_backend("cpu");
+  std::vector<int32_t> ids = {0, 3, 4, 5, 7, 2};
+  std::vector<float> w = {0.5f, 0.25f, 0.125f, 1.0f, 2.0f, 4.0f};
+  cpu->moe_keep_experts(make_tensor(ids.data(), DType::i32, {3, 2}), make_tensor(w.data(), DType::f32, {3, 2}), 3, 3);
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 0, 1, 2, 0, 0}));
+  EXPECT_EQ(w, (std::vector<float>{0.0f, 0.25f, 0.125f, 1.0f, 0.0f, 0.0f}));
+  std::vector<float> f(6);
+  EXPECT_ERROR_HAS(
+      cpu->moe_keep_experts(make_tensor(f.data(), DType::f32, {3, 2}), make_tensor(w.data(), DType::f32, {3, 2}), 0, 1),
+      "expected contiguous ids i32");
+  EXPECT_ERROR_HAS(cpu->moe_keep_experts(make_tensor(ids.data(), DType::i32, {3, 2}),
+                                         make_tensor(w.data(), DType::f32, {3, 2}), 2, 0),
+                   "no range");
+}
+
 TEST(TensorParallel, RankSourcesRefuseWhatTheyCannotRun) {
   auto whole = make_synthetic_source({"tiny-gemma4-moe", "q8", 7, {}});
-  EXPECT_ERROR_HAS(make_rank_source(*whole, plan_for(*whole, 2, true), 0), "expert parallelism");
+  // --ep: the rank's experts are named in its config, and its stacks hold just those.
+  const std::unique_ptr<ModelSource> ep1 = make_rank_source(*whole, plan_for(*whole, 4, true), 1);
+  const Gemma4Config& ep1c = std::get<Gemma4Config>(ep1->config().arch);
+  EXPECT_EQ(ep1c.expert_first, 2);
+  EXPECT_EQ(ep1c.expert_count, 2);
+  EXPECT_EQ(ep1->find("model.language_model.layers.0.experts.down_proj")->dim(0), 2);
   EXPECT_ERROR_HAS(make_rank_source(*whole, plan_for(*whole, 2), 2), "rank 2 of a plan over 2");
   // A plan made for other formats than the weights have: the shards would be cut at the wrong bytes.
   const Gemma4Config& c = std::get<Gemma4Config>(whole->config().arch);
