@@ -82,13 +82,8 @@ double median(std::vector<double> v) {
 
 void run_bench(const BenchOptions& opt) {
   if (opt.model.empty() == opt.like.empty()) fail("bench needs a MODEL or --like NAME (not both)");
-  if (opt.ep && opt.tp < 2) fail("--ep deals the experts out over the ranks of --tp N (N >= 2)");
+  check_tensor_parallel_flags(opt.tp, opt.ep, opt.backend);
   if (opt.tp > 1 && opt.profile) fail("--profile times one device's ops; it does not combine with --tp");
-  if (opt.tp > 1 && opt.backend != "cpu")
-    fail(
-        "--tp {} on {}: the GPUs' all-reduce (NCCL) is not built yet (issue 10); --backend cpu runs the {} ranks as "
-        "threads on the CPU",
-        opt.tp, opt.backend, opt.tp);
   auto start = std::chrono::steady_clock::now();
   auto backend = make_backend(opt.backend);
   std::unique_ptr<ModelSource> source =

@@ -42,6 +42,8 @@ struct ServeOptions {
   std::string kv;       // empty: q8 on cuda, f32 on cpu
   std::optional<uint64_t> seed;  // for requests without one
   int parallel = 4;
+  int tp = 1;       // --tp: ranks of a tensor-parallel split (CPU threads for now)
+  bool ep = false;  // --ep: deal the experts out over those ranks
   bool detach = false;
   int queue = 0;
   int64_t max_body = 4 << 20;
@@ -90,6 +92,8 @@ std::pair<std::unique_ptr<server::Engine>, std::unique_ptr<server::PromptFronten
   flags.backend = opt.backend;
   flags.kv = opt.kv;
   flags.ctx = opt.max_seq;
+  flags.tp = opt.tp;
+  flags.ep = opt.ep;
   loaded = load_model_for_text(resolved, flags, opt.parallel);
   const ModelText& text = *loaded.text;
   if (!text.chat_template)
@@ -103,8 +107,8 @@ std::pair<std::unique_ptr<server::Engine>, std::unique_ptr<server::PromptFronten
   config.prefill_chunk = loaded.prefill_chunk;
   auto engine = std::make_unique<server::ModelEngine>(*loaded.model, loaded.text, config);
   auto frontend = std::make_unique<server::TemplatePromptFrontend>(chat::ChatTemplate(text.chat_template->source()), text.tokenizer);
-  log_info("serve: {} on {} (KV {}, context {} x {} sequences), loaded in {:.2f} s", resolved,
-           loaded.backend->name(), loaded.kv_name, loaded.context, opt.parallel, loaded.load_s);
+  log_info("serve: {} on {} (KV {}, context {} x {} sequences), loaded in {:.2f} s", resolved, loaded.backend_name,
+           loaded.kv_name, loaded.context, opt.parallel, loaded.load_s);
   return {std::move(engine), std::move(frontend)};
 }
 
@@ -210,6 +214,9 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-seq,--ctx", opt->max_seq,
                   "Context per sequence in tokens, prompt + output (default: the model's, at most 4096)");
   cmd->add_option("--backend", opt->backend, "cpu, cuda or cuda:N (default: cuda when available, else cpu)");
+  cmd->add_option("--tp", opt->tp, "Split the model over this many ranks (tensor parallel; CPU threads for now)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_flag("--ep", opt->ep, "With --tp: deal a mixture-of-experts model's experts out over the ranks");
   cmd->add_option("--kv", opt->kv, "KV cache type: f32, bf16, q8 (default: q8 on cuda, f32 on cpu)");
   cmd->add_option("--seed", opt->seed, "Sampling seed of requests that give none (default: a random one each)");
   cmd->add_option("--parallel", opt->parallel, "Sequences generated together (default 4)");

@@ -11,8 +11,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/communicator.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "model/tensor_parallel.h"
 
 namespace fl::cli {
 namespace {
@@ -67,13 +69,19 @@ void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
   cmd->add_option("--kv", f.kv, "KV cache type: f32, bf16, q8 (default: q8 on cuda, f32 on cpu)");
   cmd->add_option("--ctx,--max-seq", f.ctx, "Context size in tokens (default: the model's, at most 4096)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--tp", f.tp, "Split the model over this many ranks (tensor parallel; CPU threads for now)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_flag("--ep", f.ep, "With --tp: deal a mixture-of-experts model's experts out over the ranks");
 }
 
 LoadedModel load_model_for_text(const std::string& path, const GenerationFlags& flags, int sequences) {
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModel m;
   m.path = path;
-  if (flags.backend.empty()) {
+  check_tensor_parallel_flags(flags.tp, flags.ep, flags.backend);
+  if (flags.tp > 1) {
+    m.backend = make_backend("cpu");
+  } else if (flags.backend.empty()) {
     try {
       m.backend = make_backend("cuda");
     } catch (const Error& e) {
@@ -100,11 +108,20 @@ LoadedModel load_model_for_text(const std::string& path, const GenerationFlags& 
   load.kv_dtype = kv;
   load.max_tokens = std::min<int64_t>(512, m.context);
   load.sequences = sequences;
-  m.model = load_model(*m.source, *m.backend, load);
+  m.backend_name = m.backend->name();
+  if (flags.tp > 1) {  // one CPU backend and thread per rank (model/tensor_parallel.h)
+    std::vector<std::unique_ptr<Backend>> backends;
+    for (int r = 0; r < flags.tp; ++r) backends.push_back(make_backend("cpu"));
+    m.model = make_tensor_parallel_model(*m.source, {flags.tp, flags.ep}, load, std::move(backends),
+                                         make_thread_communicators(flags.tp));
+    m.backend_name = fmt::format("cpu x {} (--tp {}{})", flags.tp, flags.tp, flags.ep ? " --ep" : "");
+  } else {
+    m.model = load_model(*m.source, *m.backend, load);
+  }
   m.kv_dtype = kv;
   m.prefill_chunk = load.max_tokens;
   m.load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  log_debug("loaded {} on {} (KV {}, context {}) in {:.2f} s", path, m.backend->name(), m.kv_name, m.context, m.load_s);
+  log_debug("loaded {} on {} (KV {}, context {}) in {:.2f} s", path, m.backend_name, m.kv_name, m.context, m.load_s);
   return m;
 }
 

@@ -28,6 +28,8 @@ struct GenerationFlags {
   std::string backend;  // empty: cuda when available, else cpu
   std::string kv;       // empty: q8 on cuda, f32 on cpu
   int64_t ctx = 0;      // 0: min(model's max_position_embeddings, 4096)
+  int tp = 1;           // --tp: ranks of a tensor-parallel split (CPU threads for now)
+  bool ep = false;      // --ep: deal the experts out over those ranks
 };
 
 void add_generation_flags(CLI::App* cmd, GenerationFlags& flags);
@@ -35,7 +37,8 @@ void add_generation_flags(CLI::App* cmd, GenerationFlags& flags);
 struct LoadedModel {
   std::string path;
   std::unique_ptr<ModelSource> source;
-  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Backend> backend;  // with --tp, rank 0's kind (the model holds every rank's own)
+  std::string backend_name;          // for messages: "cuda", "cpu x 2 (--tp 2)"
   std::unique_ptr<Model> model;
   std::shared_ptr<const ModelText> text;
   std::unique_ptr<Generator> generator;

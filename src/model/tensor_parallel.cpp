@@ -303,6 +303,14 @@ class TensorParallelModel final : public Model {
 
 }  // namespace
 
+void check_tensor_parallel_flags(int ranks, bool expert_parallel, std::string_view backend) {
+  if (expert_parallel && ranks < 2) fail("--ep deals the experts out over the ranks of --tp N (N >= 2)");
+  if (ranks > 1 && !backend.empty() && backend != "cpu")
+    fail("--tp {} on {}: the GPUs' all-reduce (NCCL) is not built yet (issue 10); --backend cpu runs the {} ranks as "
+         "threads on the CPU",
+         ranks, backend, ranks);
+}
+
 std::unique_ptr<Model> make_tensor_parallel_model(const ModelSource& whole, const ParallelOptions& options,
                                                   const LoadOptions& load,
                                                   std::vector<std::unique_ptr<Backend>> backends,

@@ -7,6 +7,7 @@
 // communicators, so the others stop waiting and the call throws the first rank's error; the model
 // is unusable after that (as a device error leaves a single-device model).
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "backend/communicator.h"
@@ -24,5 +25,10 @@ std::unique_ptr<Model> make_tensor_parallel_model(const ModelSource& whole, cons
                                                   const LoadOptions& load,
                                                   std::vector<std::unique_ptr<Backend>> backends,
                                                   std::vector<std::unique_ptr<Communicator>> comms);
+
+// The command-line check of --tp N / --ep on `backend` (a make_backend name, empty for the
+// default): --ep needs N >= 2, and the ranks run on the CPU for now (a GPU backend is refused: its
+// all-reduce, NCCL, is not built yet).
+void check_tensor_parallel_flags(int ranks, bool expert_parallel, std::string_view backend);
 
 }  // namespace fl

@@ -85,6 +85,16 @@ TEST_F(CliRun, GreedyAndSeededRunsRepeat) {
   EXPECT_EQ(a["seed"], 7);
 }
 
+// --tp 2: the model split over two CPU ranks (issue 10) writes what one device writes (greedy;
+// the split only reassociates two sums per layer); on a GPU backend it is a clear error for now.
+TEST_F(CliRun, TensorParallelRanksWriteTheSameGreedyText) {
+  const std::string greedy = q("Hello there") + " --temperature 0 --max-tokens 12 --ignore-eos --backend cpu";
+  EXPECT_EQ(run_json(greedy + " --tp 2")["text"], run_json(greedy)["text"]);
+  expect_clean_failure(fireline("run " + q(model_) + " hi --tp 2 --backend cuda </dev/null"), "NCCL) is not built yet");
+  expect_clean_failure(fireline("run " + q(model_) + " hi --ep </dev/null"), "over the ranks of --tp N");
+  expect_clean_failure(fireline("run " + q(model_) + " hi --tp 3 </dev/null"), "do not divide into 3");  // it splits
+}
+
 TEST_F(CliRun, PromptFromStdinEqualsPromptArgument) {
   const std::string flags = " --temperature 0 --max-tokens 10 --ignore-eos --json";
   auto piped = fireline_stdin("run " + q(model_) + flags, "Why is the sky blue?\n");
