@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "core/log.h"
 #include "model/gemma4.h"
 #include "model/rank_source.h"
 #include "model/weight_loader.h"
@@ -184,7 +185,17 @@ class TensorParallelModel final : public Model {
   }
 
   ~TensorParallelModel() override {
-    threads_.reset();  // before the ranks' models and backends go
+    // Each rank's model and backend go on the thread that made and used them (a GPU backend's
+    // calls belong to its own thread), then the threads.
+    try {
+      threads_->run([&](int r) {
+        ranks_[static_cast<size_t>(r)].model.reset();
+        ranks_[static_cast<size_t>(r)].backend.reset();
+      });
+    } catch (const std::exception& e) {
+      log_warn("tensor parallel: releasing a rank failed: {}", e.what());
+    }
+    threads_.reset();
   }
 
   const ModelConfig& config() const override { return config_; }
