@@ -17,13 +17,15 @@
 namespace fl {
 namespace {
 
-// One thread per rank (rank 0 is the caller's): run(body) runs body(r) on every rank at once and
-// returns when all have; the first rank to fail aborts its communicator (freeing ranks that wait
-// for it in a collective), and run then throws that rank's error.
+// One thread per rank: run(body) runs body(r) on every rank's thread at once and returns when
+// all have (one call at a time, as with any Model). Each rank's backend is thus only ever used
+// from its own thread, whichever thread calls the model. The first rank to fail aborts its
+// communicator (freeing ranks that wait for it in a collective), and run then throws that
+// rank's error.
 class RankThreads {
  public:
   explicit RankThreads(std::vector<Communicator*> comms) : comms_(std::move(comms)) {
-    for (int r = 1; r < static_cast<int>(comms_.size()); ++r) workers_.emplace_back([this, r] { work(r); });
+    for (int r = 0; r < static_cast<int>(comms_.size()); ++r) workers_.emplace_back([this, r] { work(r); });
   }
   ~RankThreads() {
     {
@@ -37,16 +39,12 @@ class RankThreads {
   RankThreads& operator=(const RankThreads&) = delete;
 
   void run(const std::function<void(int rank)>& body) {
-    {
-      std::lock_guard lock(mutex_);
-      body_ = &body;
-      pending_ = static_cast<int>(workers_.size());
-      failure_.clear();
-      ++job_;
-    }
-    start_.notify_all();
-    execute(0);
     std::unique_lock lock(mutex_);
+    body_ = &body;
+    pending_ = static_cast<int>(workers_.size());
+    failure_.clear();
+    ++job_;
+    start_.notify_all();
     done_.wait(lock, [&] { return pending_ == 0; });
     body_ = nullptr;
     if (!failure_.empty()) fail("{}", failure_);
@@ -54,15 +52,20 @@ class RankThreads {
 
  private:
   void execute(int rank) {
+    std::string error;
     try {
       (*body_)(rank);
+      return;
     } catch (const std::exception& e) {
-      {
-        std::lock_guard lock(mutex_);
-        if (failure_.empty()) failure_ = comms_.size() > 1 ? fmt::format("rank {}: {}", rank, e.what()) : e.what();
-      }
-      comms_[static_cast<size_t>(rank)]->abort(fmt::format("rank {} failed: {}", rank, e.what()));
+      error = e.what();
+    } catch (...) {
+      error = "an unknown exception";
     }
+    {
+      std::lock_guard lock(mutex_);
+      if (failure_.empty()) failure_ = comms_.size() > 1 ? fmt::format("rank {}: {}", rank, error) : error;
+    }
+    comms_[static_cast<size_t>(rank)]->abort(fmt::format("rank {} failed: {}", rank, error));
   }
 
   void work(int rank) {
@@ -107,6 +110,7 @@ class TensorParallelDecode final : public DecodeGraph {
     check(token);
     std::vector<float> logits;
     threads_.run([&](int r) {
+      seq_.rank_parts[static_cast<size_t>(r)]->n_past = seq_.n_past;  // the caller may have moved it
       std::vector<float> mine = graphs_[static_cast<size_t>(r)]->step(token);
       if (r == 0) logits = std::move(mine);
     });
@@ -117,6 +121,7 @@ class TensorParallelDecode final : public DecodeGraph {
     check(token);
     int32_t chosen = -1;
     threads_.run([&](int r) {
+      seq_.rank_parts[static_cast<size_t>(r)]->n_past = seq_.n_past;
       const int32_t mine = graphs_[static_cast<size_t>(r)]->step_sample(token, spec);
       if (r == 0) chosen = mine;
     });
@@ -150,15 +155,17 @@ class TensorParallelModel final : public Model {
       fail("--tp {}: {} backends and {} communicators", N, backends.size(), comms.size());
     if (!std::holds_alternative<Gemma4Config>(whole.config().arch))
       fail("{}: only Gemma 4 models split over several devices so far", whole.path());
+    if (options.expert_parallel && !std::get<Gemma4Config>(whole.config().arch).enable_moe_block)
+      fail("--ep: {} has no mixture-of-experts block to deal out", whole.path());
     const std::optional<std::string> prefix = find_weight_prefix(whole, "embed_tokens.weight");
     if (!prefix) fail("{}: no embed_tokens.weight under any known prefix", whole.path());
-    const ParallelPlan plan = plan_gemma4_parallel(std::get<Gemma4Config>(whole.config().arch), options,
-                                                   [&](const std::string& name, const std::vector<int64_t>&) {
-                                                     const std::optional<Tensor> t = whole.find(*prefix + name);
-                                                     if (!t)
-                                                       fail("{}: missing tensor '{}{}'", whole.path(), *prefix, name);
-                                                     return t->dtype;
-                                                   });
+    auto format_of = [&](const std::string& name, const std::vector<int64_t>&) {
+      std::optional<Tensor> t = whole.find(*prefix + name);
+      if (!t) t = whole.find(name);  // lm_head.weight sits outside the model prefix
+      if (!t) fail("{}: missing tensor '{}{}'", whole.path(), *prefix, name);
+      return t->dtype;
+    };
+    const ParallelPlan plan = plan_gemma4_parallel(std::get<Gemma4Config>(whole.config().arch), options, format_of);
     std::vector<std::unique_ptr<ModelSource>> sources;
     std::vector<Communicator*> comm_of;
     for (int r = 0; r < N; ++r) {
@@ -202,6 +209,10 @@ class TensorParallelModel final : public Model {
   int vocab_size() const override { return vocab_; }
 
   std::unique_ptr<Sequence> new_sequence(const SequenceOptions& options) override {
+    // What the ranks would refuse (as Gemma4Model does), refused here first.
+    if (options.max_seq <= 0) fail("max_seq must be positive (got {})", options.max_seq);
+    if (options.kv_dtype != DType::f32 && options.kv_dtype != DType::bf16 && options.kv_dtype != DType::q8_0)
+      fail("KV cache type {} is not supported (f32, bf16, q8_0)", dtype_name(options.kv_dtype));
     auto seq = std::make_unique<Sequence>();
     seq->max_seq = options.max_seq;
     seq->rank_parts.resize(ranks_.size());
@@ -288,7 +299,8 @@ class TensorParallelModel final : public Model {
 
   template <typename Call>
   void run_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids, Call call) {
-    if (seqs.size() != ids.size()) fail("forward_batch: {} sequences but {} token ids", seqs.size(), ids.size());
+    if (seqs.empty() || seqs.size() != ids.size())
+      fail("forward_batch: {} sequences but {} token ids", seqs.size(), ids.size());
     for (size_t i = 0; i < seqs.size(); ++i) {
       check_step(*seqs[i], ids.subspan(i, 1));
       for (size_t j = 0; j < i; ++j)

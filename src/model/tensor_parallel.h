@@ -1,9 +1,11 @@
 #pragma once
 // A model split over N devices with --tp (issue 10), one thread per rank in this process: rank r
 // runs its part of the model (make_gemma4_rank_model on its shards, model/rank_source.h) on its
-// own backend, and the ranks add up their partial sums through their communicators. The result
-// is an ordinary Model: every call runs on all ranks at once (rank 0 on the caller's thread) and
-// answers with rank 0's result, which every rank shares bit for bit. A rank that fails aborts the
+// own backend and thread, and the ranks add up their partial sums through their communicators.
+// The result is an ordinary Model: every call runs on all ranks at once and answers with rank 0's
+// result, which every rank shares bit for bit. Input the ranks would refuse is refused before
+// they start. With --ep, other ranks' experts are run at weight 0 on a rank's first expert (no
+// expert work saved yet: that needs moe_experts to skip them). A rank that fails aborts the
 // communicators, so the others stop waiting and the call throws the first rank's error; the model
 // is unusable after that (as a device error leaves a single-device model).
 #include <memory>

@@ -125,11 +125,11 @@ TEST(TensorParallel, RanksOnThreadsGiveTheOneDeviceTokensAndLogits) {
 
 // The split model as an ordinary Model (one thread per rank, model/tensor_parallel.h).
 std::unique_ptr<Model> split_model(const ModelSource& whole, int ranks,
-                                   std::vector<std::unique_ptr<Communicator>> comms = {}) {
+                                   std::vector<std::unique_ptr<Communicator>> comms = {}, bool ep = false) {
   std::vector<std::unique_ptr<Backend>> backends;
   for (int r = 0; r < ranks; ++r) backends.push_back(make_backend("cpu"));
   if (comms.empty()) comms = make_thread_communicators(ranks);
-  return make_tensor_parallel_model(whole, {ranks, false}, LoadOptions{}, std::move(backends), std::move(comms));
+  return make_tensor_parallel_model(whole, {ranks, ep}, LoadOptions{}, std::move(backends), std::move(comms));
 }
 
 void expect_close_logits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
@@ -198,7 +198,64 @@ TEST(TensorParallel, TheSplitModelServesForwardGraphsAndBatches) {
   auto foreign = single->new_sequence(options);
   EXPECT_ERROR_HAS(split->forward(*foreign, std::span<const int32_t>(&ids[0], 1), LogitsMode::last),
                    "not made by this 2-rank model");
+  EXPECT_ERROR_HAS(split->forward_batch({}, {}), "0 sequences");
+  EXPECT_ERROR_HAS(split->new_sequence({0}), "max_seq must be positive");
+  EXPECT_ERROR_HAS(split->new_sequence({16, DType::hfq4_g256}), "not supported");
   EXPECT_EQ(split->forward(*a, std::span<const int32_t>(&ids[0], 1), LogitsMode::last).size(), static_cast<size_t>(V));
+
+  // The graph follows the position the caller sets, as one device's graph does: moved back to
+  // the prompt's end (the sliding layers' ring rows now hold later positions, so the tokens
+  // differ from the first pass), both models continue alike.
+  auto moved_back = [&](Model& m) {
+    auto s = m.new_sequence(options);
+    int32_t t = greedy(m.forward(*s, prompt, LogitsMode::last).data(), m.vocab_size());
+    auto g = m.make_decode_graph(*s);
+    std::vector<int32_t> out;
+    for (int step = 0; step < 2 * kDecodeSteps; ++step) {
+      if (step == kDecodeSteps) s->n_past = kPromptTokens;
+      out.push_back(t = g->step_sample(t, greedy_spec));
+    }
+    out.push_back(static_cast<int32_t>(s->n_past));
+    return out;
+  };
+  EXPECT_EQ(moved_back(*split), moved_back(*single));
+}
+
+// --ep through the Model interface: batched rows sampled on the ranks equal one device's greedy
+// tokens; a dense model has no experts to deal out.
+TEST(TensorParallel, ExpertParallelBatchesSampleTheOneDeviceTokens) {
+  auto whole = make_synthetic_source({"tiny-gemma4-moe", "q8", 7, {}});
+  std::unique_ptr<Backend> cpu = make_backend("cpu");
+  std::unique_ptr<Model> single = make_gemma4_model(*whole, *cpu);
+  std::unique_ptr<Model> split = split_model(*whole, 4, {}, true);
+  SequenceOptions options;
+  options.max_seq = 64;
+  std::vector<int32_t> prompt(kPromptTokens);
+  for (int i = 0; i < kPromptTokens; ++i) prompt[i] = (37 * i + 11) % split->vocab_size();
+  SampleSpec greedy_spec;
+  greedy_spec.temperature = 0.0f;
+  std::vector<std::vector<int32_t>> tokens;  // per model: every step's two sampled ids
+  for (Model* m : {single.get(), split.get()}) {
+    auto a = m->new_sequence(options), b = m->new_sequence(options);
+    m->forward(*a, std::span<const int32_t>(prompt.data(), 20), LogitsMode::last);
+    m->forward(*b, std::span<const int32_t>(prompt.data(), 7), LogitsMode::last);
+    Sequence* both[] = {a.get(), b.get()};
+    std::vector<int32_t> next = {5, 9};
+    const std::vector<SampleSpec> specs(2, greedy_spec);
+    std::vector<int32_t> seen;
+    for (int step = 0; step < 4; ++step) {
+      next = m->forward_batch_sample(both, next, specs);
+      seen.insert(seen.end(), next.begin(), next.end());
+    }
+    tokens.push_back(seen);
+  }
+  EXPECT_EQ(tokens[1], tokens[0]);
+  auto dense = make_synthetic_source({"gemma-4-31b", "q8", 1, {}});
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (int r = 0; r < 2; ++r) backends.push_back(make_backend("cpu"));
+  EXPECT_ERROR_HAS(
+      make_tensor_parallel_model(*dense, {2, true}, LoadOptions{}, std::move(backends), make_thread_communicators(2)),
+      "no mixture-of-experts block");
 }
 
 // A fault inside one rank (here its communicator throws on its third all-reduce) must not leave
