@@ -96,11 +96,8 @@ void run_bench(const BenchOptions& opt) {
   std::unique_ptr<Model> model;
   std::string backend_name(backend->name());
   if (opt.tp > 1) {  // one CPU backend and thread per rank (model/tensor_parallel.h)
-    std::vector<std::unique_ptr<Backend>> backends;
-    for (int r = 0; r < opt.tp; ++r) backends.push_back(make_backend(opt.backend));
-    model = make_tensor_parallel_model(*source, {opt.tp, opt.ep}, load, std::move(backends),
-                                       make_thread_communicators(opt.tp));
-    backend_name = fmt::format("{} x {} (--tp {}{})", backend_name, opt.tp, opt.tp, opt.ep ? " --ep" : "");
+    model = make_command_line_split_model(*source, {opt.tp, opt.ep}, load);
+    backend_name = command_line_split_name({opt.tp, opt.ep});
   } else {
     model = load_model(*source, *backend, load);
   }

@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "backend/communicator.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "model/tensor_parallel.h"
@@ -110,11 +109,8 @@ LoadedModel load_model_for_text(const std::string& path, const GenerationFlags& 
   load.sequences = sequences;
   m.backend_name = m.backend->name();
   if (flags.tp > 1) {  // one CPU backend and thread per rank (model/tensor_parallel.h)
-    std::vector<std::unique_ptr<Backend>> backends;
-    for (int r = 0; r < flags.tp; ++r) backends.push_back(make_backend("cpu"));
-    m.model = make_tensor_parallel_model(*m.source, {flags.tp, flags.ep}, load, std::move(backends),
-                                         make_thread_communicators(flags.tp));
-    m.backend_name = fmt::format("cpu x {} (--tp {}{})", flags.tp, flags.tp, flags.ep ? " --ep" : "");
+    m.model = make_command_line_split_model(*m.source, {flags.tp, flags.ep}, load);
+    m.backend_name = command_line_split_name({flags.tp, flags.ep});
   } else {
     m.model = load_model(*m.source, *m.backend, load);
   }

@@ -126,9 +126,7 @@ class Gemma4Model final : public Model {
   int vocab_size() const override { return c_.vocab_size; }
 
   std::unique_ptr<Sequence> new_sequence(const SequenceOptions& options) override {
-    if (options.max_seq <= 0) fail("max_seq must be positive (got {})", options.max_seq);
-    if (options.kv_dtype != DType::f32 && options.kv_dtype != DType::bf16 && options.kv_dtype != DType::q8_0)
-      fail("KV cache type {} is not supported (f32, bf16, q8_0)", dtype_name(options.kv_dtype));
+    check_sequence_options(options);
     auto seq = std::make_unique<Sequence>();
     seq->max_seq = options.max_seq;
     seq->kv.resize(c_.num_layers);
@@ -188,14 +186,7 @@ class Gemma4Model final : public Model {
         });
   }
 
-  void check_step(const Sequence& seq, std::span<const int32_t> ids) const {
-    const int64_t T = static_cast<int64_t>(ids.size());
-    if (T == 0) fail("forward: no tokens");
-    if (seq.n_past + T > seq.max_seq)
-      fail("the sequence would reach {} tokens but its context holds {}", seq.n_past + T, seq.max_seq);
-    for (int32_t id : ids)
-      if (id < 0 || id >= c_.vocab_size) fail("token id {} is outside the vocabulary [0, {})", id, c_.vocab_size);
-  }
+  void check_step(const Sequence& seq, std::span<const int32_t> ids) const { check_step_ids(seq, ids, c_.vocab_size); }
 
   // The whole forward as device ops only: no host copies, no synchronisation, scratch from
   // `arena` (not reset here), so that a decode step can be captured and replayed. ids and

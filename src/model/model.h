@@ -131,6 +131,12 @@ struct MemoryPlan {
   double total() const { return weights + kv + recurrent + scratch; }
 };
 
+// The checks every model makes, in one place so that a wrapper (model/tensor_parallel.h) refuses
+// exactly what the models it wraps would: sequence options (positive max_seq, a KV type of f32,
+// bf16 or q8_0), and a step's ids (at least one, within the context left, inside [0, vocab)).
+void check_sequence_options(const SequenceOptions& options);
+void check_step_ids(const Sequence& seq, std::span<const int32_t> ids, int vocab);
+
 // The memory plan of the source's architecture for these options.
 MemoryPlan plan_model_memory(const ModelSource& source, const LoadOptions& options);
 

@@ -79,6 +79,21 @@ MemoryPlan plan_for(const Architecture& arch, const ModelSource& source, const L
 
 }  // namespace
 
+void check_sequence_options(const SequenceOptions& options) {
+  if (options.max_seq <= 0) fail("max_seq must be positive (got {})", options.max_seq);
+  if (options.kv_dtype != DType::f32 && options.kv_dtype != DType::bf16 && options.kv_dtype != DType::q8_0)
+    fail("KV cache type {} is not supported (f32, bf16, q8_0)", dtype_name(options.kv_dtype));
+}
+
+void check_step_ids(const Sequence& seq, std::span<const int32_t> ids, int vocab) {
+  const int64_t T = static_cast<int64_t>(ids.size());
+  if (T == 0) fail("forward: no tokens");
+  if (seq.n_past + T > seq.max_seq)
+    fail("the sequence would reach {} tokens but its context holds {}", seq.n_past + T, seq.max_seq);
+  for (int32_t id : ids)
+    if (id < 0 || id >= vocab) fail("token id {} is outside the vocabulary [0, {})", id, vocab);
+}
+
 MemoryPlan plan_model_memory(const ModelSource& source, const LoadOptions& options) {
   return plan_for(architecture_of(source), source, options);
 }

@@ -133,11 +133,7 @@ class TensorParallelDecode final : public DecodeGraph {
  private:
   // What the ranks would refuse, refused before they start (a refusal inside a rank aborts the
   // communicators, which is for faults, not for bad input).
-  void check(int32_t token) const {
-    if (token < 0 || token >= vocab_) fail("token id {} is outside the vocabulary [0, {})", token, vocab_);
-    if (seq_.n_past + 1 > seq_.max_seq)
-      fail("the sequence would reach {} tokens but its context holds {}", seq_.n_past + 1, seq_.max_seq);
-  }
+  void check(int32_t token) const { check_step_ids(seq_, std::span<const int32_t>(&token, 1), vocab_); }
 
   RankThreads& threads_;
   std::vector<std::unique_ptr<DecodeGraph>> graphs_;
@@ -209,10 +205,7 @@ class TensorParallelModel final : public Model {
   int vocab_size() const override { return vocab_; }
 
   std::unique_ptr<Sequence> new_sequence(const SequenceOptions& options) override {
-    // What the ranks would refuse (as Gemma4Model does), refused here first.
-    if (options.max_seq <= 0) fail("max_seq must be positive (got {})", options.max_seq);
-    if (options.kv_dtype != DType::f32 && options.kv_dtype != DType::bf16 && options.kv_dtype != DType::q8_0)
-      fail("KV cache type {} is not supported (f32, bf16, q8_0)", dtype_name(options.kv_dtype));
+    check_sequence_options(options);  // what the ranks would refuse, refused here first
     auto seq = std::make_unique<Sequence>();
     seq->max_seq = options.max_seq;
     seq->rank_parts.resize(ranks_.size());
@@ -289,12 +282,7 @@ class TensorParallelModel final : public Model {
   // communicators, which is for faults, not for bad input).
   void check_step(const Sequence& seq, std::span<const int32_t> ids) const {
     check_ours(seq);
-    const int64_t T = static_cast<int64_t>(ids.size());
-    if (T == 0) fail("forward: no tokens");
-    if (seq.n_past + T > seq.max_seq)
-      fail("the sequence would reach {} tokens but its context holds {}", seq.n_past + T, seq.max_seq);
-    for (int32_t id : ids)
-      if (id < 0 || id >= vocab_) fail("token id {} is outside the vocabulary [0, {})", id, vocab_);
+    check_step_ids(seq, ids, vocab_);
   }
 
   template <typename Call>
@@ -325,6 +313,19 @@ class TensorParallelModel final : public Model {
 };
 
 }  // namespace
+
+std::unique_ptr<Model> make_command_line_split_model(const ModelSource& whole, const ParallelOptions& options,
+                                                     const LoadOptions& load) {
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (int r = 0; r < options.tensor_parallel; ++r) backends.push_back(make_backend("cpu"));
+  return make_tensor_parallel_model(whole, options, load, std::move(backends),
+                                    make_thread_communicators(options.tensor_parallel));
+}
+
+std::string command_line_split_name(const ParallelOptions& options) {
+  return fmt::format("cpu x {} (--tp {}{})", options.tensor_parallel, options.tensor_parallel,
+                     options.expert_parallel ? " --ep" : "");
+}
 
 void check_tensor_parallel_flags(int ranks, bool expert_parallel, std::string_view backend) {
   if (expert_parallel && ranks < 2) fail("--ep deals the experts out over the ranks of --tp N (N >= 2)");

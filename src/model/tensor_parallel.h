@@ -9,6 +9,7 @@
 // communicators, so the others stop waiting and the call throws the first rank's error; the model
 // is unusable after that (as a device error leaves a single-device model).
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -27,6 +28,14 @@ std::unique_ptr<Model> make_tensor_parallel_model(const ModelSource& whole, cons
                                                   const LoadOptions& load,
                                                   std::vector<std::unique_ptr<Backend>> backends,
                                                   std::vector<std::unique_ptr<Communicator>> comms);
+
+// The split the command line asks for (--tp N, --ep): N CPU backends with thread communicators,
+// after check_tensor_parallel_flags. The one place that picks the ranks' backends and transport
+// (NCCL on GPUs, when it exists).
+std::unique_ptr<Model> make_command_line_split_model(const ModelSource& whole, const ParallelOptions& options,
+                                                     const LoadOptions& load);
+// Its backends, for messages: "cpu x 2 (--tp 2 --ep)".
+std::string command_line_split_name(const ParallelOptions& options);
 
 // The command-line check of --tp N / --ep on `backend` (a make_backend name, empty for the
 // default): --ep needs N >= 2, and the ranks run on the CPU for now (a GPU backend is refused: its
