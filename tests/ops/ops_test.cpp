@@ -819,9 +819,11 @@ Tensor head_view(const Tensor& rows, int64_t col0, int64_t heads, int64_t dim) {
 // Gated DeltaNet (Qwen3.5). The conv sums the same products in the same order on both sides
 // (only silu's exp differs by an ulp) and moves its window bit for bit. The delta rule sums dk
 // products per column in a different order (lane groups, then shuffles) and contracts the state
-// update into FMAs, token after token: its budget is kSumBudget twice over. The GPU runs the
-// chunked form as the recurrence, so against the CPU's chunked form it gets the budget the CPU
-// tests give the two forms against each other (2e-5 of max(1, |ref|), linear_attention_test).
+// update into FMAs, token after token: its budget is kSumBudget twice over. The chunked form
+// runs the CPU's chunked algorithm where its tiles fit (head sizes up to 128, chunks up to 64:
+// here chunks of 64, and of 5, whose T = 130 and 250 take several slabs of 16 chunks), else the
+// recurrence; either way it gets the budget the CPU tests give the two forms against each other
+// (2e-5 of max(1, |ref|), linear_attention_test).
 TEST_F(CudaOps, LinearAttentionOpsMatchTheCpu) {
   // ---- causal conv: a strided x, a window carried across two calls, several weight formats ----
   for (DType type : kWeightTypes) {
@@ -879,9 +881,12 @@ TEST_F(CudaOps, LinearAttentionOpsMatchTheCpu) {
       Twin g = twin_bytes(DType::f32, {T, c.nV}, g_host.data()), beta = twin_bytes(DType::f32, {T, c.nV}, beta_host.data());
       DeltaRuleParams p;
       p.q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.dk)));
-      for (bool chunked : {false, true}) {
+      for (int chunk : {0, 64, 5}) {  // 0: the recurrence
+        const bool chunked = chunk > 0;
+        if (chunked) p.chunk = chunk;
         SCOPED_TRACE("nK=" + std::to_string(c.nK) + " nV=" + std::to_string(c.nV) + " dk=" + std::to_string(c.dk) +
-                     " dv=" + std::to_string(c.dv) + " T=" + std::to_string(T) + (chunked ? " chunked" : " recurrent"));
+                     " dv=" + std::to_string(c.dv) + " T=" + std::to_string(T) +
+                     (chunked ? " chunked by " + std::to_string(chunk) : " recurrent"));
         Twin state = twin_random(DType::f32, {c.nV, c.dk, c.dv}, 0.3f);
         Twin out = twin_output(DType::f32, {T, c.nV, c.dv});
         auto run = [&](Backend& backend, const Tensor& rows, Tensor o, Tensor s, const Tensor& gt, const Tensor& bt) {

@@ -827,14 +827,14 @@ class CudaBackend final : public Backend {
     run_delta_rule("gated_delta_rule", out, q, k, v, g, beta, state, params);
   }
 
-  // The same function as gated_delta_rule; for now the GPU runs it in recurrent form too (one
-  // launch, the state read and written once per call), so prompts take one step per token. A
-  // chunked (WY/UT) kernel is later speed work; the results agree with the CPU's chunked form
-  // within what the two forms differ by on the CPU (tests/unit/linear_attention_test.cpp).
+  // The chunked (WY/UT) form, as the CPU computes it, where a chunk's tiles fit shared memory
+  // (cuda::delta_rule_chunked_applies: chunks of up to 64 tokens, head sizes up to 128, CUDA);
+  // elsewhere the recurrence, which agrees with the chunked form within what the two forms differ
+  // by on the CPU (tests/unit/linear_attention_test.cpp).
   void gated_delta_rule_chunked(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                 const Tensor& beta, Tensor state, const DeltaRuleParams& params) override {
     if (params.chunk < 1) fail("gated_delta_rule_chunked: chunk must be positive (got {})", params.chunk);
-    run_delta_rule("gated_delta_rule_chunked", out, q, k, v, g, beta, state, params);
+    run_delta_rule("gated_delta_rule_chunked", out, q, k, v, g, beta, state, params, nullptr, /*chunked=*/true);
   }
 
   void sigmoid_gate(Tensor x, const Tensor& gate) override {
@@ -952,7 +952,8 @@ class CudaBackend final : public Backend {
   // One sequence's T tokens continuing `state`; or (state_table) T sequences of one token each,
   // `state` describing every row's state.
   void run_delta_rule(const char* op, Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
-                      const Tensor& beta, Tensor state, const DeltaRuleParams& p, float* const* state_table = nullptr) {
+                      const Tensor& beta, Tensor state, const DeltaRuleParams& p, float* const* state_table = nullptr,
+                      bool chunked = false) {
     F32Heads qh = f32_heads(q, op, "q"), kh = f32_heads(k, op, "k"), vh = f32_heads(v, op, "v"),
              oh = f32_heads(out, op, "out");
     F32Rows gr = f32_rows(g, op), br = f32_rows(beta, op);
@@ -970,9 +971,7 @@ class CudaBackend final : public Backend {
     if (dk > cuda::kDeltaRuleMaxDk || nV > 65535)
       fail("{}: key head size {} (at most {}) or {} value heads (at most 65535) is too large for this kernel", op, dk,
            cuda::kDeltaRuleMaxDk, nV);
-    OpTimer timer(
-        *this, op,
-        8.0 * state.numel() * (state_table ? T : 1) + 4.0 * (q.numel() + k.numel() + v.numel() + out.numel()));
+    chunked = chunked && !state_table && T > 1 && cuda::delta_rule_chunked_applies(dk, dv, p.chunk);
     cuda::DeltaRuleArgs a;
     a.out = {oh.data, oh.token_stride, oh.head_stride};
     a.q = {qh.data, qh.token_stride, qh.head_stride};
@@ -991,7 +990,21 @@ class CudaBackend final : public Backend {
     a.dv = static_cast<int>(dv);
     a.q_scale = p.q_scale;
     a.l2_eps = p.l2_eps;
-    check(cuda::launch_gated_delta_rule(a, stream_), op);
+    const double bytes =
+        8.0 * state.numel() * (state_table ? T : 1) + 4.0 * (q.numel() + k.numel() + v.numel() + out.numel());
+    if (!chunked) {
+      OpTimer timer(*this, op, bytes);
+      check(cuda::launch_gated_delta_rule(a, stream_), op);
+      return;
+    }
+    // Scratch for a slab of chunks' factors (~64 MB at most); two kernels per slab.
+    const size_t scratch_bytes = cuda::delta_rule_chunked_scratch_bytes(a, p.chunk);
+    float* scratch = workspace_floats((scratch_bytes + 3) / 4);
+    const size_t per_chunk = cuda::delta_rule_chunk_factor_bytes(a);
+    const int64_t chunks = (T + p.chunk - 1) / p.chunk, slab = static_cast<int64_t>(scratch_bytes / per_chunk);
+    OpTimer timer(*this, op, bytes + 2.0 * static_cast<double>(per_chunk) * static_cast<double>(chunks),
+                  static_cast<int>(2 * ((chunks + slab - 1) / slab)));
+    check(cuda::launch_gated_delta_rule_chunked(a, p.chunk, scratch, scratch_bytes, stream_), op);
   }
 
   // The sampling ops' per-call upload (adjustments, row arguments): at least `bytes`, grown after

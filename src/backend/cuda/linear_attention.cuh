@@ -70,6 +70,24 @@ constexpr int kDeltaRuleMaxDk = 1024;
 // The recurrent gated delta rule over all T tokens in one launch (see linear_attention.cu).
 cudaError_t launch_gated_delta_rule(const DeltaRuleArgs& args, cudaStream_t stream);
 
+// The chunked form (Backend::gated_delta_rule_chunked) of the same function: two kernels per
+// slab of chunks (linear_attention.cu). It holds a chunk's tiles in shared memory, so it takes
+// chunks of at most kDeltaChunkMax tokens and head sizes of at most kDeltaChunkMaxDim (Qwen3.5:
+// 64 tokens, dk = dv = 128); elsewhere (and in HIP builds) the caller runs the recurrence.
+constexpr int kDeltaChunkMax = 64;
+constexpr int kDeltaChunkMaxDim = 128;
+bool delta_rule_chunked_applies(int64_t dk, int64_t dv, int64_t chunk);
+// Scratch bytes of one chunk's factors (every value head): a slab of chunks takes a multiple.
+size_t delta_rule_chunk_factor_bytes(const DeltaRuleArgs& args);
+// Scratch for one call: the factors of a slab of chunks (at most 16 chunks and ~64 MB, at least
+// one chunk), the call's tokens permitting.
+size_t delta_rule_chunked_scratch_bytes(const DeltaRuleArgs& args, int chunk);
+// args.state_table must be null (one sequence). `scratch` holds scratch_bytes >= the size above
+// for some chunk count (at least one chunk's worth): the call goes through the tokens a slab at a
+// time.
+cudaError_t launch_gated_delta_rule_chunked(const DeltaRuleArgs& args, int chunk, float* scratch, size_t scratch_bytes,
+                                            cudaStream_t stream);
+
 // x *= sigmoid(gate): gate [R, N] (per_row false) or [R, 1] (per_row true); element strides.
 cudaError_t launch_sigmoid_gate(float* x, int64_t x_stride, const float* gate, int64_t gate_stride, bool per_row,
                                 int64_t rows, int64_t cols, cudaStream_t stream);

@@ -152,25 +152,6 @@ __global__ void split_inputs_kernel(SplitInputs out, const float* x, int64_t x_s
   }
 }
 
-__device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(valid ? 16 : 0));
-#else
-  __trap();
-#endif
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
-#endif
-}
-__device__ __forceinline__ void cp_async_commit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-
 // kTileRows inputs per block: 64 as 2 x 4 warps of 32 inputs x 32 rows, or 16 as 1 x 8 warps of
 // 16 inputs x 16 rows.
 template <DType F, int kParts, int kTileRows>

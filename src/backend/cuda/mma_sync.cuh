@@ -1,7 +1,9 @@
 #pragma once
 // The bf16 tensor-core pieces shared by the GEMM (matmul_mma.cu) and the prefill attention
 // (attention_mma.cu): the m16n8k16 mma.sync and the split of f32 values into bf16 pieces that
-// keeps both f32-exact. CUDA only (sm_80 and later); HIP builds never include it.
+// keeps both f32-exact; and the asynchronous global-to-shared copies (cp.async) that the GEMM and
+// the chunked delta rule stage their tiles with. CUDA only (sm_80 and later); HIP builds never
+// include it.
 #include <cstdint>
 
 #include "backend/cuda/gpu_runtime.h"
@@ -33,6 +35,35 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t out[kPie
     x0 -= __low2float(v);
     x1 -= __high2float(v);
   }
+}
+
+// 16 bytes global -> shared without passing through registers (zeros when !valid); the copies a
+// thread issues stay in flight together until a wait.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid = true) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(valid ? 16 : 0));
+#else
+  __trap();
+#endif
+}
+// Closes the group of copies issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+// Waits until at most kPending committed groups are still in flight (this thread's copies only:
+// a barrier must follow before other threads read them).
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+#endif
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  cp_async_commit();
+  cp_async_wait<0>();
 }
 
 }  // namespace fl::cuda
