@@ -21,17 +21,31 @@ Tensor ScratchArena::alloc(DType dtype, std::initializer_list<int64_t> shape) {
   if (main_ && used_ <= main_->size()) {
     data = static_cast<char*>(main_->data()) + (used_ - bytes);
   } else {
-    spill_.push_back(backend_.allocate(bytes == 0 ? kAlign : bytes));
-    data = spill_.back()->data();
+    const size_t offset = used_ - bytes;
+    DeviceBuffer* block = nullptr;
+    for (Spill& s : spill_)  // a block this offset had before a rewind: only rewound tensors used it
+      if (s.offset == offset && s.block->size() >= bytes) block = s.block.get();
+    if (!block) {
+      spill_.push_back({offset, backend_.allocate(bytes == 0 ? kAlign : bytes)});
+      block = spill_.back().block.get();
+    }
+    data = block->data();
   }
   return make_tensor(data, dtype, shape, backend_.device());
 }
 
 void ScratchArena::rewind(size_t mark) {
-  // Spilled blocks stay alive until reset(): tensors in them may still be read by queued kernels.
+  // Spilled blocks stay alive until reset() (queued kernels may still read them); allocations at
+  // their offsets reuse them.
   if (mark <= used_) used_ = mark;
 }
 
 size_t ScratchArena::capacity() const { return main_ ? main_->size() : 0; }
+
+size_t ScratchArena::held_bytes() const {
+  size_t bytes = capacity();
+  for (const Spill& s : spill_) bytes += s.block->size();
+  return bytes;
+}
 
 }  // namespace fl
