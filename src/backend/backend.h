@@ -126,6 +126,9 @@ class Backend {
   virtual std::unique_ptr<DeviceBuffer> allocate(size_t bytes) = 0;  // zero-filled
   // Free device memory in bytes, or nullopt where weights stay in the mapped file (CPU).
   virtual std::optional<size_t> free_memory() const = 0;
+  // Makes this backend's device the calling thread's (a GPU runtime keeps the current device per
+  // thread): a split model calls it on each rank's thread before the rank's work.
+  virtual void bind_to_this_thread() {}
   // A device copy of a host weight view (the CPU backend returns the view itself: weights stay
   // in the mapped file).
   virtual Tensor upload_weight(const Tensor& host) = 0;
@@ -307,5 +310,13 @@ std::unique_ptr<Backend> make_cpu_backend();
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.
 // Throws fl::Error naming the available backends otherwise.
 std::unique_ptr<Backend> make_backend(std::string_view name);
+// How many GPUs make_backend("cuda:N") can open (0 in a build without a GPU backend).
+int gpu_device_count();
+
+class Communicator;
+// The communicators of a split model's ranks, backends[r] being rank r's: threads of this process
+// adding up in CPU memory for CPU backends, NCCL for GPU backends (one GPU each). Throws
+// fl::Error for a mix, or where the transport cannot be set up (NCCL missing, ...).
+std::vector<std::unique_ptr<Communicator>> make_rank_communicators(std::span<Backend* const> backends);
 
 }  // namespace fl

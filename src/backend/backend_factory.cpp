@@ -2,6 +2,7 @@
 #include <charconv>
 
 #include "backend/backend.h"
+#include "backend/communicator.h"
 #include "core/error.h"
 #ifdef FIRELINE_HAVE_GPU
 #include "backend/cuda/cuda_backend.h"
@@ -44,6 +45,27 @@ std::unique_ptr<Backend> make_backend(std::string_view name) {
        ""
 #endif
   );
+}
+
+int gpu_device_count() {
+#ifdef FIRELINE_HAVE_GPU
+  return cuda_device_count();
+#else
+  return 0;
+#endif
+}
+
+std::vector<std::unique_ptr<Communicator>> make_rank_communicators(std::span<Backend* const> backends) {
+  if (backends.empty()) fail("a split model needs at least one rank");
+  const Device device = backends[0]->device();
+  for (Backend* b : backends)
+    if (b->device() != device) fail("the ranks of a split model must all run on the CPU or all on GPUs");
+  if (device == Device::cpu) return make_thread_communicators(static_cast<int>(backends.size()));
+#ifdef FIRELINE_HAVE_GPU
+  return make_nccl_communicators(backends);
+#else
+  fail("this fireline was built without a GPU backend");
+#endif
 }
 
 }  // namespace fl

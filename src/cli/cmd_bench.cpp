@@ -82,10 +82,10 @@ double median(std::vector<double> v) {
 
 void run_bench(const BenchOptions& opt) {
   if (opt.model.empty() == opt.like.empty()) fail("bench needs a MODEL or --like NAME (not both)");
-  check_tensor_parallel_flags(opt.tp, opt.ep, opt.backend);
+  const std::string ranks_backend = check_tensor_parallel_flags(opt.tp, opt.ep, opt.backend);
   if (opt.tp > 1 && opt.profile) fail("--profile times one device's ops; it does not combine with --tp");
   auto start = std::chrono::steady_clock::now();
-  auto backend = make_backend(opt.backend);
+  auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend);
   std::unique_ptr<ModelSource> source =
       opt.like.empty() ? open_model_source(resolve_model_arg(opt.model)) : make_synthetic_source({opt.like, opt.format, 1, {}});
   const DType kv = kv_type(opt.kv);
@@ -95,9 +95,9 @@ void run_bench(const BenchOptions& opt) {
   load.max_tokens = std::max(opt.prompt_tokens, opt.batch);
   std::unique_ptr<Model> model;
   std::string backend_name(backend->name());
-  if (opt.tp > 1) {  // one CPU backend and thread per rank (model/tensor_parallel.h)
-    model = make_command_line_split_model(*source, {opt.tp, opt.ep}, load);
-    backend_name = command_line_split_name({opt.tp, opt.ep});
+  if (opt.tp > 1) {  // one backend and thread per rank (model/tensor_parallel.h)
+    model = make_command_line_split_model(*source, {opt.tp, opt.ep}, load, ranks_backend);
+    backend_name = command_line_split_name({opt.tp, opt.ep}, ranks_backend);
   } else {
     model = load_model(*source, *backend, load);
   }
@@ -302,7 +302,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--batch", opt->batch, "Also decode this many sequences together and report the total rate (default 1: off)")
       ->check(CLI::Range(1, 4096));
   cmd->add_option("--tp", opt->tp,
-                  "Split the model over this many ranks (tensor parallel: heads and MLP columns; CPU threads for now)")
+                  "Split the model over this many ranks (tensor parallel: heads and MLP columns; GPUs 0..N-1 over "
+                  "NCCL, or CPU threads)")
       ->check(CLI::Range(1, 64));
   cmd->add_flag("--ep", opt->ep, "With --tp: deal a mixture-of-experts model's experts out over the ranks");
   cmd->add_flag("--profile", opt->profile,

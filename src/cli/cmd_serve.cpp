@@ -42,7 +42,7 @@ struct ServeOptions {
   std::string kv;       // empty: q8 on cuda, f32 on cpu
   std::optional<uint64_t> seed;  // for requests without one
   int parallel = 4;
-  int tp = 1;       // --tp: ranks of a tensor-parallel split (CPU threads for now)
+  int tp = 1;       // --tp: ranks of a tensor-parallel split (GPUs over NCCL, or CPU threads)
   bool ep = false;  // --ep: deal the experts out over those ranks
   bool detach = false;
   int queue = 0;
@@ -214,7 +214,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-seq,--ctx", opt->max_seq,
                   "Context per sequence in tokens, prompt + output (default: the model's, at most 4096)");
   cmd->add_option("--backend", opt->backend, "cpu, cuda or cuda:N (default: cuda when available, else cpu)");
-  cmd->add_option("--tp", opt->tp, "Split the model over this many ranks (tensor parallel; CPU threads for now)")
+  cmd->add_option("--tp", opt->tp,
+                  "Split the model over this many ranks (tensor parallel; GPUs 0..N-1 over NCCL, or CPU threads)")
       ->check(CLI::Range(1, 64));
   cmd->add_flag("--ep", opt->ep, "With --tp: deal a mixture-of-experts model's experts out over the ranks");
   cmd->add_option("--kv", opt->kv, "KV cache type: f32, bf16, q8 (default: q8 on cuda, f32 on cpu)");

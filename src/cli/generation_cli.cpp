@@ -68,7 +68,8 @@ void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
   cmd->add_option("--kv", f.kv, "KV cache type: f32, bf16, q8 (default: q8 on cuda, f32 on cpu)");
   cmd->add_option("--ctx,--max-seq", f.ctx, "Context size in tokens (default: the model's, at most 4096)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  cmd->add_option("--tp", f.tp, "Split the model over this many ranks (tensor parallel; CPU threads for now)")
+  cmd->add_option("--tp", f.tp,
+                  "Split the model over this many ranks (tensor parallel; GPUs 0..N-1 over NCCL, or CPU threads)")
       ->check(CLI::Range(1, 64));
   cmd->add_flag("--ep", f.ep, "With --tp: deal a mixture-of-experts model's experts out over the ranks");
 }
@@ -77,9 +78,9 @@ LoadedModel load_model_for_text(const std::string& path, const GenerationFlags& 
   const auto t0 = std::chrono::steady_clock::now();
   LoadedModel m;
   m.path = path;
-  check_tensor_parallel_flags(flags.tp, flags.ep, flags.backend);
+  const std::string ranks_backend = check_tensor_parallel_flags(flags.tp, flags.ep, flags.backend);
   if (flags.tp > 1) {
-    m.backend = make_backend("cpu");
+    m.backend = make_backend(rank_backend_name(ranks_backend, 0));  // rank 0's device: picks the KV type
   } else if (flags.backend.empty()) {
     try {
       m.backend = make_backend("cuda");
@@ -108,9 +109,9 @@ LoadedModel load_model_for_text(const std::string& path, const GenerationFlags& 
   load.max_tokens = std::min<int64_t>(512, m.context);
   load.sequences = sequences;
   m.backend_name = m.backend->name();
-  if (flags.tp > 1) {  // one CPU backend and thread per rank (model/tensor_parallel.h)
-    m.model = make_command_line_split_model(*m.source, {flags.tp, flags.ep}, load);
-    m.backend_name = command_line_split_name({flags.tp, flags.ep});
+  if (flags.tp > 1) {  // one backend and thread per rank (model/tensor_parallel.h)
+    m.model = make_command_line_split_model(*m.source, {flags.tp, flags.ep}, load, ranks_backend);
+    m.backend_name = command_line_split_name({flags.tp, flags.ep}, ranks_backend);
   } else {
     m.model = load_model(*m.source, *m.backend, load);
   }

@@ -24,7 +24,8 @@ namespace {
 // rank's error.
 class RankThreads {
  public:
-  explicit RankThreads(std::vector<Communicator*> comms) : comms_(std::move(comms)) {
+  RankThreads(std::vector<Communicator*> comms, std::vector<Backend*> backends)
+      : comms_(std::move(comms)), backends_(std::move(backends)) {
     for (int r = 0; r < static_cast<int>(comms_.size()); ++r) workers_.emplace_back([this, r] { work(r); });
   }
   ~RankThreads() {
@@ -54,6 +55,7 @@ class RankThreads {
   void execute(int rank) {
     std::string error;
     try {
+      backends_[static_cast<size_t>(rank)]->bind_to_this_thread();  // a GPU rank's device, on this thread
       (*body_)(rank);
       return;
     } catch (const std::exception& e) {
@@ -84,6 +86,7 @@ class RankThreads {
   }
 
   std::vector<Communicator*> comms_;
+  std::vector<Backend*> backends_;
   std::vector<std::thread> workers_;
   std::mutex mutex_;
   std::condition_variable start_, done_;
@@ -164,6 +167,7 @@ class TensorParallelModel final : public Model {
     const ParallelPlan plan = plan_gemma4_parallel(std::get<Gemma4Config>(whole.config().arch), options, format_of);
     std::vector<std::unique_ptr<ModelSource>> sources;
     std::vector<Communicator*> comm_of;
+    std::vector<Backend*> backend_of;
     for (int r = 0; r < N; ++r) {
       sources.push_back(make_rank_source(whole, plan, r));  // cut here: `whole` is read on this thread only
       if (auto free_bytes = backends[r]->free_memory()) {
@@ -176,9 +180,10 @@ class TensorParallelModel final : public Model {
               need.scratch / 1073741824.0, backends[r]->name(), static_cast<double>(*free_bytes) / 1073741824.0);
       }
       comm_of.push_back(comms[r].get());
+      backend_of.push_back(backends[r].get());
       ranks_.push_back({std::move(backends[r]), std::move(comms[r]), nullptr});
     }
-    threads_ = std::make_unique<RankThreads>(comm_of);
+    threads_ = std::make_unique<RankThreads>(comm_of, backend_of);
     // Each rank's model is built on its own thread, as every later call to its backend is made.
     threads_->run([&](int r) {
       Rank& rank = ranks_[static_cast<size_t>(r)];
@@ -315,24 +320,48 @@ class TensorParallelModel final : public Model {
 }  // namespace
 
 std::unique_ptr<Model> make_command_line_split_model(const ModelSource& whole, const ParallelOptions& options,
-                                                     const LoadOptions& load) {
+                                                     const LoadOptions& load, std::string_view ranks_backend) {
+  const int N = options.tensor_parallel;
   std::vector<std::unique_ptr<Backend>> backends;
-  for (int r = 0; r < options.tensor_parallel; ++r) backends.push_back(make_backend("cpu"));
-  return make_tensor_parallel_model(whole, options, load, std::move(backends),
-                                    make_thread_communicators(options.tensor_parallel));
+  std::vector<Backend*> ranks;
+  for (int r = 0; r < N; ++r) {
+    backends.push_back(make_backend(rank_backend_name(ranks_backend, r)));
+    ranks.push_back(backends.back().get());
+  }
+  auto comms = make_rank_communicators(ranks);
+  return make_tensor_parallel_model(whole, options, load, std::move(backends), std::move(comms));
 }
 
-std::string command_line_split_name(const ParallelOptions& options) {
-  return fmt::format("cpu x {} (--tp {}{})", options.tensor_parallel, options.tensor_parallel,
-                     options.expert_parallel ? " --ep" : "");
+std::string rank_backend_name(std::string_view ranks_backend, int rank) {
+  return ranks_backend == "cpu" ? std::string("cpu") : fmt::format("{}:{}", ranks_backend, rank);
 }
 
-void check_tensor_parallel_flags(int ranks, bool expert_parallel, std::string_view backend) {
+std::string command_line_split_name(const ParallelOptions& options, std::string_view ranks_backend) {
+  return fmt::format("{} x {} (--tp {}{}{})", ranks_backend, options.tensor_parallel, options.tensor_parallel,
+                     options.expert_parallel ? " --ep" : "", ranks_backend == "cpu" ? "" : ", NCCL");
+}
+
+std::string check_tensor_parallel_flags(int ranks, bool expert_parallel, std::string_view backend) {
   if (expert_parallel && ranks < 2) fail("--ep deals the experts out over the ranks of --tp N (N >= 2)");
-  if (ranks > 1 && !backend.empty() && backend != "cpu")
-    fail("--tp {} on {}: the GPUs' all-reduce (NCCL) is not built yet (issue 10); --backend cpu runs the {} ranks as "
-         "threads on the CPU",
-         ranks, backend, ranks);
+  if (ranks <= 1) return std::string(backend);
+  std::string where(backend);
+  if (where.empty()) {
+    where = gpu_device_count() >= ranks ? "cuda" : "cpu";
+    log_debug("--tp {}: the ranks run on {}", ranks,
+              where == "cpu" ? fmt::format("the CPU ({} GPUs here)", gpu_device_count())
+                             : "GPUs 0.." + std::to_string(ranks - 1));
+  }
+  if (where.find(':') != std::string::npos)
+    fail("--tp {} --backend {}: the ranks take GPUs 0 .. {}; name the backend without an index", ranks, where,
+         ranks - 1);
+  if (where != "cpu" && expert_parallel)
+    fail(
+        "--tp {} --ep on {}: the expert split runs its filter through the host, which a captured GPU decode step "
+        "cannot; --backend cpu runs it (GPU --ep is not built yet, issue 10)",
+        ranks, where);
+  if (where != "cpu" && gpu_device_count() < ranks)
+    fail("--tp {} on GPUs needs {} of them (one rank each); this machine has {}", ranks, ranks, gpu_device_count());
+  return where;
 }
 
 std::unique_ptr<Model> make_tensor_parallel_model(const ModelSource& whole, const ParallelOptions& options,

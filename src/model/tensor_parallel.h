@@ -29,17 +29,23 @@ std::unique_ptr<Model> make_tensor_parallel_model(const ModelSource& whole, cons
                                                   std::vector<std::unique_ptr<Backend>> backends,
                                                   std::vector<std::unique_ptr<Communicator>> comms);
 
-// The split the command line asks for (--tp N, --ep): N CPU backends with thread communicators,
-// after check_tensor_parallel_flags. The one place that picks the ranks' backends and transport
-// (NCCL on GPUs, when it exists).
+// The split the command line asks for (--tp N, --ep), after check_tensor_parallel_flags gave
+// `ranks_backend`: N CPU backends with thread communicators ("cpu"), or GPUs 0 .. N-1 with NCCL
+// ("cuda"). The one place that picks the ranks' backends and
+// transport.
 std::unique_ptr<Model> make_command_line_split_model(const ModelSource& whole, const ParallelOptions& options,
-                                                     const LoadOptions& load);
-// Its backends, for messages: "cpu x 2 (--tp 2 --ep)".
-std::string command_line_split_name(const ParallelOptions& options);
+                                                     const LoadOptions& load, std::string_view ranks_backend);
+// Rank r's make_backend name: "cpu", or GPU r ("cuda:r").
+std::string rank_backend_name(std::string_view ranks_backend, int rank);
+// Its backends, for messages: "cpu x 2 (--tp 2 --ep)", "cuda x 4 (--tp 4, NCCL)".
+std::string command_line_split_name(const ParallelOptions& options, std::string_view ranks_backend);
 
 // The command-line check of --tp N / --ep on `backend` (a make_backend name, empty for the
-// default): --ep needs N >= 2, and the ranks run on the CPU for now (a GPU backend is refused: its
-// all-reduce, NCCL, is not built yet).
-void check_tensor_parallel_flags(int ranks, bool expert_parallel, std::string_view backend);
+// default), returning where the ranks run: "cpu", or "cuda" (one GPU per rank, GPUs 0 .. N-1).
+// No backend named: GPUs when the machine has N of them, else the CPU; GPUs named: the machine
+// must have N. --ep needs N >= 2, and on
+// GPUs it is refused for now (its expert filter runs through the host, which a captured decode
+// step cannot); a GPU index ("cuda:1") is refused (the ranks take GPUs 0 .. N-1).
+std::string check_tensor_parallel_flags(int ranks, bool expert_parallel, std::string_view backend);
 
 }  // namespace fl

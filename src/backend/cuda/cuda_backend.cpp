@@ -181,6 +181,8 @@ class CudaBackend final : public Backend {
   std::string_view name() const override { return gpu::kBackendName; }
   Device device() const override { return Device::cuda; }
   cudaStream_t stream() const { return stream_; }
+  int device_index() const { return device_; }
+  void bind_to_this_thread() override { check(cudaSetDevice(device_), "set device"); }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override { return std::make_unique<CudaBuffer>(bytes, stream_); }
   std::optional<size_t> free_memory() const override {
@@ -1072,11 +1074,24 @@ OpTimer::~OpTimer() {
 
 std::unique_ptr<Backend> make_cuda_backend(int device_index) { return std::make_unique<CudaBackend>(device_index); }
 
-bool cuda_device_available() {
+bool cuda_device_available() { return cuda_device_count() > 0; }
+
+int cuda_device_count() {
   int count = 0;
-  bool ok = cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
   cudaGetLastError();
-  return ok;
+  return count;
 }
+
+namespace {
+CudaBackend& cuda_backend_of(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  if (!cuda) fail("expected a {} backend, got {}", gpu::kBackendName, backend.name());
+  return *cuda;
+}
+}  // namespace
+
+int cuda_device_index(Backend& backend) { return cuda_backend_of(backend).device_index(); }
+void* cuda_stream_of(Backend& backend) { return cuda_backend_of(backend).stream(); }
 
 }  // namespace fl

@@ -2,8 +2,12 @@
 // Entry points of the CUDA backend. This header has no CUDA includes, so code outside
 // src/backend/cuda (the model, the CLI) can create the backend without seeing CUDA types.
 #include <memory>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "backend/backend.h"
+#include "backend/communicator.h"
 
 namespace fl {
 
@@ -11,5 +15,28 @@ namespace fl {
 std::unique_ptr<Backend> make_cuda_backend(int device_index = 0);
 // True when at least one CUDA device is usable (a driver and a GPU are present).
 bool cuda_device_available();
+// How many GPUs the runtime sees (0 without a driver).
+int cuda_device_count();
+
+// The GPU index and the stream (a cudaStream_t) of a backend made by make_cuda_backend; throws
+// fl::Error for any other backend.
+int cuda_device_index(Backend& backend);
+void* cuda_stream_of(Backend& backend);
+
+// Communicators over NCCL for ranks that are threads of this process, one per GPU: backends[r]
+// is rank r's (a make_cuda_backend backend, each on its own GPU), and its all-reduce runs on that
+// backend's stream, called from the rank's thread (model/tensor_parallel.h). NCCL is loaded with
+// dlopen here: a missing library is an fl::Error naming it.
+struct NcclOptions {
+  std::string library =
+#ifdef FIRELINE_GPU_HIP
+      "librccl.so.1";
+#else
+      "libnccl.so.2";
+#endif
+  bool disable_nvls = true;  // NCCL_NVLS_ENABLE=0: no NVLink multicast (issue 10)
+};
+std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<Backend* const> backends,
+                                                                   const NcclOptions& options = {});
 
 }  // namespace fl
