@@ -333,7 +333,8 @@ __device__ __forceinline__ ChunkFactors chunk_factors(const DeltaChunkArgs& c, i
 }
 
 size_t prepare_smem_bytes(int dk, int chunk) {
-  return sizeof(float) * (static_cast<size_t>(2 * chunk) * (dk + 1) + kDeltaChunkMax * kDeltaChunkMax + 4 * chunk);
+  return sizeof(float) *
+         (static_cast<size_t>(2 * chunk) * (pad4(dk) + 4) + kDeltaChunkMax * kDeltaChunkMax + 4 * chunk);
 }
 size_t scan_smem_bytes(int dk) {
   const size_t dkp = pad4(dk);
@@ -341,19 +342,21 @@ size_t scan_smem_bytes(int dk) {
          (dkp * kScanCols + 3 * kDeltaChunkMax * dkp + kDeltaChunkMax * kDeltaChunkMax + kDeltaChunkMax * kScanCols);
 }
 
-__global__ void __launch_bounds__(kChunkThreads) delta_chunk_prepare_kernel(DeltaChunkArgs c) {
+__global__ void __launch_bounds__(kChunkThreads, 2) delta_chunk_prepare_kernel(DeltaChunkArgs c) {
   enter_kernel();
   constexpr int kC = kDeltaChunkMax;
   constexpr int kWarps = kChunkThreads / kWarp;
   const DeltaRuleArgs& a = c.rule;
-  const int dk = a.dk, dv = a.dv, dkp = pad4(dk), ks = dk + 1, C = c.chunk;
+  const int dk = a.dk, dv = a.dv, dkp = pad4(dk), ks = dkp + 4, C = c.chunk;
   const int tid = threadIdx.x, lane = tid % kWarp, warp = tid / kWarp;
   const int n = blockIdx.y, m = n / (a.n_v_heads / a.n_k_heads);
   const int64_t t0 = (c.first_chunk + blockIdx.x) * C;
   const int L = static_cast<int>(a.n_tokens - t0 < C ? a.n_tokens - t0 : C);
   extern __shared__ float smem[];
-  float* kn = smem;            // [C][dk + 1]: normalised k (odd row stride: a warp walking rows
-  float* qn = kn + C * ks;     // [C][dk + 1]  by column hits distinct banks); normalised, scaled q
+  // Rows of dkp + 4 floats, zeros past dk: a lane's 16-byte loads from row j hit other banks
+  // than its 7 neighbours' in the same quarter-warp (rows 4 banks apart).
+  float* kn = smem;            // [C][dkp + 4]: normalised k
+  float* qn = kn + C * ks;     // [C][dkp + 4]: normalised, scaled q
   float* A = qn + C * ks;      // [kC][kC]: (beta_i k_i . k_j) e^(gamma_i - gamma_j) for j < i < L, else 0
   float* gamma = A + kC * kC;  // [C]: cumulative log decay within the chunk
   float* beta = gamma + C;
@@ -379,6 +382,7 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_prepare_kernel(Delt
       qn[i * ks + d] = qn[i * ks + d] * q_inv * a.q_scale;
       kn[i * ks + d] = kn[i * ks + d] * k_inv;
     }
+    for (int d = dk + lane; d < dkp; d += kWarp) qn[i * ks + d] = kn[i * ks + d] = 0.0f;
   }
   if (tid == 0) {  // the CPU's running sum, in token order
     float cum = 0.0f;
@@ -396,11 +400,20 @@ __global__ void __launch_bounds__(kChunkThreads) delta_chunk_prepare_kernel(Delt
     float system = 0.0f, score = 0.0f;
     if (i < L && j <= i) {
       const float b = beta[i];
-      const float *ki = kn + i * ks, *kj = kn + j * ks, *qi = qn + i * ks;
+      const float4 *ki = reinterpret_cast<const float4*>(kn + i * ks),
+                   *kj = reinterpret_cast<const float4*>(kn + j * ks),
+                   *qi = reinterpret_cast<const float4*>(qn + i * ks);
       float kk = 0.0f, qk = 0.0f;
-      for (int d = 0; d < dk; ++d) {
-        kk += ki[d] * b * kj[d];
-        qk += qi[d] * kj[d];
+      for (int d4 = 0; d4 < dkp / 4; ++d4) {  // d ascending; the padding adds zeros
+        const float4 x = ki[d4], y = kj[d4], q = qi[d4];
+        kk += x.x * b * y.x;
+        kk += x.y * b * y.y;
+        kk += x.z * b * y.z;
+        kk += x.w * b * y.w;
+        qk += q.x * y.x;
+        qk += q.y * y.y;
+        qk += q.z * y.z;
+        qk += q.w * y.w;
       }
       const float decay = expf(gamma[i] - gamma[j]);
       if (j < i) system = kk * decay;
