@@ -68,12 +68,17 @@ void Backend::kv_write_rows(std::span<const KvView> caches, const Tensor& k, con
   for (int64_t i = 0; i < B; ++i) kv_write(caches[i], k.slice(i, i + 1), v.slice(i, i + 1), positions.slice(i, i + 1));
 }
 
-void Backend::moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) {
+void Backend::check_moe_keep_experts(const Tensor& ids, const Tensor& weights, int64_t first, int64_t count) {
   if (ids.dtype != DType::i32 || weights.dtype != DType::f32 || !ids.is_contiguous() || !weights.is_contiguous() ||
       ids.numel() != weights.numel())
     fail("moe_keep_experts: expected contiguous ids i32 and weights f32 of one shape, got {} and {}", ids.describe(),
          weights.describe());
-  if (first < 0 || count < 1) fail("moe_keep_experts: experts [{}, {}) are no range", first, first + count);
+  if (first < 0 || count < 1 || first + count > INT32_MAX)
+    fail("moe_keep_experts: experts [{}, {}) are no range", first, first + count);
+}
+
+void Backend::moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) {
+  check_moe_keep_experts(ids, weights, first, count);
   std::vector<int32_t> id(static_cast<size_t>(ids.numel()));
   std::vector<float> w(static_cast<size_t>(weights.numel()));
   if (id.empty()) return;

@@ -221,7 +221,7 @@ class Backend {
   // [T, K] (i32) become indices into the rank's stack, and every pair whose expert is another
   // rank's gets the rank's first expert with weights [T, K] (f32) 0: moe_experts over the rank's
   // stack then adds only its own experts (the others contribute exact zeros). The default copies
-  // both to the host and back.
+  // both to the host and back (which a captured graph cannot); a GPU does it in one kernel.
   virtual void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count);
 
   // out[t] = sum_j weights[t, j] * down[e] (act(gate_e x[t]) * up_e x[t]) with e = ids[t, j],
@@ -289,6 +289,8 @@ class Backend {
   // residual_update's counts (1-2 terms, at most 4 norms) and aliases (no term or norm output is
   // h, no norm output a term), for every backend.
   static void check_residual_update(const Tensor& h, const ResidualUpdate& u);
+  // moe_keep_experts' arguments: contiguous ids i32 and weights f32 of one shape, a non-empty range.
+  static void check_moe_keep_experts(const Tensor& ids, const Tensor& weights, int64_t first, int64_t count);
 
  public:
 

@@ -354,11 +354,6 @@ std::string check_tensor_parallel_flags(int ranks, bool expert_parallel, std::st
   if (where.find(':') != std::string::npos)
     fail("--tp {} --backend {}: the ranks take GPUs 0 .. {}; name the backend without an index", ranks, where,
          ranks - 1);
-  if (where != "cpu" && expert_parallel)
-    fail(
-        "--tp {} --ep on {}: the expert split runs its filter through the host, which a captured GPU decode step "
-        "cannot; --backend cpu runs it (GPU --ep is not built yet, issue 10)",
-        ranks, where);
   if (where != "cpu" && gpu_device_count() < ranks)
     fail("--tp {} on GPUs needs {} of them (one rank each); this machine has {}", ranks, ranks, gpu_device_count());
   return where;

@@ -43,9 +43,8 @@ std::string command_line_split_name(const ParallelOptions& options, std::string_
 // The command-line check of --tp N / --ep on `backend` (a make_backend name, empty for the
 // default), returning where the ranks run: "cpu", or "cuda" (one GPU per rank, GPUs 0 .. N-1).
 // No backend named: GPUs when the machine has N of them, else the CPU; GPUs named: the machine
-// must have N. --ep needs N >= 2, and on
-// GPUs it is refused for now (its expert filter runs through the host, which a captured decode
-// step cannot); a GPU index ("cuda:1") is refused (the ranks take GPUs 0 .. N-1).
+// must have N. --ep needs N >= 2; a GPU index ("cuda:1") is refused (the ranks take GPUs 0 ..
+// N-1).
 std::string check_tensor_parallel_flags(int ranks, bool expert_parallel, std::string_view backend);
 
 }  // namespace fl

@@ -87,14 +87,12 @@ TEST_F(CliRun, GreedyAndSeededRunsRepeat) {
 
 // --tp 2: the model split over two CPU ranks (issue 10) writes what one device writes (greedy;
 // the split only reassociates two sums per layer). GPU ranks need one GPU each (--tp 64: more
-// than any machine has), take GPUs 0..N-1 (no index), and run without --ep for now.
+// than any machine has) and take GPUs 0..N-1 (no index).
 TEST_F(CliRun, TensorParallelRanksWriteTheSameGreedyText) {
   const std::string greedy = q("Hello there") + " --temperature 0 --max-tokens 12 --ignore-eos --backend cpu";
   EXPECT_EQ(run_json(greedy + " --tp 2")["text"], run_json(greedy)["text"]);
   expect_clean_failure(fireline("run " + q(model_) + " hi --tp 64 --backend cuda </dev/null"), "needs 64 of them");
   expect_clean_failure(fireline("run " + q(model_) + " hi --tp 2 --backend cuda:1 </dev/null"), "without an index");
-  expect_clean_failure(fireline("run " + q(model_) + " hi --tp 2 --ep --backend cuda </dev/null"),
-                       "GPU --ep is not built yet");
   expect_clean_failure(fireline("run " + q(model_) + " hi --ep </dev/null"), "over the ranks of --tp N");
   expect_clean_failure(fireline("run " + q(model_) + " hi --tp 3 </dev/null"), "do not divide into 3");  // it splits
 }

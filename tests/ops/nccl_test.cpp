@@ -73,15 +73,19 @@ TEST_F(NcclCuda, OneRankAllReducesInPlaceAndRefusesWhatItCannotSend) {
 
 // The split model with its one rank on GPU 0 behind NCCL (what --tp N --backend cuda builds, at
 // N = 1): the rank runs on its own thread with the GPU bound there, and its tokens and logits are
-// the plain model's on the same GPU, through forward and through the captured decode graph.
-TEST_F(NcclCuda, TheSplitModelOnAGpuRankGivesTheOneDeviceTokens) {
+// the plain model's on the same GPU, through forward and through the captured decode graph. With
+// --ep the rank holds every expert and filters the routed pairs on the device each step
+// (moe_keep_experts' kernel, captured too).
+class NcclSplit : public NcclCuda, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(NcclSplit, TheSplitModelOnAGpuRankGivesTheOneDeviceTokens) {
   auto whole = make_synthetic_source({"tiny-gemma4-moe", "q8", 7, {}});
   std::unique_ptr<Model> single = make_gemma4_model(*whole, *gpu_);
   std::vector<std::unique_ptr<Backend>> backends;
   backends.push_back(make_backend("cuda:0"));
   Backend* ranks[] = {backends[0].get()};
-  std::unique_ptr<Model> split =
-      make_tensor_parallel_model(*whole, {1, false}, LoadOptions{}, std::move(backends), make_rank_communicators(ranks));
+  std::unique_ptr<Model> split = make_tensor_parallel_model(*whole, {1, GetParam()}, LoadOptions{}, std::move(backends),
+                                                            make_rank_communicators(ranks));
 
   SequenceOptions options;
   options.max_seq = 64;
@@ -109,6 +113,8 @@ TEST_F(NcclCuda, TheSplitModelOnAGpuRankGivesTheOneDeviceTokens) {
   }
   EXPECT_LE(worst, 1e-5f * std::max(1.0f, scale)) << "one rank's all-reduce changes nothing";
 }
+INSTANTIATE_TEST_SUITE_P(TensorAndExpertParallel, NcclSplit, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "ep" : "tp"; });
 
 }  // namespace
 }  // namespace fl

@@ -710,6 +710,29 @@ TEST_F(CudaOps, MoeRouteAndExperts) {
   }
 }
 
+// Expert parallelism's filter (--ep): the kernel against the CPU's host default, bit for bit, on
+// routed ids of 128 experts with ranges at the start, the middle and the end of the stack; a
+// pair's weight is kept exactly or zeroed.
+TEST_F(CudaOps, MoeKeepExpertsMatchesTheHostDefault) {
+  for (int64_t T : {1, 17, 300})
+    for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 32}, {40, 24}, {96, 32}, {0, 128}}) {
+      SCOPED_TRACE("T=" + std::to_string(T) + " experts [" + std::to_string(first) + ", " +
+                   std::to_string(first + count) + ")");
+      std::vector<int32_t> id_host(static_cast<size_t>(T * 8));
+      for (size_t i = 0; i < id_host.size(); ++i) id_host[i] = static_cast<int32_t>((i * 37 + 5) % 128);
+      Twin ids = twin_bytes(DType::i32, {T, 8}, id_host.data());
+      Twin w = twin_random(DType::f32, {T, 8});
+      cpu_->moe_keep_experts(ids.cpu, w.cpu, first, count);
+      gpu_->moe_keep_experts(ids.gpu, w.gpu, first, count);
+      expect_identical(ids, "moe_keep_experts ids");
+      expect_identical(w, "moe_keep_experts weights");
+    }
+  Twin ids = twin_output(DType::i32, {2, 8}), halves = twin_output(DType::bf16, {2, 8});
+  EXPECT_ERROR_HAS(gpu_->moe_keep_experts(ids.gpu, halves.gpu, 0, 4), "expected contiguous ids i32 and weights f32");
+  Twin w = twin_output(DType::f32, {2, 8});
+  EXPECT_ERROR_HAS(gpu_->moe_keep_experts(ids.gpu, w.gpu, 3, 0), "are no range");
+}
+
 // Batched decode: one query per sequence, each over its own cache at its own position, in one
 // launch (attention_rows / kv_write_rows: a device table of cache addresses) against the CPU's
 // row-by-row default. Positions differ per row (rows before, at and long after a ring rollover).

@@ -632,6 +632,16 @@ class CudaBackend final : public Backend {
           "kv_write");
   }
 
+  void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count) override {
+    check_moe_keep_experts(ids, weights, first, count);
+    require_device(ids, "moe_keep_experts");
+    require_device(weights, "moe_keep_experts");
+    OpTimer timer(*this, "moe_route", 16.0 * ids.numel());  // part of the routing
+    check(cuda::launch_moe_keep_experts(ids.ptr<int32_t>(), weights.ptr<float>(), ids.numel(),
+                                        static_cast<int32_t>(first), static_cast<int32_t>(count), stream_),
+          "moe_keep_experts");
+  }
+
   void moe_route(Tensor weights, Tensor ids, const Tensor& logits, const Tensor* per_expert_scale) override {
     OpTimer timer(*this, "moe_route", 4.0 * logits.numel());
     F32Rows l = f32_rows(logits, "moe_route"), w = f32_rows(weights, "moe_route");

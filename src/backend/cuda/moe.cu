@@ -164,6 +164,21 @@ __global__ void moe_combine_kernel(float* out, int64_t out_stride, const float* 
   out[t * out_stride + c] = sum;
 }
 
+// Backend::moe_keep_experts: a few hundred pairs per step at most, one thread each.
+__global__ void moe_keep_experts_kernel(int32_t* ids, float* weights, int64_t n, int32_t first, int32_t count) {
+  enter_kernel();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int32_t id = ids[i];
+    if (id >= first && id - first < count) {
+      ids[i] = id - first;
+    } else {
+      ids[i] = 0;
+      weights[i] = 0.0f;
+    }
+  }
+}
+
 }  // namespace
 
 cudaError_t launch_moe_route(float* weights, int32_t* ids, const float* logits, int64_t n_tokens, int64_t n_experts,
@@ -192,6 +207,14 @@ cudaError_t launch_moe_combine(float* out, int64_t out_stride, const float* y, c
   if (top_k > kMaxTopK) return cudaErrorInvalidValue;
   dim3 grid(static_cast<unsigned>((cols + 255) / 256), static_cast<unsigned>(n_tokens));
   return launch_kernel(moe_combine_kernel, grid, 256, 0, stream, out, out_stride, y, weights, ids, top_k, cols);
+}
+
+cudaError_t launch_moe_keep_experts(int32_t* ids, float* weights, int64_t n, int32_t first, int32_t count,
+                                    cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  const int64_t blocks = (n + 255) / 256;
+  return launch_kernel(moe_keep_experts_kernel, static_cast<unsigned>(blocks < 4096 ? blocks : 4096), 256, 0, stream,
+                       ids, weights, n, first, count);
 }
 
 }  // namespace fl::cuda

@@ -18,4 +18,9 @@ cudaError_t launch_moe_route(float* weights, int32_t* ids, const float* logits, 
 cudaError_t launch_moe_combine(float* out, int64_t out_stride, const float* y, const float* weights,
                                const int32_t* ids, int64_t n_tokens, int64_t top_k, int64_t cols, cudaStream_t stream);
 
+// Expert parallelism (Backend::moe_keep_experts), in place over n pairs: ids in [first, first +
+// count) become id - first; any other pair gets id 0 and weight 0.
+cudaError_t launch_moe_keep_experts(int32_t* ids, float* weights, int64_t n, int32_t first, int32_t count,
+                                    cudaStream_t stream);
+
 }  // namespace fl::cuda
