@@ -20,8 +20,8 @@ namespace {
 // One thread per rank: run(body) runs body(r) on every rank's thread at once and returns when
 // all have (one call at a time, as with any Model). Each rank's backend is thus only ever used
 // from its own thread, whichever thread calls the model. The first rank to fail aborts its
-// communicator (freeing ranks that wait for it in a collective), and run then throws that
-// rank's error.
+// communicator (freeing ranks that wait for it in a collective), run then throws that rank's
+// error, and every later run is refused.
 class RankThreads {
  public:
   RankThreads(std::vector<Communicator*> comms, std::vector<Backend*> backends)
@@ -39,8 +39,13 @@ class RankThreads {
   RankThreads(const RankThreads&) = delete;
   RankThreads& operator=(const RankThreads&) = delete;
 
-  void run(const std::function<void(int rank)>& body) {
+  // `release`: the model's teardown, which runs on each rank's thread even after a failure.
+  void run(const std::function<void(int rank)>& body, bool release = false) {
     std::unique_lock lock(mutex_);
+    // After a rank failed the group is aborted for good, and a captured decode graph would replay
+    // the GPU ranks' collectives on aborted communicators (a replay calls no Communicator): every
+    // later call is refused here, before any rank runs.
+    if (!stopped_.empty() && !release) fail("the split model stopped after a failure ({}); load it again", stopped_);
     body_ = &body;
     pending_ = static_cast<int>(workers_.size());
     failure_.clear();
@@ -63,11 +68,13 @@ class RankThreads {
     } catch (...) {
       error = "an unknown exception";
     }
+    const std::string why = fmt::format("rank {} failed: {}", rank, error);
     {
       std::lock_guard lock(mutex_);
       if (failure_.empty()) failure_ = comms_.size() > 1 ? fmt::format("rank {}: {}", rank, error) : error;
+      if (stopped_.empty()) stopped_ = why;
     }
-    comms_[static_cast<size_t>(rank)]->abort(fmt::format("rank {} failed: {}", rank, error));
+    comms_[static_cast<size_t>(rank)]->abort(why);
   }
 
   void work(int rank) {
@@ -95,6 +102,7 @@ class RankThreads {
   int pending_ = 0;
   bool stop_ = false;
   std::string failure_;
+  std::string stopped_;  // the first rank failure: every later run() is refused
 };
 
 struct Rank {
@@ -196,10 +204,12 @@ class TensorParallelModel final : public Model {
     // Each rank's model and backend go on the thread that made and used them (a GPU backend's
     // calls belong to its own thread), then the threads.
     try {
-      threads_->run([&](int r) {
-        ranks_[static_cast<size_t>(r)].model.reset();
-        ranks_[static_cast<size_t>(r)].backend.reset();
-      });
+      threads_->run(
+          [&](int r) {
+            ranks_[static_cast<size_t>(r)].model.reset();
+            ranks_[static_cast<size_t>(r)].backend.reset();
+          },
+          /*release=*/true);
     } catch (const std::exception& e) {
       log_warn("tensor parallel: releasing a rank failed: {}", e.what());
     }

@@ -185,9 +185,16 @@ class CudaBackend final : public Backend {
   void bind_to_this_thread() override { check(cudaSetDevice(device_), "set device"); }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override { return std::make_unique<CudaBuffer>(bytes, stream_); }
+  // This backend's GPU, whichever device is current on the calling thread (a split model asks
+  // every rank's from one thread); the thread's current device is left as it was.
   std::optional<size_t> free_memory() const override {
+    int current = 0;
+    check(cudaGetDevice(&current), "current device");
+    if (current != device_) check(cudaSetDevice(device_), "set device");
     size_t free_bytes = 0, total = 0;
-    check(cudaMemGetInfo(&free_bytes, &total), "memory info");
+    const cudaError_t err = cudaMemGetInfo(&free_bytes, &total);
+    if (current != device_) cudaSetDevice(current);
+    check(err, "memory info");
     return free_bytes;
   }
 
@@ -636,7 +643,7 @@ class CudaBackend final : public Backend {
     check_moe_keep_experts(ids, weights, first, count);
     require_device(ids, "moe_keep_experts");
     require_device(weights, "moe_keep_experts");
-    OpTimer timer(*this, "moe_route", 16.0 * ids.numel());  // part of the routing
+    OpTimer timer(*this, "moe_keep_experts", 16.0 * ids.numel());
     check(cuda::launch_moe_keep_experts(ids.ptr<int32_t>(), weights.ptr<float>(), ids.numel(),
                                         static_cast<int32_t>(first), static_cast<int32_t>(count), stream_),
           "moe_keep_experts");

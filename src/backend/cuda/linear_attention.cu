@@ -283,7 +283,8 @@ constexpr int kScanRows = kDeltaChunkMax / kScanWarps;          // chunk rows pe
 constexpr int kScanStateRows = kDeltaChunkMaxDim / kScanWarps;  // state rows per warp in the update (8)
 static_assert(kDeltaChunkMax % 4 == 0 && kDeltaChunkMax % kScanWarps == 0, "chunk tiles are whole float4s and warps");
 static_assert(2 * kDeltaChunkMaxDim <= kChunkThreads, "prepare: a thread per column of U and of W");
-// Chunks per slab: 16 chunks of Qwen3.5's 32 heads of 128 x 128 are ~75 MB of factors.
+// Chunks per slab, at most (and at most ~64 MB of factors: Qwen3.5's 32 heads of 128 x 128 take
+// 4.7 MB per chunk, so 14 chunks).
 constexpr int64_t kMaxSlabChunks = 16;
 
 __host__ __device__ constexpr int pad4(int x) { return (x + 3) / 4 * 4; }
@@ -464,8 +465,8 @@ __global__ void __launch_bounds__(kChunkThreads, 2) delta_chunk_prepare_kernel(D
   if (tid == 0) *f.decay = exp_gamma[L - 1];
 }
 
-// Block (tile, n): state columns tile * 32 + lane of value head n; warp w computes chunk rows
-// w + 8 r of V' and O, then state rows w + 8 r of the update.
+// Block (tile, n): state columns tile * 32 + lane of value head n; warp w (of 16) computes chunk
+// rows w + 16 r of V' and O, then state rows w + 16 r of the update.
 __global__ void __launch_bounds__(kScanThreads) delta_chunk_scan_kernel(DeltaChunkArgs c) {
   enter_kernel();
   constexpr int kC = kDeltaChunkMax;

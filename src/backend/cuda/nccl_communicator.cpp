@@ -7,6 +7,7 @@
 // here are declared, with the C types of nccl.h's stable ABI (enums are int-sized).
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -48,7 +49,10 @@ NcclApi load_nccl(const std::string& library) {
   NcclApi api;
   auto bind = [&](auto& fn, const char* symbol) {
     fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(handle, symbol));
-    if (!fn) fail("{} has no {}: not an NCCL library?", library, symbol);
+    if (!fn) {
+      dlclose(handle);
+      fail("{} has no {}: not an NCCL library?", library, symbol);
+    }
   };
   bind(api.get_version, "ncclGetVersion");
   bind(api.comm_init_all, "ncclCommInitAll");
@@ -61,10 +65,17 @@ NcclApi load_nccl(const std::string& library) {
 
 // The ranks' communicators, shared by their NcclCommunicator objects. abort() aborts all of them
 // (a rank stuck in a collective waits on its peers' kernels, which only their abort ends).
+//
+// NCCL takes no two calls on one communicator at once, so rank r's enqueue and an abort of comm r
+// (from a failing rank's thread) hold rank r's lock. That is safe because an enqueue never waits
+// for the other ranks on the host: the connections are made when the group is set up
+// (NCCL_RUNTIME_CONNECT=0), not lazily by the first collective, so a rank's first call cannot
+// block inside the lock until a peer's arrives.
 struct NcclGroup {
   NcclApi api;
   std::vector<NcclComm> comms;
-  std::mutex mutex;    // comms[] against abort() from another rank's thread
+  std::vector<std::unique_ptr<std::mutex>> rank_mutex;  // comms[r] against abort()
+  std::mutex broken_mutex;
   std::string broken;  // non-empty once aborted: why
 
   ~NcclGroup() {
@@ -87,20 +98,27 @@ class NcclCommunicator final : public Communicator {
   void all_reduce_sum(Tensor& t) override {
     if (t.dtype != DType::f32 || t.device != Device::cuda || !t.is_contiguous())
       fail("all_reduce_sum on rank {}: {} must be contiguous f32 in GPU memory", rank_, t.describe());
-    std::lock_guard lock(group_->mutex);
-    if (!group_->broken.empty()) fail("{}", group_->broken);
-    const NcclResult r = group_->api.all_reduce(t.data, t.data, static_cast<size_t>(t.numel()), kNcclFloat32, kNcclSum,
-                                                group_->comms[static_cast<size_t>(rank_)], stream_);
+    std::lock_guard lock(*group_->rank_mutex[static_cast<size_t>(rank_)]);
+    NcclComm comm = group_->comms[static_cast<size_t>(rank_)];
+    if (!comm) {  // aborted
+      std::lock_guard broken_lock(group_->broken_mutex);
+      fail("{}", group_->broken);
+    }
+    const NcclResult r =
+        group_->api.all_reduce(t.data, t.data, static_cast<size_t>(t.numel()), kNcclFloat32, kNcclSum, comm, stream_);
     if (r != 0) fail("NCCL all-reduce on rank {}: {}", rank_, group_->api.describe(r));
   }
 
   void abort(const std::string& why) override {
-    std::lock_guard lock(group_->mutex);
-    if (!group_->broken.empty()) return;
-    group_->broken = why.empty() ? "the rank group was aborted" : why;
-    for (NcclComm& c : group_->comms) {
-      if (c) group_->api.comm_abort(c);
-      c = nullptr;
+    {
+      std::lock_guard lock(group_->broken_mutex);
+      if (!group_->broken.empty()) return;
+      group_->broken = why.empty() ? "the rank group was aborted" : why;
+    }
+    for (size_t r = 0; r < group_->comms.size(); ++r) {
+      std::lock_guard lock(*group_->rank_mutex[r]);
+      if (group_->comms[r]) group_->api.comm_abort(group_->comms[r]);
+      group_->comms[r] = nullptr;
     }
   }
 
@@ -132,7 +150,10 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<Bac
   // this runs on lend it unreliably; rings and trees over NVLink are what fireline measures.
   // NCCL reads its settings from the environment only.
   if (options.disable_nvls) setenv("NCCL_NVLS_ENABLE", "0", 1);
+  // Every connection made at setup, none by a first collective (see NcclGroup).
+  setenv("NCCL_RUNTIME_CONNECT", "0", 1);
   group->comms.assign(devices.size(), nullptr);
+  for (size_t i = 0; i < devices.size(); ++i) group->rank_mutex.push_back(std::make_unique<std::mutex>());
   const NcclResult r = group->api.comm_init_all(group->comms.data(), static_cast<int>(devices.size()), devices.data());
   if (r != 0) {
     std::fill(group->comms.begin(), group->comms.end(), nullptr);  // nothing to destroy after a failed init
