@@ -890,9 +890,12 @@ TEST_F(CudaOps, LinearAttentionOpsMatchTheCpu) {
   struct Case {
     int64_t nK, nV, dk, dv;
   };
-  // Qwen3.5's head sizes; odd small ones; a dk that needs 8 threads per column; the fixtures'
-  // dk = 16 with a prompt of 250 tokens (its stages stay at 32 tokens: shared memory under 48 KB)
-  for (const Case& c : {Case{2, 4, 128, 128}, Case{1, 3, 36, 21}, Case{2, 6, 200, 40}, Case{1, 2, 16, 16}})
+  // Qwen3.5's head sizes; odd small ones; a dk that needs 8 threads per column (and is past the
+  // chunked kernels' 128: the recurrence); dk = 30 (the chunked tiles pad it to 32) with dv = 40
+  // (a whole and a part tile of 32 state columns); the fixtures' dk = 16 with a prompt of 250
+  // tokens (its stages stay at 32 tokens: shared memory under 48 KB)
+  for (const Case& c :
+       {Case{2, 4, 128, 128}, Case{1, 3, 36, 21}, Case{2, 6, 200, 40}, Case{1, 2, 30, 40}, Case{1, 2, 16, 16}})
     for (int64_t T : {1, 3, 70, 130, 250}) {
       if (T == 250 && c.dk != 16) continue;
       const int64_t width = 2 * c.nK * c.dk + c.nV * c.dv + 7;  // 7 spare columns: rows are not packed
@@ -921,7 +924,16 @@ TEST_F(CudaOps, LinearAttentionOpsMatchTheCpu) {
             backend.gated_delta_rule(o, q, k, v, gt, bt, s, p);
         };
         run(*cpu_, qkv.cpu, out.cpu, state.cpu, g.cpu, beta.cpu);
+        gpu_->set_profiling(true);
         run(*gpu_, qkv.gpu, out.gpu, state.gpu, g.gpu, beta.gpu);
+        gpu_->set_profiling(false);
+        const std::vector<OpProfile> profile = gpu_->take_profile();
+        ASSERT_EQ(profile.size(), 1u);
+        // The chunked kernels (2 per slab of 16 chunks) where they apply and T > 1, else the one
+        // recurrent launch: the form under test is the one that ran.
+        const bool chunked_kernels = chunked && T > 1 && c.dk <= 128 && c.dv <= 128;
+        const int64_t chunks = chunked ? (T + chunk - 1) / chunk : 0;
+        EXPECT_EQ(profile[0].kernels, chunked_kernels ? 2 * ((chunks + 15) / 16) : 1);
         if (chunked) {
           expect_close(out, 2e-5f, "gated_delta_rule_chunked out", 1.0f);
           expect_close(state, 2e-5f, "gated_delta_rule_chunked state", 1.0f);
