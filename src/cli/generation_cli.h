@@ -28,7 +28,7 @@ struct GenerationFlags {
   std::string backend;  // empty: cuda when available, else cpu
   std::string kv;       // empty: q8 on cuda, f32 on cpu
   int64_t ctx = 0;      // 0: min(model's max_position_embeddings, 4096)
-  int tp = 1;           // --tp: ranks of a tensor-parallel split (CPU threads for now)
+  int tp = 1;           // --tp: ranks of a tensor-parallel split (GPUs over NCCL, or CPU threads)
   bool ep = false;      // --ep: deal the experts out over those ranks
 };
 

@@ -1017,13 +1017,11 @@ class CudaBackend final : public Backend {
       return;
     }
     // Scratch for a slab of chunks' factors (~64 MB at most); two kernels per slab.
-    const size_t scratch_bytes = cuda::delta_rule_chunked_scratch_bytes(a, p.chunk);
-    float* scratch = workspace_floats((scratch_bytes + 3) / 4);
-    const size_t per_chunk = cuda::delta_rule_chunk_factor_bytes(a);
-    const int64_t chunks = (T + p.chunk - 1) / p.chunk, slab = static_cast<int64_t>(scratch_bytes / per_chunk);
-    OpTimer timer(*this, op, bytes + 2.0 * static_cast<double>(per_chunk) * static_cast<double>(chunks),
-                  static_cast<int>(2 * ((chunks + slab - 1) / slab)));
-    check(cuda::launch_gated_delta_rule_chunked(a, p.chunk, scratch, scratch_bytes, stream_), op);
+    const cuda::DeltaChunkPlan plan = cuda::plan_delta_rule_chunked(a, p.chunk);
+    float* scratch = workspace_floats((plan.scratch_bytes + 3) / 4);
+    OpTimer timer(*this, op, bytes + 2.0 * static_cast<double>(plan.chunk_bytes) * static_cast<double>(plan.chunks),
+                  static_cast<int>(2 * plan.slabs));
+    check(cuda::launch_gated_delta_rule_chunked(a, p.chunk, plan, scratch, stream_), op);
   }
 
   // The sampling ops' per-call upload (adjustments, row arguments): at least `bytes`, grown after

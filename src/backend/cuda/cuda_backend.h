@@ -28,12 +28,7 @@ void* cuda_stream_of(Backend& backend);
 // backend's stream, called from the rank's thread (model/tensor_parallel.h). NCCL is loaded with
 // dlopen here: a missing library is an fl::Error naming it.
 struct NcclOptions {
-  std::string library =
-#ifdef FIRELINE_GPU_HIP
-      "librccl.so.1";
-#else
-      "libnccl.so.2";
-#endif
+  std::string library;       // empty: libnccl.so.2 (librccl.so.1 in HIP builds)
   bool disable_nvls = true;  // NCCL_NVLS_ENABLE=0: no NVLink multicast (issue 10)
 };
 std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<Backend* const> backends,

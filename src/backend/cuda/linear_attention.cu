@@ -297,6 +297,12 @@ __device__ __forceinline__ void accumulate4(float& acc, const float4& w, const f
   acc += w.w * v[3];
 }
 
+// Rows first_row .. first_row + 3 of this lane's column in a [rows][32] tile.
+__device__ __forceinline__ void column4(const float* tile, int first_row, int lane, float (&v)[4]) {
+#pragma unroll
+  for (int x = 0; x < 4; ++x) v[x] = tile[(first_row + x) * kScanCols + lane];
+}
+
 // One (chunk, value head)'s factors: rows past the chunk's tokens and columns past dk are zeros,
 // so the scan runs whole tiles without bounds. qd, w and kdt are adjacent (one copy stages them).
 struct ChunkFactors {
@@ -508,8 +514,7 @@ __global__ void __launch_bounds__(kScanThreads) delta_chunk_scan_kernel(DeltaChu
     for (int r = 0; r < kScanRows; ++r) ws[r] = inter[r] = 0.0f;
     for (int d4 = 0; d4 < dkp / 4; ++d4) {
       float sv[4];
-#pragma unroll
-      for (int x = 0; x < 4; ++x) sv[x] = s[(4 * d4 + x) * kScanCols + lane];
+      column4(s, 4 * d4, lane, sv);
 #pragma unroll
       for (int r = 0; r < kScanRows; ++r) {
         const int i = warp + r * kScanWarps;
@@ -531,8 +536,7 @@ __global__ void __launch_bounds__(kScanThreads) delta_chunk_scan_kernel(DeltaChu
     // zero above the diagonal and V' past the chunk, so those terms add exact zeros.
     for (int j4 = 0; j4 < (L + 3) / 4; ++j4) {
       float v[4];
-#pragma unroll
-      for (int x = 0; x < 4; ++x) v[x] = vp[(4 * j4 + x) * kScanCols + lane];
+      column4(vp, 4 * j4, lane, v);
 #pragma unroll
       for (int r = 0; r < kScanRows; ++r) {
         const float4 p = reinterpret_cast<const float4*>(attn + (warp + r * kScanWarps) * kC)[j4];
@@ -555,8 +559,7 @@ __global__ void __launch_bounds__(kScanThreads) delta_chunk_scan_kernel(DeltaChu
     }
     for (int i4 = 0; i4 < kC / 4; ++i4) {
       float v[4];
-#pragma unroll
-      for (int x = 0; x < 4; ++x) v[x] = vp[(4 * i4 + x) * kScanCols + lane];
+      column4(vp, 4 * i4, lane, v);
 #pragma unroll
       for (int r = 0; r < kScanStateRows; ++r) {
         const int d = warp + r * kScanWarps;
@@ -661,42 +664,38 @@ bool delta_rule_chunked_applies(int64_t dk, int64_t dv, int64_t chunk) {
 }
 
 #if !defined(FIRELINE_GPU_HIP)
-size_t delta_rule_chunk_factor_bytes(const DeltaRuleArgs& a) {
-  return sizeof(float) * static_cast<size_t>(chunk_factor_floats(a.dk, a.dv)) * static_cast<size_t>(a.n_v_heads);
-}
-
-size_t delta_rule_chunked_scratch_bytes(const DeltaRuleArgs& a, int chunk) {
-  const size_t per_chunk = delta_rule_chunk_factor_bytes(a);
-  const int64_t chunks = chunk > 0 ? (a.n_tokens + chunk - 1) / chunk : 1;
-  int64_t slab = static_cast<int64_t>((size_t{64} << 20) / per_chunk);
+DeltaChunkPlan plan_delta_rule_chunked(const DeltaRuleArgs& a, int chunk) {
+  DeltaChunkPlan plan;
+  plan.chunks = chunk > 0 ? (a.n_tokens + chunk - 1) / chunk : 0;
+  plan.chunk_bytes =
+      sizeof(float) * static_cast<size_t>(chunk_factor_floats(a.dk, a.dv)) * static_cast<size_t>(a.n_v_heads);
+  int64_t slab = plan.chunk_bytes > 0 ? static_cast<int64_t>((size_t{64} << 20) / plan.chunk_bytes) : 1;
   if (slab > kMaxSlabChunks) slab = kMaxSlabChunks;
-  slab = slab < 1 ? 1 : slab > chunks ? chunks : slab;
-  return per_chunk * static_cast<size_t>(slab);
+  slab = slab < 1 ? 1 : slab > plan.chunks ? plan.chunks : slab;
+  plan.slab_chunks = slab;
+  plan.slabs = slab > 0 ? (plan.chunks + slab - 1) / slab : 0;
+  plan.scratch_bytes = plan.chunk_bytes * static_cast<size_t>(slab);
+  return plan;
 }
 
-cudaError_t launch_gated_delta_rule_chunked(const DeltaRuleArgs& a, int chunk, float* scratch, size_t scratch_bytes,
-                                            cudaStream_t stream) {
+cudaError_t launch_gated_delta_rule_chunked(const DeltaRuleArgs& a, int chunk, const DeltaChunkPlan& plan,
+                                            float* scratch, cudaStream_t stream) {
   if (a.n_tokens == 0 || a.n_v_heads == 0) return cudaSuccess;
   if (!delta_rule_chunked_applies(a.dk, a.dv, chunk) || a.state_table || a.n_k_heads <= 0 ||
-      a.n_v_heads % a.n_k_heads || a.n_v_heads > 65535)
+      a.n_v_heads % a.n_k_heads || a.n_v_heads > 65535 || plan.slab_chunks < 1 || plan.slab_chunks > kMaxSlabChunks)
     return cudaErrorInvalidValue;
-  const size_t per_chunk = delta_rule_chunk_factor_bytes(a);
-  const int64_t chunks = (a.n_tokens + chunk - 1) / chunk;
-  int64_t slab = static_cast<int64_t>(scratch_bytes / per_chunk);
-  if (slab < 1) return cudaErrorInvalidValue;
-  if (slab > 65535) slab = 65535;
   const size_t prepare_smem = prepare_smem_bytes(a.dk, chunk), scan_smem = scan_smem_bytes(a.dk);
   cudaError_t err = cudaFuncSetAttribute(delta_chunk_prepare_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(prepare_smem));
   if (err == cudaSuccess)
     err = cudaFuncSetAttribute(delta_chunk_scan_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                static_cast<int>(scan_smem));
-  for (int64_t first = 0; err == cudaSuccess && first < chunks; first += slab) {
+  for (int64_t first = 0; err == cudaSuccess && first < plan.chunks; first += plan.slab_chunks) {
     DeltaChunkArgs c;
     c.rule = a;
     c.factors = scratch;
     c.first_chunk = first;
-    c.n_chunks = static_cast<int>(chunks - first < slab ? chunks - first : slab);
+    c.n_chunks = static_cast<int>(plan.chunks - first < plan.slab_chunks ? plan.chunks - first : plan.slab_chunks);
     c.chunk = chunk;
     err = launch_kernel(delta_chunk_prepare_kernel, dim3(static_cast<unsigned>(c.n_chunks), a.n_v_heads), kChunkThreads,
                         prepare_smem, stream, c);
@@ -708,9 +707,8 @@ cudaError_t launch_gated_delta_rule_chunked(const DeltaRuleArgs& a, int chunk, f
   return err;
 }
 #else
-size_t delta_rule_chunk_factor_bytes(const DeltaRuleArgs&) { return 0; }
-size_t delta_rule_chunked_scratch_bytes(const DeltaRuleArgs&, int) { return 0; }
-cudaError_t launch_gated_delta_rule_chunked(const DeltaRuleArgs&, int, float*, size_t, cudaStream_t) {
+DeltaChunkPlan plan_delta_rule_chunked(const DeltaRuleArgs&, int) { return {}; }
+cudaError_t launch_gated_delta_rule_chunked(const DeltaRuleArgs&, int, const DeltaChunkPlan&, float*, cudaStream_t) {
   return cudaErrorInvalidValue;
 }
 #endif

@@ -77,16 +77,19 @@ cudaError_t launch_gated_delta_rule(const DeltaRuleArgs& args, cudaStream_t stre
 constexpr int kDeltaChunkMax = 64;
 constexpr int kDeltaChunkMaxDim = 128;
 bool delta_rule_chunked_applies(int64_t dk, int64_t dv, int64_t chunk);
-// Scratch bytes of one chunk's factors (every value head): a slab of chunks takes a multiple.
-size_t delta_rule_chunk_factor_bytes(const DeltaRuleArgs& args);
-// Scratch for one call: the factors of a slab of chunks (at most 16 chunks and ~64 MB, at least
-// one chunk), the call's tokens permitting.
-size_t delta_rule_chunked_scratch_bytes(const DeltaRuleArgs& args, int chunk);
-// args.state_table must be null (one sequence). `scratch` holds scratch_bytes >= the size above
-// for some chunk count (at least one chunk's worth): the call goes through the tokens a slab at a
-// time.
-cudaError_t launch_gated_delta_rule_chunked(const DeltaRuleArgs& args, int chunk, float* scratch, size_t scratch_bytes,
-                                            cudaStream_t stream);
+// How a call goes through its tokens: slabs of slab_chunks chunks (at most 16 and ~64 MB of
+// factors, at least one chunk), two launches each, the slab's factors in `scratch_bytes`.
+struct DeltaChunkPlan {
+  int64_t chunks = 0;       // in the call
+  int64_t slab_chunks = 0;  // per slab
+  int64_t slabs = 0;
+  size_t chunk_bytes = 0;    // one chunk's factors, every value head
+  size_t scratch_bytes = 0;  // slab_chunks * chunk_bytes
+};
+DeltaChunkPlan plan_delta_rule_chunked(const DeltaRuleArgs& args, int chunk);
+// args.state_table must be null (one sequence); `scratch` holds plan.scratch_bytes.
+cudaError_t launch_gated_delta_rule_chunked(const DeltaRuleArgs& args, int chunk, const DeltaChunkPlan& plan,
+                                            float* scratch, cudaStream_t stream);
 
 // x *= sigmoid(gate): gate [R, N] (per_row false) or [R, 1] (per_row true); element strides.
 cudaError_t launch_sigmoid_gate(float* x, int64_t x_stride, const float* gate, int64_t gate_stride, bool per_row,

@@ -133,8 +133,13 @@ class NcclCommunicator final : public Communicator {
 std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<Backend* const> backends,
                                                                    const NcclOptions& options) {
   if (backends.empty()) fail("make_nccl_communicators: no ranks");
+#ifdef FIRELINE_GPU_HIP
+  const std::string library = options.library.empty() ? "librccl.so.1" : options.library;
+#else
+  const std::string library = options.library.empty() ? "libnccl.so.2" : options.library;
+#endif
   auto group = std::make_shared<NcclGroup>();
-  group->api = load_nccl(options.library);
+  group->api = load_nccl(library);
   std::vector<int> devices;
   std::vector<cudaStream_t> streams;
   for (Backend* b : backends) {
@@ -159,7 +164,7 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<Bac
     std::fill(group->comms.begin(), group->comms.end(), nullptr);  // nothing to destroy after a failed init
     fail("NCCL {} could not set up {} ranks: {}", version, devices.size(), group->api.describe(r));
   }
-  log_debug("NCCL {} ({}): {} ranks", version, options.library, devices.size());
+  log_debug("NCCL {} ({}): {} ranks", version, library, devices.size());
   std::vector<std::unique_ptr<Communicator>> comms;
   for (size_t i = 0; i < devices.size(); ++i)
     comms.push_back(std::make_unique<NcclCommunicator>(group, static_cast<int>(i), streams[i]));
