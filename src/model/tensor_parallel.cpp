@@ -1,12 +1,13 @@
 #include "model/tensor_parallel.h"
 
+#include <fmt/format.h>
+
 #include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
-
-#include <fmt/format.h>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/log.h"
@@ -38,6 +39,17 @@ class RankThreads {
   }
   RankThreads(const RankThreads&) = delete;
   RankThreads& operator=(const RankThreads&) = delete;
+
+  // body(r) on every rank, returning rank 0's result (the ranks compute the same logits and tokens).
+  template <typename Body>
+  auto run_for_rank0(Body body) {
+    decltype(body(0)) first{};
+    run([&](int r) {
+      auto mine = body(r);
+      if (r == 0) first = std::move(mine);
+    });
+    return first;
+  }
 
   // `release`: the model's teardown, which runs on each rank's thread even after a failure.
   void run(const std::function<void(int rank)>& body, bool release = false) {
@@ -118,26 +130,10 @@ class TensorParallelDecode final : public DecodeGraph {
       : threads_(threads), graphs_(std::move(graphs)), seq_(seq), vocab_(vocab) {}
 
   std::vector<float> step(int32_t token) override {
-    check(token);
-    std::vector<float> logits;
-    threads_.run([&](int r) {
-      seq_.rank_parts[static_cast<size_t>(r)]->n_past = seq_.n_past;  // the caller may have moved it
-      std::vector<float> mine = graphs_[static_cast<size_t>(r)]->step(token);
-      if (r == 0) logits = std::move(mine);
-    });
-    seq_.n_past = seq_.rank_parts[0]->n_past;
-    return logits;
+    return step_ranks(token, [&](DecodeGraph& g) { return g.step(token); });
   }
   int32_t step_sample(int32_t token, const SampleSpec& spec) override {
-    check(token);
-    int32_t chosen = -1;
-    threads_.run([&](int r) {
-      seq_.rank_parts[static_cast<size_t>(r)]->n_past = seq_.n_past;
-      const int32_t mine = graphs_[static_cast<size_t>(r)]->step_sample(token, spec);
-      if (r == 0) chosen = mine;
-    });
-    seq_.n_past = seq_.rank_parts[0]->n_past;
-    return chosen;
+    return step_ranks(token, [&](DecodeGraph& g) { return g.step_sample(token, spec); });
   }
   bool captured() const override { return graphs_[0]->captured(); }
 
@@ -145,6 +141,19 @@ class TensorParallelDecode final : public DecodeGraph {
   // What the ranks would refuse, refused before they start (a refusal inside a rank aborts the
   // communicators, which is for faults, not for bad input).
   void check(int32_t token) const { check_step_ids(seq_, std::span<const int32_t>(&token, 1), vocab_); }
+
+  // One step of every rank's graph from the caller's position (the caller may have moved it);
+  // rank 0's result and position.
+  template <typename Step>
+  auto step_ranks(int32_t token, Step step) -> std::invoke_result_t<Step, DecodeGraph&> {
+    check(token);
+    auto result = threads_.run_for_rank0([&](int r) {
+      seq_.rank_parts[static_cast<size_t>(r)]->n_past = seq_.n_past;
+      return step(*graphs_[static_cast<size_t>(r)]);
+    });
+    seq_.n_past = seq_.rank_parts[0]->n_past;
+    return result;
+  }
 
   RankThreads& threads_;
   std::vector<std::unique_ptr<DecodeGraph>> graphs_;
@@ -233,36 +242,27 @@ class TensorParallelModel final : public Model {
 
   std::vector<float> forward(Sequence& seq, std::span<const int32_t> ids, LogitsMode mode) override {
     check_step(seq, ids);
-    std::vector<float> logits;
-    threads_->run([&](int r) {
+    std::vector<float> logits = threads_->run_for_rank0([&](int r) {
       Sequence& part = *seq.rank_parts[static_cast<size_t>(r)];
       part.n_past = seq.n_past;
-      std::vector<float> mine = ranks_[static_cast<size_t>(r)].model->forward(part, ids, mode);
-      if (r == 0) logits = std::move(mine);
+      return ranks_[static_cast<size_t>(r)].model->forward(part, ids, mode);
     });
     seq.n_past += static_cast<int64_t>(ids.size());
     return logits;
   }
 
   std::vector<float> forward_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids) override {
-    std::vector<float> logits;
-    run_batch(seqs, ids, [&](int r, Model& m, std::span<Sequence* const> parts) {
-      std::vector<float> mine = m.forward_batch(parts, ids);
-      if (r == 0) logits = std::move(mine);
-    });
-    return logits;
+    return run_batch(seqs, ids,
+                     [&](Model& m, std::span<Sequence* const> parts) { return m.forward_batch(parts, ids); });
   }
 
   std::vector<int32_t> forward_batch_sample(std::span<Sequence* const> seqs, std::span<const int32_t> ids,
                                             std::span<const SampleSpec> specs) override {
     if (specs.size() != seqs.size())
       fail("forward_batch_sample: {} sequences but {} sampling specs", seqs.size(), specs.size());
-    std::vector<int32_t> tokens;
-    run_batch(seqs, ids, [&](int r, Model& m, std::span<Sequence* const> parts) {
-      std::vector<int32_t> mine = m.forward_batch_sample(parts, ids, specs);
-      if (r == 0) tokens = std::move(mine);
+    return run_batch(seqs, ids, [&](Model& m, std::span<Sequence* const> parts) {
+      return m.forward_batch_sample(parts, ids, specs);
     });
-    return tokens;
   }
 
   void reset_sequence(Sequence& seq) override {
@@ -300,8 +300,10 @@ class TensorParallelModel final : public Model {
     check_step_ids(seq, ids, vocab_);
   }
 
+  // call(rank's model, rank's parts of seqs) on every rank; rank 0's result.
   template <typename Call>
-  void run_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids, Call call) {
+  auto run_batch(std::span<Sequence* const> seqs, std::span<const int32_t> ids, Call call)
+      -> std::invoke_result_t<Call, Model&, std::span<Sequence* const>> {
     if (seqs.empty() || seqs.size() != ids.size())
       fail("forward_batch: {} sequences but {} token ids", seqs.size(), ids.size());
     for (size_t i = 0; i < seqs.size(); ++i) {
@@ -309,16 +311,17 @@ class TensorParallelModel final : public Model {
       for (size_t j = 0; j < i; ++j)
         if (seqs[j] == seqs[i]) fail("forward_batch: a sequence appears twice in one batch");
     }
-    threads_->run([&](int r) {
+    auto result = threads_->run_for_rank0([&](int r) {
       std::vector<Sequence*> parts;
       for (Sequence* s : seqs) {
         Sequence& part = *s->rank_parts[static_cast<size_t>(r)];
         part.n_past = s->n_past;
         parts.push_back(&part);
       }
-      call(r, *ranks_[static_cast<size_t>(r)].model, parts);
+      return call(*ranks_[static_cast<size_t>(r)].model, parts);
     });
     for (Sequence* s : seqs) s->n_past += 1;
+    return result;
   }
 
   ModelConfig config_;
