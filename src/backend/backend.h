@@ -309,9 +309,27 @@ int32_t sample_token(Backend& backend, Tensor out_id, Tensor logits, const Sampl
 // The CPU oracle backend.
 std::unique_ptr<Backend> make_cpu_backend();
 
+// How a GPU backend feeds activations to its tensor cores in products over many tokens: the GEMM
+// of a prompt's (or a decode batch's) rows, the grouped expert GEMM and the flash prefill
+// attention (Q, K, P and V). The weights' 4-bit and 8-bit codes are exact in bf16 either way and
+// every sum runs in f32; decode of one sequence (SIMT matvecs, decode attention) is f32 in both.
+// The CPU backend, the oracle, always computes in f32 and ignores the choice.
+enum class TensorCorePrecision {
+  f32,   // each activation cut into three bf16 pieces: the f32 products up to summation order
+  bf16,  // each activation rounded to bf16 once (one piece): 3x fewer tensor-core products in a
+         // GEMM, 6x in attention; as a bf16 checkpoint runs in transformers
+};
+std::string_view tensor_core_precision_name(TensorCorePrecision precision);
+// "f32" or "bf16"; throws fl::Error naming the choices otherwise.
+TensorCorePrecision parse_tensor_core_precision(std::string_view name);
+
+struct BackendOptions {
+  TensorCorePrecision tensor_core_precision = TensorCorePrecision::f32;
+};
+
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.
 // Throws fl::Error naming the available backends otherwise.
-std::unique_ptr<Backend> make_backend(std::string_view name);
+std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& options = {});
 // How many GPUs make_backend("cuda:N") can open (0 in a build without a GPU backend).
 int gpu_device_count();
 

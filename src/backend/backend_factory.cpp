@@ -23,7 +23,17 @@ constexpr const char* kGpuList = ", cuda, cuda:N";
 
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(std::string_view name) {
+std::string_view tensor_core_precision_name(TensorCorePrecision precision) {
+  return precision == TensorCorePrecision::bf16 ? "bf16" : "f32";
+}
+
+TensorCorePrecision parse_tensor_core_precision(std::string_view name) {
+  if (name == "f32") return TensorCorePrecision::f32;
+  if (name == "bf16") return TensorCorePrecision::bf16;
+  fail("precision '{}' is not one of f32, bf16", name);
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& options) {
   if (name == "cpu") return make_cpu_backend();
   for (std::string_view gpu : kGpuNames) {
     if (name != gpu && !(name.starts_with(gpu) && name.size() > gpu.size() && name[gpu.size()] == ':')) continue;
@@ -33,8 +43,9 @@ std::unique_ptr<Backend> make_backend(std::string_view name) {
       auto [ptr, ec] = std::from_chars(name.data() + gpu.size() + 1, name.data() + name.size(), index);
       if (ec != std::errc() || ptr != name.data() + name.size()) fail("backend '{}': expected {}:N", name, gpu);
     }
-    return make_cuda_backend(index);
+    return make_cuda_backend(index, options);
 #else
+    (void)options;
     fail("this fireline was built without a GPU backend (no nvcc at build time); use --backend cpu");
 #endif
   }

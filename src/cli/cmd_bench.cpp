@@ -1,16 +1,17 @@
 // fireline bench: prefill and decode speed of a model (a file, or a synthetic model with the
 // shapes of a published one), with the memory-bandwidth roofline it is measured against.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
 
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
-
 #include "cli/commands.h"
+#include "cli/generation_cli.h"
 #include "cli/model_arg.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -27,6 +28,7 @@ struct BenchOptions {
   std::string format = "hf4";
   std::string backend = "cuda";
   std::string kv = "q8";
+  std::string precision;  // empty: bf16 (generation_cli.h)
   int prompt_tokens = 512;
   int gen_tokens = 64;
   int64_t context = 4096;
@@ -85,7 +87,9 @@ void run_bench(const BenchOptions& opt) {
   const std::string ranks_backend = check_tensor_parallel_flags(opt.tp, opt.ep, opt.backend);
   if (opt.tp > 1 && opt.profile) fail("--profile times one device's ops; it does not combine with --tp");
   auto start = std::chrono::steady_clock::now();
-  auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend);
+  const BackendOptions backend_options = backend_options_from_flags(opt.precision);
+  const std::string_view precision = tensor_core_precision_name(backend_options.tensor_core_precision);
+  auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend, backend_options);
   std::unique_ptr<ModelSource> source =
       opt.like.empty() ? open_model_source(resolve_model_arg(opt.model)) : make_synthetic_source({opt.like, opt.format, 1, {}});
   const DType kv = kv_type(opt.kv);
@@ -96,7 +100,7 @@ void run_bench(const BenchOptions& opt) {
   std::unique_ptr<Model> model;
   std::string backend_name(backend->name());
   if (opt.tp > 1) {  // one backend and thread per rank (model/tensor_parallel.h)
-    model = make_command_line_split_model(*source, {opt.tp, opt.ep}, load, ranks_backend);
+    model = make_command_line_split_model(*source, {opt.tp, opt.ep}, load, ranks_backend, backend_options);
     backend_name = command_line_split_name({opt.tp, opt.ep}, ranks_backend);
   } else {
     model = load_model(*source, *backend, load);
@@ -225,6 +229,7 @@ void run_bench(const BenchOptions& opt) {
                         {"tp", opt.tp},
                         {"ep", opt.ep},
                         {"kv", opt.kv},
+                        {"precision", precision},
                         {"load_s", load_s},
                         {"prompt_tokens", opt.prompt_tokens},
                         {"prefill_tok_s", prefill},
@@ -248,7 +253,8 @@ void run_bench(const BenchOptions& opt) {
     return;
   }
   std::string out;
-  out += fmt::format("model     {} on {} (KV {}), loaded in {:.1f} s\n", source->path(), backend_name, opt.kv, load_s);
+  out += fmt::format("model     {} on {} (KV {}, tensor cores {}), loaded in {:.1f} s\n", source->path(), backend_name,
+                     opt.kv, precision, load_s);
   out += fmt::format("prefill   {:>10.1f} tok/s   ({} tokens, median of {})\n", prefill, opt.prompt_tokens, opt.runs);
   out += fmt::format("decode    {:>10.1f} tok/s   ({:.2f} ms/token at context {}, {} tokens, median of {}, graph replay)\n",
                      decode, 1000.0 / decode, opt.context, opt.gen_tokens, opt.runs);
@@ -289,6 +295,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--format", opt->format, "Weight format of the synthetic model: hf4 (default), hf6, q8, bf16, f32");
   cmd->add_option("--backend", opt->backend, "cuda (default), cuda:N or cpu");
   cmd->add_option("--kv", opt->kv, "KV cache type: q8 (default), bf16, f32");
+  cmd->add_option("--precision", opt->precision, kPrecisionHelp);
   cmd->add_option("--prompt-tokens", opt->prompt_tokens, "Prompt length for the prefill measurement (default 512)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--gen-tokens", opt->gen_tokens, "Tokens decoded per run (default 64)")->check(CLI::Range(1, 1 << 20));

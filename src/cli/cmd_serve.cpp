@@ -40,6 +40,7 @@ struct ServeOptions {
   int64_t max_seq = 0;  // 0: the model's context, at most 4096
   std::string backend;  // empty: cuda when available, else cpu
   std::string kv;       // empty: q8 on cuda, f32 on cpu
+  std::string precision;         // empty: bf16 (generation_cli.h)
   std::optional<uint64_t> seed;  // for requests without one
   int parallel = 4;
   int tp = 1;       // --tp: ranks of a tensor-parallel split (GPUs over NCCL, or CPU threads)
@@ -91,6 +92,7 @@ std::pair<std::unique_ptr<server::Engine>, std::unique_ptr<server::PromptFronten
   GenerationFlags flags;
   flags.backend = opt.backend;
   flags.kv = opt.kv;
+  flags.precision = opt.precision;
   flags.ctx = opt.max_seq;
   flags.tp = opt.tp;
   flags.ep = opt.ep;
@@ -219,6 +221,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(1, 64));
   cmd->add_flag("--ep", opt->ep, "With --tp: deal a mixture-of-experts model's experts out over the ranks");
   cmd->add_option("--kv", opt->kv, "KV cache type: f32, bf16, q8 (default: q8 on cuda, f32 on cpu)");
+  cmd->add_option("--precision", opt->precision, kPrecisionHelp);
   cmd->add_option("--seed", opt->seed, "Sampling seed of requests that give none (default: a random one each)");
   cmd->add_option("--parallel", opt->parallel, "Sequences generated together (default 4)");
   cmd->add_flag("-d,--detach", opt->detach, "Run in the background: pid file and log under the fireline home");

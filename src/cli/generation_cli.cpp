@@ -68,10 +68,21 @@ void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
   cmd->add_option("--kv", f.kv, "KV cache type: f32, bf16, q8 (default: q8 on cuda, f32 on cpu)");
   cmd->add_option("--ctx,--max-seq", f.ctx, "Context size in tokens (default: the model's, at most 4096)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--precision", f.precision, kPrecisionHelp);
   cmd->add_option("--tp", f.tp,
                   "Split the model over this many ranks (tensor parallel; GPUs 0..N-1 over NCCL, or CPU threads)")
       ->check(CLI::Range(1, 64));
   cmd->add_flag("--ep", f.ep, "With --tp: deal a mixture-of-experts model's experts out over the ranks");
+}
+
+const char* const kPrecisionHelp =
+    "Activations in the GPU's tensor-core products of prompts and batches: bf16 (default; fastest) or f32 "
+    "(exact, as the CPU); one sequence's decode is f32 either way";
+
+BackendOptions backend_options_from_flags(const std::string& precision) {
+  BackendOptions options;
+  options.tensor_core_precision = parse_tensor_core_precision(precision.empty() ? "bf16" : precision);
+  return options;
 }
 
 LoadedModel load_model_for_text(const std::string& path, const GenerationFlags& flags, int sequences) {
@@ -79,19 +90,21 @@ LoadedModel load_model_for_text(const std::string& path, const GenerationFlags& 
   LoadedModel m;
   m.path = path;
   const std::string ranks_backend = check_tensor_parallel_flags(flags.tp, flags.ep, flags.backend);
+  const BackendOptions backend_options = backend_options_from_flags(flags.precision);
   if (flags.tp > 1) {
     m.backend = make_backend(rank_backend_name(ranks_backend, 0));  // rank 0's device: picks the KV type
   } else if (flags.backend.empty()) {
     try {
-      m.backend = make_backend("cuda");
+      m.backend = make_backend("cuda", backend_options);
     } catch (const Error& e) {
       log_debug("no CUDA backend ({}); using the CPU", e.what());
       m.backend = make_backend("cpu");
     }
   } else {
-    m.backend = make_backend(flags.backend);
+    m.backend = make_backend(flags.backend, backend_options);
   }
   const bool on_cpu = m.backend->device() == Device::cpu;
+  if (on_cpu && flags.precision == "bf16") log_warn("--precision bf16 applies to GPUs; the CPU computes in f32");
   m.kv_name = flags.kv.empty() ? (on_cpu ? "f32" : "q8") : flags.kv;
   const DType kv = kv_type(m.kv_name);
 
@@ -110,7 +123,7 @@ LoadedModel load_model_for_text(const std::string& path, const GenerationFlags& 
   load.sequences = sequences;
   m.backend_name = m.backend->name();
   if (flags.tp > 1) {  // one backend and thread per rank (model/tensor_parallel.h)
-    m.model = make_command_line_split_model(*m.source, {flags.tp, flags.ep}, load, ranks_backend);
+    m.model = make_command_line_split_model(*m.source, {flags.tp, flags.ep}, load, ranks_backend, backend_options);
     m.backend_name = command_line_split_name({flags.tp, flags.ep}, ranks_backend);
   } else {
     m.model = load_model(*m.source, *m.backend, load);

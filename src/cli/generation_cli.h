@@ -28,11 +28,17 @@ struct GenerationFlags {
   std::string backend;  // empty: cuda when available, else cpu
   std::string kv;       // empty: q8 on cuda, f32 on cpu
   int64_t ctx = 0;      // 0: min(model's max_position_embeddings, 4096)
+  std::string precision;  // --precision: the GPU's tensor-core activations; empty: bf16
   int tp = 1;           // --tp: ranks of a tensor-parallel split (GPUs over NCCL, or CPU threads)
   bool ep = false;      // --ep: deal the experts out over those ranks
 };
 
 void add_generation_flags(CLI::App* cmd, GenerationFlags& flags);
+
+// The help text of --precision (run, chat, serve, bench).
+extern const char* const kPrecisionHelp;
+// The backend options of a --precision value (empty: bf16, the command line's default).
+BackendOptions backend_options_from_flags(const std::string& precision);
 
 struct LoadedModel {
   std::string path;

@@ -333,12 +333,13 @@ class TensorParallelModel final : public Model {
 }  // namespace
 
 std::unique_ptr<Model> make_command_line_split_model(const ModelSource& whole, const ParallelOptions& options,
-                                                     const LoadOptions& load, std::string_view ranks_backend) {
+                                                     const LoadOptions& load, std::string_view ranks_backend,
+                                                     const BackendOptions& backend_options) {
   const int N = options.tensor_parallel;
   std::vector<std::unique_ptr<Backend>> backends;
   std::vector<Backend*> ranks;
   for (int r = 0; r < N; ++r) {
-    backends.push_back(make_backend(rank_backend_name(ranks_backend, r)));
+    backends.push_back(make_backend(rank_backend_name(ranks_backend, r), backend_options));
     ranks.push_back(backends.back().get());
   }
   auto comms = make_rank_communicators(ranks);

@@ -31,10 +31,11 @@ std::unique_ptr<Model> make_tensor_parallel_model(const ModelSource& whole, cons
 
 // The split the command line asks for (--tp N, --ep), after check_tensor_parallel_flags gave
 // `ranks_backend`: N CPU backends with thread communicators ("cpu"), or GPUs 0 .. N-1 with NCCL
-// ("cuda"). The one place that picks the ranks' backends and
+// ("cuda"), each made with `backend_options`. The one place that picks the ranks' backends and
 // transport.
 std::unique_ptr<Model> make_command_line_split_model(const ModelSource& whole, const ParallelOptions& options,
-                                                     const LoadOptions& load, std::string_view ranks_backend);
+                                                     const LoadOptions& load, std::string_view ranks_backend,
+                                                     const BackendOptions& backend_options = {});
 // Rank r's make_backend name: "cpu", or GPU r ("cuda:r").
 std::string rank_backend_name(std::string_view ranks_backend, int rank);
 // Its backends, for messages: "cpu x 2 (--tp 2 --ep)", "cuda x 4 (--tp 4, NCCL)".

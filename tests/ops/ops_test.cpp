@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -134,6 +135,44 @@ class CudaOps : public ::testing::Test {
       if (g[i] != c[i] && count++ == 0) first = i;
     ASSERT_EQ(count, 0u) << what << ": " << count << " of " << g.size() << " bytes differ, first at byte " << first
                          << " (gpu " << int(g[first]) << ", cpu " << int(c[first]) << ")";
+  }
+
+  // A K and a V cache of `rows` rows, zero on both sides.
+  std::pair<Twin, Twin> zeroed_caches(DType type, int64_t rows, int64_t n_kv, int64_t D) {
+    std::pair<Twin, Twin> caches{twin_output(type, {rows, n_kv, D}), twin_output(type, {rows, n_kv, D})};
+    const std::vector<uint8_t> zeros(caches.first.host.size(), 0);
+    for (Twin* t : {&caches.first, &caches.second}) {
+      std::memset(t->host.data(), 0, zeros.size());
+      gpu_->copy_to_device(t->gpu, zeros.data());
+    }
+    return caches;
+  }
+
+  // A mixture-of-experts block's inputs: T tokens routed top-8 over 128 experts (H = 256, I =
+  // 176), routed on the CPU and the same ids and weights given to the GPU; with `favoured`,
+  // every token's first choice is expert 0.
+  struct RoutedExperts {
+    Twin w, ids, gate_up, down, x, out;
+  };
+  RoutedExperts routed_experts(DType type, int64_t T, bool favoured) {
+    const int64_t E = 128, K = 8, H = 256, I = 176;
+    Twin logits = twin_random(DType::f32, {T, E}, 2.0f);
+    if (favoured) {
+      float* l = static_cast<float*>(logits.host.data());
+      for (int64_t t = 0; t < T; ++t) l[t * E] += 10.0f;
+      gpu_->copy_to_device(logits.gpu, l);
+    }
+    RoutedExperts e;
+    e.w = twin_output(DType::f32, {T, K});
+    e.ids = twin_output(DType::i32, {T, K});
+    cpu_->moe_route(e.w.cpu, e.ids.cpu, logits.cpu, nullptr);
+    gpu_->copy_to_device(e.w.gpu, e.w.host.data());
+    gpu_->copy_to_device(e.ids.gpu, e.ids.host.data());
+    e.gate_up = twin_random(type, {E, 2 * I, H}, 0.3f);
+    e.down = twin_random(type, {E, H, I}, 0.3f);
+    e.x = twin_random(DType::f32, {T, H});
+    e.out = twin_output(DType::f32, {T, H});
+    return e;
   }
 
   std::mt19937 rng_{12345};
@@ -639,12 +678,7 @@ TEST_F(CudaOps, AttentionAndKvWriteAcrossRingRollovers) {
                      std::to_string(c.window) + " past=" + std::to_string(c.past) + " T=" + std::to_string(c.T) +
                      (ring ? " ring" : " linear"));
         // history in chunks of up to 29 tokens, through both backends' kv_write
-        Twin kc = twin_output(cache_type, {rows, c.n_kv, c.D}), vc = twin_output(cache_type, {rows, c.n_kv, c.D});
-        std::memset(kc.host.data(), 0, kc.host.size());
-        std::memset(vc.host.data(), 0, vc.host.size());
-        std::vector<uint8_t> zeros(kc.host.size(), 0);
-        gpu_->copy_to_device(kc.gpu, zeros.data());
-        gpu_->copy_to_device(vc.gpu, zeros.data());
+        auto [kc, vc] = zeroed_caches(cache_type, rows, c.n_kv, c.D);
         KvView cpu_cache{kc.cpu, vc.cpu}, gpu_cache{kc.gpu, vc.gpu};
         for (int64_t at = 0; at < c.past;) {
           const int64_t n = std::min<int64_t>(29, c.past - at);
@@ -804,20 +838,8 @@ TEST_F(CudaOps, MoeExpertsGroupedGemm) {
   for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
     for (int64_t T : {64, 512})
       for (bool favoured : {false, true}) {
-        const int64_t E = 128, K = 8, H = 256, I = 176;
-        Twin logits = twin_random(DType::f32, {T, E}, 2.0f);
-        if (favoured) {
-          float* l = static_cast<float*>(logits.host.data());
-          for (int64_t t = 0; t < T; ++t) l[t * E] += 10.0f;
-          gpu_->copy_to_device(logits.gpu, l);
-        }
-        Twin w = twin_output(DType::f32, {T, K}), ids = twin_output(DType::i32, {T, K});
-        cpu_->moe_route(w.cpu, ids.cpu, logits.cpu, nullptr);
-        gpu_->copy_to_device(w.gpu, w.host.data());
-        gpu_->copy_to_device(ids.gpu, ids.host.data());
-        Twin gate_up = twin_random(type, {E, 2 * I, H}, 0.3f), down = twin_random(type, {E, H, I}, 0.3f);
-        Twin x = twin_random(DType::f32, {T, H});
-        Twin out = twin_output(DType::f32, {T, H});
+        RoutedExperts e = routed_experts(type, T, favoured);
+        Twin &x = e.x, &out = e.out, &gate_up = e.gate_up, &down = e.down, &ids = e.ids, &w = e.w;
         cpu_->moe_experts(out.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, Activation::gelu_tanh);
         gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
         const std::string what = std::string("grouped moe_experts ") + std::string(dtype_name(type)) +
@@ -827,6 +849,137 @@ TEST_F(CudaOps, MoeExpertsGroupedGemm) {
         gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
         EXPECT_EQ(first, gpu_bytes(out)) << what << ": the output depends on the order of the sorted pairs";
       }
+}
+
+// The CPU tensor of t's f32 values rounded to bf16 (nearest even, as the GPU rounds), kept in
+// `storage`.
+Tensor rounded_to_bf16(const Twin& t, HostBuffer& storage) {
+  storage = HostBuffer(t.host.size());
+  const float* src = static_cast<const float*>(t.host.data());
+  float* dst = static_cast<float*>(storage.data());
+  for (size_t i = 0; i < t.host.size() / 4; ++i) dst[i] = bf16_to_f32(f32_to_bf16(src[i]));
+  Tensor out = t.cpu;
+  out.data = storage.data();
+  return out;
+}
+
+float max_abs(const Twin& t) {
+  const float* v = static_cast<const float*>(t.host.data());
+  float m = 0.0f;
+  for (size_t i = 0; i < t.host.size() / 4; ++i) m = std::max(m, std::fabs(v[i]));
+  return m;
+}
+
+// TensorCorePrecision::bf16 (backend.h), on a second GPU backend made with it: the tensor-core
+// products of many tokens take each activation rounded to bf16 once. Budgets:
+// - dense GEMM: the CPU's f32 product of the rounded inputs (the HFQ4 min term sums the rounded
+//   inputs too, matmul_mma.cu), so the f32 path's budget holds; and the bits differ from the f32
+//   path's (the option reached the kernel).
+// - grouped experts: the rounded x into gate_up as on the CPU; the activations entering down are
+//   rounded on the GPU alone, each by <= 2^-9 relative, which moves an output by ~1e-3 of the
+//   largest on these shapes: 1e-2 of it still fails a wrong expert or scale (errors of order 1).
+// - prefill attention: q, k, v rounded on both sides; P is rounded on the GPU alone, and
+//   |sum_j (bf16(P_j) - P_j) V_j| / sum_j P_j <= 2^-9 max |V|: budget 2^-8 max |V|. A Q8_0 cache
+//   adds the cached rows of a tile shared with fresh rows, dequantised and then rounded (an S
+//   error of up to 2^-9 sum |q k| scale): 1e-2 max |V| there.
+// - one sequence's decode (a single input; the decode attention kernel) is f32 in both: the same
+//   bits as the f32 backend.
+TEST_F(CudaOps, Bf16TensorCoresMultiplyRoundedInputs) {
+  BackendOptions options;
+  options.tensor_core_precision = TensorCorePrecision::bf16;
+  auto bf16 = make_backend("cuda", options);
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128, DType::q8_0})
+    for (int64_t T : {1, 16, 65, 200})
+      for (int64_t K : {176, 704, 2816}) {
+        const int64_t M = 300;
+        const std::string what = std::string("bf16 GEMM ") + std::string(dtype_name(type)) + " T=" + std::to_string(T) +
+                                 " K=" + std::to_string(K);
+        Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {T, K});
+        Twin out = twin_output(DType::f32, {T, M});
+        HostBuffer rounded;
+        bf16->matmul(out.gpu, x.gpu, w.gpu);
+        bf16->synchronize();
+        const std::vector<uint8_t> got = gpu_bytes(out);
+        gpu_->matmul(out.gpu, x.gpu, w.gpu);
+        const std::vector<uint8_t> exact = gpu_bytes(out);
+        if (T == 1) {
+          EXPECT_EQ(got, exact) << what << ": one input's matvec must not depend on the precision";
+          continue;
+        }
+        EXPECT_NE(got, exact) << what << ": bf16 and f32 precision gave the same bits";
+        gpu_->copy_to_device(out.gpu, got.data());
+        cpu_->matmul(out.cpu, rounded_to_bf16(x, rounded), w.cpu);
+        expect_close(out, kSumBudget * std::max(1.0f, std::sqrt(static_cast<float>(K) / 256.0f)), what);
+      }
+
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
+    for (int64_t T : {64, 512}) {
+      RoutedExperts e = routed_experts(type, T, false);
+      Twin &x = e.x, &out = e.out, &gate_up = e.gate_up, &down = e.down, &ids = e.ids, &w = e.w;
+      HostBuffer rounded;
+      cpu_->moe_experts(out.cpu, rounded_to_bf16(x, rounded), gate_up.cpu, down.cpu, ids.cpu, w.cpu,
+                        Activation::gelu_tanh);
+      bf16->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
+      bf16->synchronize();
+      expect_close(
+          out, 1e-2f,
+          std::string("bf16 grouped moe_experts ") + std::string(dtype_name(type)) + " T=" + std::to_string(T));
+    }
+
+  struct Case {
+    int64_t D;
+    int n_heads, n_kv, window;
+    int64_t past, T;
+  };
+  // Prefill-sized steps as in AttentionAndKvWriteAcrossRingRollovers, on the bf16 kernel
+  // (attention_flash_bf16.cu): windows inside a step and across a cached prefix in a ring, D =
+  // 512 (two warps per row group), 256, 128, 80, 64 and 16, partial 64-row blocks, several key
+  // tiles; and one decode row of the group kernel.
+  const Case cases[] = {{256, 16, 8, 64, 0, 100}, {256, 16, 8, 1024, 1000, 70}, {512, 16, 2, 0, 0, 130},
+                        {512, 8, 2, 0, 45, 40},   {128, 8, 2, 0, 5, 64},        {80, 4, 4, 16, 20, 31},
+                        {64, 8, 2, 0, 300, 200},  {16, 4, 1, 8, 37, 17},        {512, 16, 2, 0, 700, 1}};
+  for (DType cache_type : {DType::f32, DType::bf16, DType::q8_0})
+    for (const Case& c : cases) {
+      const int64_t rows = c.window > 0 ? c.window : c.past + c.T;
+      SCOPED_TRACE(std::string("bf16 attention, cache ") + std::string(dtype_name(cache_type)) +
+                   " D=" + std::to_string(c.D) + " window=" + std::to_string(c.window) +
+                   " past=" + std::to_string(c.past) + " T=" + std::to_string(c.T));
+      auto [kc, vc] = zeroed_caches(cache_type, rows, c.n_kv, c.D);
+      KvView cpu_cache{kc.cpu, vc.cpu}, gpu_cache{kc.gpu, vc.gpu};
+      // The history: rounded on the CPU side where the GPU rounds what it reads back (f32, bf16
+      // caches); a Q8_0 cache holds the same codes on both sides.
+      const bool round_history = cache_type != DType::q8_0;
+      float max_v = 0.0f;
+      for (int64_t at = 0; at < c.past;) {
+        const int64_t n = std::min<int64_t>(29, c.past - at);
+        Twin k = twin_random(DType::f32, {n, c.n_kv, c.D}), v = twin_random(DType::f32, {n, c.n_kv, c.D});
+        Twin pos = twin_positions(at, n);
+        HostBuffer rk, rv;
+        cpu_->kv_write(cpu_cache, round_history ? rounded_to_bf16(k, rk) : k.cpu,
+                       round_history ? rounded_to_bf16(v, rv) : v.cpu, pos.cpu);
+        gpu_->kv_write(gpu_cache, k.gpu, v.gpu, pos.gpu);
+        max_v = std::max(max_v, max_abs(v));
+        at += n;
+      }
+      Twin q = twin_random(DType::f32, {c.T, c.n_heads, c.D});
+      Twin k = twin_random(DType::f32, {c.T, c.n_kv, c.D}), v = twin_random(DType::f32, {c.T, c.n_kv, c.D});
+      max_v = std::max(max_v, max_abs(v));
+      Twin pos = twin_positions(c.past, c.T);
+      Twin out = twin_output(DType::f32, {c.T, c.n_heads, c.D});
+      AttentionParams p{c.n_heads, c.n_kv, static_cast<int>(c.D), 1.0f / std::sqrt(static_cast<float>(c.D)), c.window};
+      bf16->attention(out.gpu, q.gpu, k.gpu, v.gpu, gpu_cache, pos.gpu, p);
+      bf16->synchronize();
+      if (c.T == 1) {
+        const std::vector<uint8_t> got = gpu_bytes(out);
+        gpu_->attention(out.gpu, q.gpu, k.gpu, v.gpu, gpu_cache, pos.gpu, p);
+        EXPECT_EQ(got, gpu_bytes(out)) << "one decode row must not depend on the precision";
+        continue;
+      }
+      HostBuffer rq, rk, rv;
+      cpu_->attention(out.cpu, rounded_to_bf16(q, rq), rounded_to_bf16(k, rk), rounded_to_bf16(v, rv), cpu_cache,
+                      pos.cpu, p);
+      expect_close(out, cache_type == DType::q8_0 ? 1e-2f : 1.0f / 256.0f, "attention", max_v);
+    }
 }
 
 // Columns [col0, col0 + heads * dim) of [T, width] rows as a strided [T, heads, dim] view, as the

@@ -35,6 +35,13 @@ struct AttentionArgs {
   bool group_queries = false;
   int n_splits = 1;          // blocks along the context per (token, head), or per (token, KV head) with group_queries
   float* partial = nullptr;  // [T, n_heads, n_splits, head_dim + 2] when n_splits > 1
+  // bf16 pieces per Q, K, P and V value in the tensor-core kernel: 3 (the f32 products) or 1
+  // (bf16 values, f32 sums: attention_flash_bf16.cu where it applies). Q8_0 cache codes are
+  // exact in one piece either way.
+  int pieces = 3;
+  // Device scratch of the bf16 prompt kernel (flash_bf16_scratch_bytes), else unused.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
 };
 // Runs the tensor-core kernel (attention_mma.cu) for prefill-sized steps (flash_attention_applies,
 // n_splits == 1) and for group_queries, else the SIMT kernel; either way split along the context
@@ -50,6 +57,13 @@ bool flash_attention_applies(int64_t n_tokens, int64_t head_dim);
 // Keys per tile of that kernel (a split takes whole tiles).
 int64_t flash_decode_tile_keys(int64_t head_dim);
 cudaError_t launch_flash_attention(const AttentionArgs& args, cudaStream_t stream);
+// The bf16 prompt kernel (attention_flash_bf16.cu): pieces == 1, >= kFlashMinTokens tokens of one
+// sequence, head dims in 16s up to 256 and in 32s up to 512. It gathers the keys the step sees
+// into bf16 scratch first: args.scratch of flash_bf16_scratch_bytes(args). launch_flash_attention
+// runs it where it applies.
+bool flash_bf16_applies(const AttentionArgs& args);
+size_t flash_bf16_scratch_bytes(const AttentionArgs& args);
+cudaError_t launch_flash_bf16(const AttentionArgs& args, cudaStream_t stream);
 // Writes k, v ([T, n_kv, D] f32) into cache rows positions[t] % cache_rows, converting to the
 // cache's type (f32, bf16 or q8_0); with k_row_caches / v_row_caches (device arrays), row t into
 // its own cache.

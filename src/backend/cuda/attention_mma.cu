@@ -7,10 +7,11 @@
 // bits of an f32 significand) and the products of pieces i, j with i + j < kPieces are summed
 // (6 products for 3 pieces: the dropped ones are below 2^-24 of the result), so the scores and
 // the output are the f32 ones up to summation order, as the op harness and the golden tests
-// require. The pieces are cut in registers from f32 tiles in shared memory. Tiles of keys that
-// are all in a Q8_0 cache hold the int8 codes instead (exact in one piece) and a scale per key
-// and 32-element block, applied to each block's share of S and folded into P for each block of
-// output columns: three products per mma step instead of six.
+// require. With one piece (TensorCorePrecision::bf16, prompts only) each value is rounded to
+// bf16 once and every sum stays f32. The pieces are cut in registers from f32 tiles in shared memory. Tiles of keys
+// that are all in a Q8_0 cache hold the int8 codes instead (exact in one piece) and a scale per key and 32-element
+// block, applied to each block's share of S and folded into P for each block of output columns: three products per mma
+// step instead of six.
 //
 // Decode (AttentionArgs::group_queries): a block takes one query row (a token of one sequence, or
 // with per-row caches one sequence's decode row) and one KV head, and its query rows are that
@@ -28,6 +29,7 @@
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/flash_softmax.cuh"
 #if !defined(FIRELINE_GPU_HIP)
 #include "backend/cuda/mma_sync.cuh"
 #endif
@@ -342,34 +344,8 @@ __global__ void __launch_bounds__(kFlashThreads) flash_attention_kernel(Attentio
     }
 
     // Online softmax: scale, mask (causal and sliding window), running max and sum per row.
-    float tile_max[2] = {-FLT_MAX, -FLT_MAX};
-#pragma unroll
-    for (int n = 0; n < kKeyTiles; ++n)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int64_t j = kb + n * 8 + 2 * q + (c & 1);
-        const int64_t p = pos[c / 2];
-        const bool visible = j <= p && (a.window <= 0 || j > p - a.window) && j < key_end;
-        s[n][c] = visible ? s[n][c] * a.scale : -INFINITY;
-        tile_max[c / 2] = fmaxf(tile_max[c / 2], s[n][c]);
-      }
     float corr[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], gpu::shfl_xor(tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], gpu::shfl_xor(tile_max[r], 2));
-      const float m_new = fmaxf(m[r], tile_max[r]);
-      corr[r] = expf(m[r] - m_new);  // 1 while no key is visible yet (both -FLT_MAX)
-      m[r] = m_new;
-      l[r] *= corr[r];
-    }
-#pragma unroll
-    for (int n = 0; n < kKeyTiles; ++n)
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        s[n][c] = expf(s[n][c] - m[c / 2]);  // masked: exp(-inf) = 0
-        l[c / 2] += s[n][c];
-      }
+    online_softmax_tile<kKeyTiles, false>(s, kb, key_end, pos, a.window, a.scale, q, m, l, corr);
 #pragma unroll
     for (int j = 0; j < kMaxOutTiles; ++j)
 #pragma unroll
@@ -477,10 +453,18 @@ cudaError_t launch_flash(const AttentionArgs& a, cudaStream_t stream) {
 // per SM.
 constexpr int tile_keys(int64_t head_dim) { return head_dim > 256 ? 16 : 32; }
 
+template <DType C, int kPieces>
+cudaError_t launch_flash_tiles(const AttentionArgs& a, cudaStream_t stream) {
+  if (tile_keys(a.head_dim) == 16) return launch_flash<C, 16, kPieces>(a, stream);
+  return launch_flash<C, 32, kPieces>(a, stream);
+}
+
+// One piece (bf16 values) for prompts only: the decode group kernel is f32 (AttentionArgs::pieces).
 template <DType C>
 cudaError_t launch_flash_cache(const AttentionArgs& a, cudaStream_t stream) {
-  if (tile_keys(a.head_dim) == 16) return launch_flash<C, 16, 3>(a, stream);
-  return launch_flash<C, 32, 3>(a, stream);
+  if (a.pieces == 3) return launch_flash_tiles<C, 3>(a, stream);
+  if (a.pieces == 1 && !a.group_queries) return launch_flash_tiles<C, 1>(a, stream);
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace
@@ -499,6 +483,7 @@ bool flash_decode_applies(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
 int64_t flash_decode_tile_keys(int64_t head_dim) { return tile_keys(head_dim); }
 
 cudaError_t launch_flash_attention(const AttentionArgs& a, cudaStream_t stream) {
+  if (flash_bf16_applies(a)) return launch_flash_bf16(a, stream);
   if (a.n_splits < 1 || (a.n_splits > 1 && !a.group_queries) || a.n_heads % a.n_kv_heads) return cudaErrorInvalidValue;
   if (a.group_queries ? !flash_decode_applies(a.n_heads, a.n_kv_heads, a.head_dim)
                       : a.k_row_caches || !flash_attention_applies(a.n_tokens, a.head_dim))

@@ -153,7 +153,9 @@ class CudaBackend final : public Backend {
   friend class OpTimer;
 
  public:
-  explicit CudaBackend(int device_index) : device_(device_index) {
+  CudaBackend(int device_index, const BackendOptions& options)
+      : device_(device_index),
+        act_pieces_(options.tensor_core_precision == TensorCorePrecision::bf16 ? 1 : cuda::kMmaExactParts) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -301,6 +303,7 @@ class CudaBackend final : public Backend {
     a.K = weight.dim(1);
     a.row_bytes = weight.stride[0];
     a.n_inputs = in.rows;
+    a.act_pieces = act_pieces_;
     a.scratch_bytes = cuda::matvec_scratch_bytes(a);
     if (a.scratch_bytes > 0) a.scratch = workspace_floats((a.scratch_bytes + 3) / 4);
     check(cuda::launch_matvec(a, stream_), "matmul");
@@ -618,11 +621,19 @@ class CudaBackend final : public Backend {
                                                           row_tables != nullptr, sm_count_);
     a.group_queries = plan.group_queries;
     a.n_splits = plan.n_splits;
+    // The prompt's tensor-core attention takes the backend's precision; a lone decode row (the
+    // group kernel) stays f32, as decode does everywhere.
+    a.pieces = plan.group_queries ? cuda::kMmaExactParts : act_pieces_;
+    if (cuda::flash_bf16_applies(a)) {  // the keys it sees, gathered as bf16
+      a.scratch_bytes = cuda::flash_bf16_scratch_bytes(a);
+      a.scratch = workspace_floats((a.scratch_bytes + 3) / 4);
+    }
     if (a.n_splits > 1) a.partial = workspace_floats(static_cast<size_t>(T * p.n_heads) * a.n_splits * (D + 2));
     // Bytes: the KV rows a step can read (the whole ring, or the whole linear cache: an upper
     // bound when the sequence is shorter than the cache), plus q and out; per sequence.
     const double kv_rows = static_cast<double>(std::min<int64_t>(max_keys, cache.n_rows())) * (row_tables ? T : 1);
-    OpTimer timer(*this, "attention", 2.0 * kv_rows * p.n_kv_heads * a.cache_row_bytes + 8.0 * q.numel(), a.n_splits > 1 ? 2 : 1);
+    OpTimer timer(*this, "attention", 2.0 * kv_rows * p.n_kv_heads * a.cache_row_bytes + 8.0 * q.numel(),
+                  a.n_splits > 1 || a.scratch ? 2 : 1);  // + the merge, or the bf16 kernel's gather
     check(cuda::launch_attention(a, stream_), "attention");
   }
 
@@ -691,7 +702,7 @@ class CudaBackend final : public Backend {
     // also the work items (4 int32 each), their count and the sorted pair ids.
     const size_t sort_floats = mma ? static_cast<size_t>(max_items * 4 + 1 + pairs) : 0;
     // and the GEMM's split inputs (x for gate_up, then the activations for down), 16-byte aligned
-    const int act_pieces = cuda::kMmaExactParts;
+    const int act_pieces = act_pieces_;
     const size_t split_bytes =
         mma ? std::max(cuda::mma_scratch_bytes(T, H, act_pieces), cuda::mma_scratch_bytes(pairs, I, act_pieces)) : 0;
     const size_t head_floats = (static_cast<size_t>(pairs) * (I2 + I + H) + sort_floats + 3) / 4 * 4;
@@ -1048,6 +1059,8 @@ class CudaBackend final : public Backend {
   }
 
   int device_;
+  // bf16 pieces per activation in the tensor-core products of many tokens (BackendOptions).
+  int act_pieces_;
   cudaStream_t stream_ = nullptr;
   std::string name_;
   int sm_count_ = 0;
@@ -1087,7 +1100,9 @@ OpTimer::~OpTimer() {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device_index) { return std::make_unique<CudaBackend>(device_index); }
+std::unique_ptr<Backend> make_cuda_backend(int device_index, const BackendOptions& options) {
+  return std::make_unique<CudaBackend>(device_index, options);
+}
 
 bool cuda_device_available() { return cuda_device_count() > 0; }
 

@@ -12,7 +12,7 @@
 namespace fl {
 
 // Creates the backend on GPU `device_index`; throws fl::Error when there is no such device.
-std::unique_ptr<Backend> make_cuda_backend(int device_index = 0);
+std::unique_ptr<Backend> make_cuda_backend(int device_index = 0, const BackendOptions& options = {});
 // True when at least one CUDA device is usable (a driver and a GPU are present).
 bool cuda_device_available();
 // How many GPUs the runtime sees (0 without a driver).

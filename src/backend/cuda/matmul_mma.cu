@@ -47,18 +47,6 @@ constexpr int kTileK = 64;                // k per stage
 constexpr int kThreads = 256;             // 8 warps
 constexpr int kAStride = kTileK + 8;      // bf16 per shared A row: 144 bytes keeps ldmatrix conflict-free
 
-__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-#else
-  r[0] = r[1] = r[2] = r[3] = 0;
-  __trap();
-#endif
-}
-
 // Bytes (b0 b1 b2 b3) of four words -> word q holds byte q of each: a 4x4 byte transpose.
 __device__ __forceinline__ uint4 transpose_bytes(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3) {
   const uint32_t lo01 = __byte_perm(w0, w1, 0x5140), lo23 = __byte_perm(w2, w3, 0x5140);  // bytes 0, 1
@@ -104,7 +92,9 @@ struct MmaShared {
 
 // The inputs cut once per call (not once per 128-row tile, as when each GEMM block split its
 // own): pieces [part][row][k_pad] bf16, zero past K, and sums [row][k_pad / 64] of each 64-wide
-// chunk of the f32 inputs. k_pad = K rounded up to 64.
+// chunk of the inputs as the pieces hold them (with fewer than 3 pieces, the rounded inputs: the
+// HFQ4 min term then multiplies the same inputs as the codes do, so the whole product is that of
+// the rounded inputs). k_pad = K rounded up to 64.
 struct SplitInputs {
   uint16_t* pieces;
   float* sums;
@@ -134,6 +124,10 @@ __global__ void split_inputs_kernel(SplitInputs out, const float* x, int64_t x_s
     const float* src = x + row * x_stride;
 #pragma unroll
     for (int i = 0; i < 8; ++i) v[i] = k + i < K ? src[k + i] : 0.0f;
+    if constexpr (kParts < kMmaExactParts) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = pieces_value<kParts>(v[i]);
+    }
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) sum += v[i];

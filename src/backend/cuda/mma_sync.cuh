@@ -37,6 +37,41 @@ __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t out[kPie
   }
 }
 
+// What kPieces bf16 pieces of x (split_pair's cut) add up to: x itself for 3 pieces, x rounded to
+// bf16 (nearest even) for one.
+template <int kPieces>
+__device__ __forceinline__ float pieces_value(float x) {
+  float kept = 0.0f;
+#pragma unroll
+  for (int p = 0; p < kPieces; ++p) {
+    const float piece = __bfloat162float(__float2bfloat16_rn(x));
+    kept += piece;
+    x -= piece;
+  }
+  return kept;
+}
+
+// Four 8 x 8 b16 matrices from shared memory: lane i gives the address of row i % 8 of matrix
+// i / 8; register j of lane t receives matrix j's row t / 4, elements 2 (t % 4) and + 1. With
+// `trans`, matrix j's column t / 4, rows 2 (t % 4) and + 1 instead (B operands from row-major V).
+template <bool trans = false>
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const void* smem) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  if constexpr (trans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+#else
+  r[0] = r[1] = r[2] = r[3] = 0;
+  __trap();
+#endif
+}
+
 // 16 bytes global -> shared without passing through registers (zeros when !valid); the copies a
 // thread issues stay in flight together until a wait.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid = true) {

@@ -1,0 +1,301 @@
+// Prompt attention on the tensor cores with bf16 operands (TensorCorePrecision::bf16), in the
+// FlashAttention-2 shape: a block owns 64 query rows of one head and walks the keys they see in
+// tiles, keeping the online softmax's running max, sum and output in registers.
+//
+// Why a second kernel beside attention_mma.cu's: that one keeps f32 tiles in shared memory so
+// that it can cut every value into pieces (the f32 path), 16-32 query rows per block. With one
+// piece its time went to loading and converting f32 values per use and to re-reading each K/V
+// tile for every 16-32 queries (26B-A4B, 4096 tokens: 128 ms of attention, ~23 TFLOPS). Here:
+// - the keys a step sees (cached rows decoded from the cache's format, then the step's own) are
+//   gathered once into bf16 scratch, [n_kv_heads][keys][D] (gather_keys_bf16_kernel), so that
+//   the attention kernel copies its tiles with cp.async, two stages deep, no conversion;
+// - operands reach the tensor cores through ldmatrix: Q and K row-major, V transposed
+//   (ldmatrix.trans), and P straight from the S accumulators (their layout is the A fragment's);
+// - 64 query rows per block share every K/V tile (4 row groups of 16, one warp each).
+// A warp's output is 16 rows x its head-dim slice in registers: D <= 256 fits one warp (128
+// floats per thread at 256), D = 512 (Gemma 4's global layers) takes two warps per row group,
+// each computing the whole S (the QK^T half of the work twice: 1.5x the FLOPs, but no exchange
+// of S through shared memory) and its half of O.
+//
+// Precision: Q, K, V and P rounded to bf16 once each; S, the softmax and O in f32. The softmax
+// sum l adds the unrounded P, so |O - exact O of the rounded Q, K, V| <= 2^-9 max |V| (the op
+// harness's budget).
+#include <algorithm>
+#include <cfloat>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/flash_softmax.cuh"
+#if !defined(FIRELINE_GPU_HIP)
+#include "backend/cuda/mma_sync.cuh"
+#endif
+
+namespace fl::cuda {
+
+#if !defined(FIRELINE_GPU_HIP)
+namespace {
+
+constexpr int kRowGroups = 4;  // warps along the queries
+constexpr int kBlockRows = 16 * kRowGroups;
+constexpr int kRowPad = 8;  // bf16 past D per shared row: rows 16 bytes apart mod 128 (ldmatrix without conflicts)
+
+// The keys of a step: [key0, p0 + T), key0 the first any of its queries sees.
+__device__ __forceinline__ int64_t first_gathered_key(const AttentionArgs& a, int64_t p0) {
+  return a.window > 0 ? max(int64_t{0}, p0 - a.window + 1) : 0;
+}
+
+__device__ __forceinline__ uint32_t bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// Thread: 8 consecutive elements of one key's K and V row -> two 16-byte bf16 stores.
+template <DType C>
+__global__ void gather_keys_bf16_kernel(AttentionArgs a, uint16_t* k_out, uint16_t* v_out, int64_t rows_per_head) {
+  enter_kernel();
+  const int64_t p0 = a.positions[0];
+  const int64_t key0 = first_gathered_key(a, p0);
+  const int64_t n_keys = min(p0 + a.n_tokens - key0, rows_per_head);
+  const int D = a.head_dim, chunks = D / 8, kv = blockIdx.y;
+  const int64_t cache_stride = static_cast<int64_t>(a.n_kv_heads) * a.cache_row_bytes;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n_keys * chunks;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / chunks;
+    const int c = static_cast<int>(i % chunks) * 8;
+    const int64_t j = key0 + r;
+    float k8[8], v8[8];
+    if (j < p0) {
+      const int64_t row = (j % a.cache_rows) * cache_stride + kv * a.cache_row_bytes;
+      decode8<C>(a.k_cache + row, c, D, k8);
+      decode8<C>(a.v_cache + row, c, D, v8);
+    } else {
+      const int64_t row = ((j - p0) * a.n_kv_heads + kv) * D + c;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) k8[e] = a.k_new[row + e], v8[e] = a.v_new[row + e];
+    }
+    const int64_t at = (kv * rows_per_head + r) * D + c;
+    *reinterpret_cast<uint4*>(k_out + at) =
+        make_uint4(bf16x2(k8[0], k8[1]), bf16x2(k8[2], k8[3]), bf16x2(k8[4], k8[5]), bf16x2(k8[6], k8[7]));
+    *reinterpret_cast<uint4*>(v_out + at) =
+        make_uint4(bf16x2(v8[0], v8[1]), bf16x2(v8[2], v8[3]), bf16x2(v8[4], v8[5]), bf16x2(v8[6], v8[7]));
+  }
+}
+
+// Warps per row group: one output slice per warp of at most 256 columns.
+__host__ __device__ constexpr int slice_warps(int D) { return D > 256 ? 2 : 1; }
+
+template <int kKeys>
+__host__ __device__ size_t flash_bf16_smem_bytes(int D) {
+  return sizeof(uint16_t) * static_cast<size_t>(kBlockRows + 2 * 2 * kKeys) * (D + kRowPad);
+}
+
+// kSliceTiles: the most 8-column output tiles a warp holds (its slice / 8, rounded up to a
+// power of two so that few instances serve every head dim).
+template <int kSliceTiles, int kKeys>
+__global__ void __launch_bounds__(kRowGroups * 32 * (kSliceTiles == 32 ? 2 : 1))
+    flash_bf16_kernel(AttentionArgs a, const uint16_t* k_rows, const uint16_t* v_rows, int64_t rows_per_head) {
+  enter_kernel();
+  constexpr int kKeyTiles = kKeys / 8;
+  extern __shared__ __align__(16) uint16_t smem[];
+  const int D = a.head_dim, DW = slice_warps(D), slice = D / DW, stride = D + kRowPad;
+  uint16_t* s_q = smem;                        // [64 rows][stride]
+  uint16_t* s_kv = s_q + kBlockRows * stride;  // [stage][K, V][kKeys][stride]
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, n_threads = blockDim.x;
+  const int rg = warp % kRowGroups, dw = warp / kRowGroups;
+  const int g = lane / 4, q = lane % 4;
+  const int h = blockIdx.y, kv = h / (a.n_heads / a.n_kv_heads);
+  const int t0 = (gridDim.x - 1 - blockIdx.x) * kBlockRows;  // the blocks with the most keys first
+  const int n_rows = min(kBlockRows, a.n_tokens - t0);
+  const int64_t p0 = a.positions[0];
+  const int64_t key0 = first_gathered_key(a, p0);
+  const int64_t last_pos = p0 + t0 + n_rows - 1;
+  const int64_t key_begin = a.window > 0 ? max(key0, p0 + t0 - a.window + 1) : 0;
+  const int64_t key_end = last_pos + 1;
+  const int64_t n_tiles = (key_end - key_begin + kKeys - 1) / kKeys;
+  const uint16_t* k_head = k_rows + kv * rows_per_head * D;
+  const uint16_t* v_head = v_rows + kv * rows_per_head * D;
+
+  // Tile `tile` of K and V -> stage `stage` (keys past the end: zeros, masked below).
+  auto load_tile = [&](int64_t tile, int stage) {
+    uint16_t* sk = s_kv + stage * 2 * kKeys * stride;
+    uint16_t* sv = sk + kKeys * stride;
+    const int64_t kb = key_begin + tile * kKeys;
+    const int chunks = D / 8;
+    for (int i = tid; i < kKeys * chunks; i += n_threads) {
+      const int r = i / chunks, c = (i % chunks) * 8;
+      const bool valid = kb + r < key_end;
+      const int64_t row = valid ? kb + r - key0 : 0;
+      cp_async_16(sk + r * stride + c, k_head + row * D + c, valid);
+      cp_async_16(sv + r * stride + c, v_head + row * D + c, valid);
+    }
+    cp_async_commit();
+  };
+  if (n_tiles > 0) load_tile(0, 0);
+  // Queries -> shared bf16 while the first tile is in flight (rows past the block's: zero).
+  for (int i = tid; i < kBlockRows * (D / 2); i += n_threads) {
+    const int r = i / (D / 2), c = (i % (D / 2)) * 2;
+    const float* src = a.q + (static_cast<int64_t>(t0 + r) * a.n_heads + h) * D + c;
+    *reinterpret_cast<uint32_t*>(s_q + r * stride + c) = r < n_rows ? bf16x2(src[0], src[1]) : 0u;
+  }
+
+  const int row0 = rg * 16, d0 = dw * slice, out_tiles = slice / 8;
+  const int64_t pos[2] = {p0 + t0 + row0 + g, p0 + t0 + row0 + g + 8};
+  const float scale_log2 = a.scale * 1.4426950408889634f;  // exp(x) = exp2(x log2 e)
+  float o[kSliceTiles][4];
+#pragma unroll
+  for (int j = 0; j < kSliceTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  float m[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.0f, 0.0f};
+  // ldmatrix row addresses of this lane: A (Q) and B-from-rows (K) take matrices (rows 0-7 |
+  // 8-15) x (k 0-7 | 8-15) in the fragment's register order; V's transposed B likewise.
+  const int a_row = (lane % 8) + 8 * ((lane / 8) % 2), a_col = 8 * (lane / 16);
+  const int k_row = (lane % 8) + 8 * (lane / 16), k_col = 8 * ((lane / 8) % 2);
+
+  for (int64_t tile = 0; tile < n_tiles; ++tile) {
+    const int stage = static_cast<int>(tile & 1);
+    if (tile + 1 < n_tiles) {
+      load_tile(tile + 1, stage ^ 1);
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const uint16_t* sk = s_kv + stage * 2 * kKeys * stride;
+    const uint16_t* sv = sk + kKeys * stride;
+
+    // S = Q K^T over the whole head dim: [16 rows, kKeys] per warp.
+    float s[kKeyTiles][4];
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    for (int kk = 0; kk < D; kk += 16) {
+      uint32_t qa[4];
+      ldmatrix_x4(qa, s_q + (row0 + a_row) * stride + kk + a_col);
+#pragma unroll
+      for (int np = 0; np < kKeyTiles / 2; ++np) {
+        uint32_t kf[4];
+        ldmatrix_x4(kf, sk + (np * 16 + k_row) * stride + kk + k_col);
+        mma_bf16(s[2 * np], qa, kf[0], kf[1]);
+        mma_bf16(s[2 * np + 1], qa, kf[2], kf[3]);
+      }
+    }
+
+    // Online softmax in base 2: scale, mask (causal and sliding window), running max and sum.
+    float corr[2];
+    online_softmax_tile<kKeyTiles, true>(s, key_begin + tile * kKeys, key_end, pos, a.window, scale_log2, q, m, l,
+                                         corr);
+#pragma unroll
+    for (int j = 0; j < kSliceTiles; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) o[j][c] *= corr[c / 2];
+
+        // O += P V over this warp's slice, 16 keys per step: P's accumulators are the A fragment.
+#pragma unroll
+    for (int ks = 0; ks < kKeys / 16; ++ks) {
+      const uint32_t pa[4] = {bf16x2(s[2 * ks][0], s[2 * ks][1]), bf16x2(s[2 * ks][2], s[2 * ks][3]),
+                              bf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]), bf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+      const uint16_t* v_base = sv + (ks * 16 + a_row) * stride + d0 + a_col;
+#pragma unroll
+      for (int jp = 0; jp < kSliceTiles / 2; ++jp) {
+        if (2 * jp >= out_tiles) break;
+        uint32_t vf[4];
+        ldmatrix_x4<true>(vf, v_base + jp * 16);
+        mma_bf16(o[2 * jp], pa, vf[0], vf[1]);
+        mma_bf16(o[2 * jp + 1], pa, vf[2], vf[3]);
+      }
+    }
+    __syncthreads();  // every warp is done with this stage before it is loaded again
+  }
+
+  // The quad's partial sums make the row's sum; normalise and store this warp's slice.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += gpu::shfl_xor(l[r], 1);
+    l[r] += gpu::shfl_xor(l[r], 2);
+    const int row = row0 + g + 8 * r;
+    if (row >= n_rows) continue;
+    const float inv = 1.0f / l[r];
+    float* out = a.out + (static_cast<int64_t>(t0 + row) * a.n_heads + h) * D + d0;
+#pragma unroll
+    for (int j = 0; j < kSliceTiles; ++j) {
+      if (j >= out_tiles) break;
+      out[j * 8 + 2 * q] = o[j][2 * r] * inv;
+      out[j * 8 + 2 * q + 1] = o[j][2 * r + 1] * inv;
+    }
+  }
+}
+
+// Keys per tile: 64 up to D = 128, then 32 (two stages of K and V stay within ~70-130 KB).
+template <int kSliceTiles>
+constexpr int tile_keys_of() {
+  return kSliceTiles <= 16 ? 64 : 32;
+}
+
+template <int kSliceTiles>
+cudaError_t launch_flash_bf16_tiles(const AttentionArgs& a, const uint16_t* k_rows, const uint16_t* v_rows,
+                                    int64_t rows_per_head, cudaStream_t stream) {
+  constexpr int kKeys = tile_keys_of<kSliceTiles>();
+  const size_t smem = flash_bf16_smem_bytes<kKeys>(a.head_dim);
+  auto kernel = flash_bf16_kernel<kSliceTiles, kKeys>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>((a.n_tokens + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(a.n_heads));
+  return launch_kernel(kernel, grid, kRowGroups * 32 * slice_warps(a.head_dim), smem, stream, a, k_rows, v_rows,
+                       rows_per_head);
+}
+
+}  // namespace
+
+bool flash_bf16_applies(const AttentionArgs& a) {
+  const int D = a.head_dim;
+  return a.pieces == 1 && !a.group_queries && !a.k_row_caches && a.n_splits == 1 && a.n_tokens >= kFlashMinTokens &&
+         D > 0 && D % (16 * slice_warps(D)) == 0 && D <= 512;
+}
+
+// Keys a step can see, an upper bound known on the host (positions are on the device): a window
+// sees at most window - 1 earlier keys, a linear cache at most its rows; plus the step's own.
+int64_t flash_bf16_rows_per_head(const AttentionArgs& a) {
+  return (a.window > 0 ? std::min<int64_t>(a.window - 1, a.cache_rows) : a.cache_rows) + a.n_tokens;
+}
+
+size_t flash_bf16_scratch_bytes(const AttentionArgs& a) {
+  return 2 * sizeof(uint16_t) * static_cast<size_t>(a.n_kv_heads) * flash_bf16_rows_per_head(a) * a.head_dim;
+}
+
+cudaError_t launch_flash_bf16(const AttentionArgs& a, cudaStream_t stream) {
+  if (!flash_bf16_applies(a) || !a.scratch || a.scratch_bytes < flash_bf16_scratch_bytes(a))
+    return cudaErrorInvalidValue;
+  const int64_t rows = flash_bf16_rows_per_head(a);
+  auto* k_rows = static_cast<uint16_t*>(a.scratch);
+  uint16_t* v_rows = k_rows + static_cast<size_t>(a.n_kv_heads) * rows * a.head_dim;
+  // One thread per 8 elements; the grid covers the bound, threads past the step's keys idle.
+  const int64_t work = rows * (a.head_dim / 8);
+  const dim3 gather_grid(static_cast<unsigned>(std::min<int64_t>((work + 255) / 256, 65535)),
+                         static_cast<unsigned>(a.n_kv_heads));
+  cudaError_t err = cudaErrorInvalidValue;
+  switch (a.cache_type) {
+    case DType::f32:
+      err = launch_kernel(gather_keys_bf16_kernel<DType::f32>, gather_grid, 256, 0, stream, a, k_rows, v_rows, rows);
+      break;
+    case DType::bf16:
+      err = launch_kernel(gather_keys_bf16_kernel<DType::bf16>, gather_grid, 256, 0, stream, a, k_rows, v_rows, rows);
+      break;
+    case DType::q8_0:
+      err = launch_kernel(gather_keys_bf16_kernel<DType::q8_0>, gather_grid, 256, 0, stream, a, k_rows, v_rows, rows);
+      break;
+    default: return cudaErrorInvalidValue;
+  }
+  if (err != cudaSuccess) return err;
+  const int slice = a.head_dim / slice_warps(a.head_dim);
+  if (slice <= 64) return launch_flash_bf16_tiles<8>(a, k_rows, v_rows, rows, stream);
+  if (slice <= 128) return launch_flash_bf16_tiles<16>(a, k_rows, v_rows, rows, stream);
+  return launch_flash_bf16_tiles<32>(a, k_rows, v_rows, rows, stream);
+}
+
+#else  // HIP: no mma.sync
+
+bool flash_bf16_applies(const AttentionArgs&) { return false; }
+size_t flash_bf16_scratch_bytes(const AttentionArgs&) { return 0; }
+cudaError_t launch_flash_bf16(const AttentionArgs&, cudaStream_t) { return cudaErrorInvalidValue; }
+
+#endif
+
+}  // namespace fl::cuda
