@@ -88,8 +88,11 @@ void run_bench(const BenchOptions& opt) {
   if (opt.tp > 1 && opt.profile) fail("--profile times one device's ops; it does not combine with --tp");
   auto start = std::chrono::steady_clock::now();
   const BackendOptions backend_options = backend_options_from_flags(opt.precision);
-  const std::string_view precision = tensor_core_precision_name(backend_options.tensor_core_precision);
   auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend, backend_options);
+  // The CPU has no tensor cores: it computes in f32 whatever the option.
+  const std::string_view precision = backend->device() == Device::cpu
+                                         ? std::string_view("f32")
+                                         : tensor_core_precision_name(backend_options.tensor_core_precision);
   std::unique_ptr<ModelSource> source =
       opt.like.empty() ? open_model_source(resolve_model_arg(opt.model)) : make_synthetic_source({opt.like, opt.format, 1, {}});
   const DType kv = kv_type(opt.kv);
@@ -295,7 +298,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--format", opt->format, "Weight format of the synthetic model: hf4 (default), hf6, q8, bf16, f32");
   cmd->add_option("--backend", opt->backend, "cuda (default), cuda:N or cpu");
   cmd->add_option("--kv", opt->kv, "KV cache type: q8 (default), bf16, f32");
-  cmd->add_option("--precision", opt->precision, kPrecisionHelp);
+  cmd->add_option("--precision", opt->precision, kPrecisionHelp)->check(CLI::IsMember({"bf16", "f32"}));
   cmd->add_option("--prompt-tokens", opt->prompt_tokens, "Prompt length for the prefill measurement (default 512)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--gen-tokens", opt->gen_tokens, "Tokens decoded per run (default 64)")->check(CLI::Range(1, 1 << 20));

@@ -115,7 +115,8 @@ void add_logits_command(CLI::App& app) {
   cmd->add_option("--backend", opt->backend, "cpu (default), cuda or cuda:N");
   cmd->add_option("--kv", opt->kv, "KV cache type: f32 (default), bf16, q8");
   cmd->add_option("--precision", opt->precision,
-                  "Activations in the GPU's tensor-core products of prompts: f32 (default: exact, as the CPU) or bf16");
+                  "Activations in the GPU's tensor-core products of prompts: f32 (default: exact, as the CPU) or bf16")
+      ->check(CLI::IsMember({"bf16", "f32"}));
   cmd->add_option("--top", opt->top, "Print the K highest logits per position instead of whole rows")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-seq", opt->max_seq, "Context size to allocate (default: prompt + generated)")

@@ -68,7 +68,7 @@ void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
   cmd->add_option("--kv", f.kv, "KV cache type: f32, bf16, q8 (default: q8 on cuda, f32 on cpu)");
   cmd->add_option("--ctx,--max-seq", f.ctx, "Context size in tokens (default: the model's, at most 4096)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  cmd->add_option("--precision", f.precision, kPrecisionHelp);
+  cmd->add_option("--precision", f.precision, kPrecisionHelp)->check(CLI::IsMember({"bf16", "f32"}));
   cmd->add_option("--tp", f.tp,
                   "Split the model over this many ranks (tensor parallel; GPUs 0..N-1 over NCCL, or CPU threads)")
       ->check(CLI::Range(1, 64));

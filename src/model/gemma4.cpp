@@ -2,17 +2,18 @@
 // per-layer embeddings and KV sharing), following ../shared/reference/models-gemma4-qwen35.md §2
 // and transformers 5.17 modeling_gemma4.py. Model code only: every computation is a Backend op,
 // every weight a Tensor of whatever format the source holds.
-#include <cmath>
-#include <optional>
+#include "model/gemma4.h"
 
+#include <algorithm>
+#include <cmath>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "backend/communicator.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "model/batched_decode.h"
 #include "model/decode_graph.h"
-#include "model/gemma4.h"
 #include "model/scratch_arena.h"
 #include "model/weight_loader.h"
 
@@ -559,8 +560,11 @@ MemoryPlan gemma4_memory_plan(const ModelSource& source, const LoadOptions& o) {
     // MoE: router logits, routes, and the router's and experts' own input norms of h
     if (c.enable_moe_block) layer += T * c.num_experts * 4 + T * c.top_k_experts * 8 + 2.0 * T * H * 4;
     per_layer_max = std::max(per_layer_max, layer);
-    // backend workspace: attention partials (up to 64 splits) and expert intermediates
-    workspace = std::max(workspace, T * nH * 64 * (D + 2) * 4);
+    // backend workspace: attention partials (up to 64 splits), the bf16 prompt attention's gathered
+    // keys (K and V of every cache row plus the step's, bf16), and expert intermediates
+    const double cache_rows =
+        lc.type == AttentionType::sliding ? std::min<double>(c.sliding_window, o.max_seq) : o.max_seq;
+    workspace = std::max({workspace, T * nH * 64 * (D + 2) * 4, 2.0 * nKV * (cache_rows + T) * D * 2});
     if (c.enable_moe_block)
       workspace = std::max(workspace, T * c.top_k_experts * (3.0 * c.moe_intermediate_size + H) * 4);
   }

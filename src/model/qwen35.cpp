@@ -12,6 +12,7 @@
 // decode steps in its recurrent form; both leave the same state.
 #include "model/qwen35.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -575,7 +576,8 @@ MemoryPlan qwen35_memory_plan(const ModelSource& source, const LoadOptions& o) {
     } else {
       plan.kv += 2.0 * static_cast<double>(o.max_seq) * nKV * static_cast<double>(row_bytes(o.kv_dtype, c.head_dim));
       mixer = T * (4 * nH * D + 2 * nKV * D) * 4;
-      workspace = std::max(workspace, T * nH * 64 * (D + 2) * 4);  // attention partials (up to 64 splits)
+      // attention partials (up to 64 splits); the bf16 prompt attention's gathered K and V (bf16)
+      workspace = std::max({workspace, T * nH * 64 * (D + 2) * 4, 2.0 * nKV * (o.max_seq + T) * D * 2});
     }
     double ffn = c.moe ? T * (c.num_experts + 2.0 * c.num_experts_per_tok + 2.0 * c.shared_expert_intermediate_size + H + 1) * 4
                        : T * 2.0 * c.intermediate_size * 4;

@@ -57,10 +57,10 @@ bool flash_attention_applies(int64_t n_tokens, int64_t head_dim);
 // Keys per tile of that kernel (a split takes whole tiles).
 int64_t flash_decode_tile_keys(int64_t head_dim);
 cudaError_t launch_flash_attention(const AttentionArgs& args, cudaStream_t stream);
-// The bf16 prompt kernel (attention_flash_bf16.cu): pieces == 1, >= kFlashMinTokens tokens of one
-// sequence, head dims in 16s up to 256 and in 32s up to 512. It gathers the keys the step sees
-// into bf16 scratch first: args.scratch of flash_bf16_scratch_bytes(args). launch_flash_attention
-// runs it where it applies.
+// The bf16 prompt kernel (attention_flash_bf16.cu): pieces == 1, one sequence's prompt of a shape
+// the tensor-core kernel takes (flash_attention_applies), whose shared memory fits the current
+// device (D = 512: Hopper). It gathers the keys the step sees into bf16 scratch first:
+// args.scratch of flash_bf16_scratch_bytes(args). launch_flash_attention runs it where it applies.
 bool flash_bf16_applies(const AttentionArgs& args);
 size_t flash_bf16_scratch_bytes(const AttentionArgs& args);
 cudaError_t launch_flash_bf16(const AttentionArgs& args, cudaStream_t stream);

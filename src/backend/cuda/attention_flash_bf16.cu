@@ -123,7 +123,9 @@ __global__ void __launch_bounds__(kRowGroups * 32 * (kSliceTiles == 32 ? 2 : 1))
     const int chunks = D / 8;
     for (int i = tid; i < kKeys * chunks; i += n_threads) {
       const int r = i / chunks, c = (i % chunks) * 8;
-      const bool valid = kb + r < key_end;
+      // (rows_per_head bounds what the gather wrote: a key beyond it, which the host's bound rules
+      // out, reads zeros rather than past the scratch)
+      const bool valid = kb + r < key_end && kb + r - key0 < rows_per_head;
       const int64_t row = valid ? kb + r - key0 : 0;
       cp_async_16(sk + r * stride + c, k_head + row * D + c, valid);
       cp_async_16(sv + r * stride + c, v_head + row * D + c, valid);
@@ -223,7 +225,8 @@ __global__ void __launch_bounds__(kRowGroups * 32 * (kSliceTiles == 32 ? 2 : 1))
   }
 }
 
-// Keys per tile: 64 up to D = 128, then 32 (two stages of K and V stay within ~70-130 KB).
+// Keys per tile: 64 up to a 128-column slice, then 32: 87 KB of shared memory at D = 128, 101 KB
+// at 256 (two blocks per SM), 195 KB at 512 (one).
 template <int kSliceTiles>
 constexpr int tile_keys_of() {
   return kSliceTiles <= 16 ? 64 : 32;
@@ -244,10 +247,17 @@ cudaError_t launch_flash_bf16_tiles(const AttentionArgs& a, const uint16_t* k_ro
 
 }  // namespace
 
+// The prompt shapes of the tensor-core kernel (flash_attention_applies: launch_attention's test)
+// whose head dims split into whole 16-column steps per warp, where the block's shared memory fits
+// the device (D = 512 needs 195 KB: Hopper; an A100's 163 KB falls back to the one-piece
+// attention_mma.cu kernel).
 bool flash_bf16_applies(const AttentionArgs& a) {
   const int D = a.head_dim;
-  return a.pieces == 1 && !a.group_queries && !a.k_row_caches && a.n_splits == 1 && a.n_tokens >= kFlashMinTokens &&
-         D > 0 && D % (16 * slice_warps(D)) == 0 && D <= 512;
+  if (a.pieces != 1 || a.group_queries || a.k_row_caches || a.n_splits != 1 ||
+      !flash_attention_applies(a.n_tokens, D) || D % (16 * slice_warps(D)) != 0)
+    return false;
+  const size_t smem = D / slice_warps(D) <= 128 ? flash_bf16_smem_bytes<64>(D) : flash_bf16_smem_bytes<32>(D);
+  return smem <= static_cast<size_t>(current_device_traits().max_block_smem);
 }
 
 // Keys a step can see, an upper bound known on the host (positions are on the device): a window

@@ -7,8 +7,9 @@
 // bits of an f32 significand) and the products of pieces i, j with i + j < kPieces are summed
 // (6 products for 3 pieces: the dropped ones are below 2^-24 of the result), so the scores and
 // the output are the f32 ones up to summation order, as the op harness and the golden tests
-// require. With one piece (TensorCorePrecision::bf16, prompts only) each value is rounded to
-// bf16 once and every sum stays f32. The pieces are cut in registers from f32 tiles in shared memory. Tiles of keys
+// require. With one piece (TensorCorePrecision::bf16, prompts only, where the faster
+// attention_flash_bf16.cu kernel does not fit the device: D = 512 on sm_80) each value is rounded
+// to bf16 once and every sum stays f32. The pieces are cut in registers from f32 tiles in shared memory. Tiles of keys
 // that are all in a Q8_0 cache hold the int8 codes instead (exact in one piece) and a scale per key and 32-element
 // block, applied to each block's share of S and folded into P for each block of output columns: three products per mma
 // step instead of six.
@@ -460,6 +461,7 @@ cudaError_t launch_flash_tiles(const AttentionArgs& a, cudaStream_t stream) {
 }
 
 // One piece (bf16 values) for prompts only: the decode group kernel is f32 (AttentionArgs::pieces).
+// Prompts reach the one-piece instances only where flash_bf16_applies refused the shape.
 template <DType C>
 cudaError_t launch_flash_cache(const AttentionArgs& a, cudaStream_t stream) {
   if (a.pieces == 3) return launch_flash_tiles<C, 3>(a, stream);

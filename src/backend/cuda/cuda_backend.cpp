@@ -1124,4 +1124,13 @@ CudaBackend& cuda_backend_of(Backend& backend) {
 int cuda_device_index(Backend& backend) { return cuda_backend_of(backend).device_index(); }
 void* cuda_stream_of(Backend& backend) { return cuda_backend_of(backend).stream(); }
 
+bool cuda_bf16_prompt_attention_applies(Backend& backend, int64_t n_tokens, int head_dim) {
+  backend.bind_to_this_thread();  // flash_bf16_applies asks the current device
+  cuda::AttentionArgs a;
+  a.pieces = 1;
+  a.n_tokens = static_cast<int>(n_tokens);
+  a.head_dim = head_dim;
+  return cuda::flash_bf16_applies(a);
+}
+
 }  // namespace fl

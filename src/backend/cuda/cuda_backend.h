@@ -1,6 +1,7 @@
 #pragma once
 // Entry points of the CUDA backend. This header has no CUDA includes, so code outside
 // src/backend/cuda (the model, the CLI) can create the backend without seeing CUDA types.
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,6 +23,10 @@ int cuda_device_count();
 // fl::Error for any other backend.
 int cuda_device_index(Backend& backend);
 void* cuda_stream_of(Backend& backend);
+// Whether a bf16 backend's prompt attention of n_tokens x head_dim runs attention_flash_bf16.cu's
+// kernel on the backend's GPU (its shared memory: D = 512 needs Hopper's), for tests that check
+// which kernel ran.
+bool cuda_bf16_prompt_attention_applies(Backend& backend, int64_t n_tokens, int head_dim);
 
 // Communicators over NCCL for ranks that are threads of this process, one per GPU: backends[r]
 // is rank r's (a make_cuda_backend backend, each on its own GPU), and its all-reduce runs on that

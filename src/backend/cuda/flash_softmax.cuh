@@ -8,11 +8,16 @@
 
 namespace fl::cuda {
 
-// 2^x on the SFU (ex2.approx: ~2 ulp; 2^-inf = 0).
+// 2^x on the SFU (ex2.approx: ~2 ulp; 2^-inf = 0); HIP builds (which run neither flash kernel)
+// take exp2f.
 __device__ __forceinline__ float fast_exp2(float x) {
+#if defined(FIRELINE_GPU_HIP)
+  return exp2f(x);
+#else
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
+#endif
 }
 
 // s: a warp's scores [key tiles of 8][4] in the mma accumulator's layout (this lane: rows g and

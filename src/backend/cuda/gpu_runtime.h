@@ -71,6 +71,8 @@ static_assert(__AMDGCN_WAVEFRONT_SIZE == FIRELINE_GPU_WARP,
 #define cudaDeviceGetAttribute hipDeviceGetAttribute
 #define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
 #define cudaDevAttrComputeCapabilityMajor hipDeviceAttributeComputeCapabilityMajor
+// (HIP has no opt-in beyond the per-block maximum: the plain limit answers)
+#define cudaDevAttrMaxSharedMemoryPerBlockOptin hipDeviceAttributeMaxSharedMemoryPerBlock
 #define cudaSetDevice hipSetDevice
 // memory
 #define cudaFree hipFree

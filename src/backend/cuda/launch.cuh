@@ -85,6 +85,7 @@ __device__ __forceinline__ void prefetch_spans_l2(const L2Spans& spans) {
 struct DeviceTraits {
   int sm_count = 0;
   int major = 0;
+  int max_block_smem = 0;  // bytes of shared memory one block may opt in to (sm_80: 163 KB, sm_90: 227 KB)
 };
 DeviceTraits current_device_traits();
 
