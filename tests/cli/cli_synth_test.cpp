@@ -130,6 +130,28 @@ TEST(CliSynth, BenchTpRunsTheSplitModelOnCpuThreads) {
   EXPECT_NE(uneven.err.find("do not divide into 3"), std::string::npos) << uneven.err;
 }
 
+// --precision names the GPU's tensor-core activations: bench reports what ran (the CPU computes
+// in f32 whatever is asked), and a value that is not a precision is refused before anything loads.
+TEST(CliSynth, BenchReportsThePrecisionAndRefusesUnknownOnes) {
+  const std::string common =
+      "bench --like tiny-gemma4-moe --format q8 --context 32 --prompt-tokens 8 --gen-tokens 4 --runs 1 --backend cpu";
+  for (const char* asked : {"", " --precision bf16", " --precision f32"}) {
+    auto r = fireline(common + asked + " --json");
+    ASSERT_EQ(r.exit_code, 0) << asked << ": " << r.err;
+    EXPECT_EQ(json::parse(r.out)["precision"], "f32") << asked;
+  }
+  auto text = fireline(common);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("(KV q8, tensor cores f32)"), std::string::npos) << text.out;
+  for (const char* cmd : {"bench --like tiny-gemma4-moe --precision fp8", "run fireline-tiny --precision half hi",
+                          "logits fireline-tiny --ids 2,3 --precision bf8"}) {
+    auto bad = fireline(cmd);
+    EXPECT_NE(bad.exit_code, 0) << cmd;
+    EXPECT_NE(bad.err.find("--precision"), std::string::npos) << cmd << ": " << bad.err;
+    EXPECT_EQ(bad.out, "") << cmd;
+  }
+}
+
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
 // --tokenizer DIR embeds a tokenizer and chat template: the synthetic model then chats (random
