@@ -60,7 +60,8 @@ cudaError_t launch_flash_attention(const AttentionArgs& args, cudaStream_t strea
 // The bf16 prompt kernel (attention_flash_bf16.cu): pieces == 1, one sequence's prompt of a shape
 // the tensor-core kernel takes (flash_attention_applies), whose shared memory fits the current
 // device (D = 512: Hopper). It gathers the keys the step sees into bf16 scratch first:
-// args.scratch of flash_bf16_scratch_bytes(args). launch_flash_attention runs it where it applies.
+// args.scratch of flash_bf16_scratch_bytes(args). launch_flash_attention runs it when pieces == 1
+// and args.scratch is set: the caller decides once, with flash_bf16_applies, when it sets scratch.
 bool flash_bf16_applies(const AttentionArgs& args);
 size_t flash_bf16_scratch_bytes(const AttentionArgs& args);
 cudaError_t launch_flash_bf16(const AttentionArgs& args, cudaStream_t stream);

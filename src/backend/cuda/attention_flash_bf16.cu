@@ -225,8 +225,8 @@ __global__ void __launch_bounds__(kRowGroups * 32 * (kSliceTiles == 32 ? 2 : 1))
   }
 }
 
-// Keys per tile: 64 up to a 128-column slice, then 32: 87 KB of shared memory at D = 128, 101 KB
-// at 256 (two blocks per SM), 195 KB at 512 (one).
+// Keys per tile: 64 up to a 128-column slice, then 32: 85 KiB of shared memory at D = 128, 99 KiB
+// at 256 (two blocks per SM), 195 KiB at 512 (one).
 template <int kSliceTiles>
 constexpr int tile_keys_of() {
   return kSliceTiles <= 16 ? 64 : 32;
@@ -249,7 +249,7 @@ cudaError_t launch_flash_bf16_tiles(const AttentionArgs& a, const uint16_t* k_ro
 
 // The prompt shapes of the tensor-core kernel (flash_attention_applies: launch_attention's test)
 // whose head dims split into whole 16-column steps per warp, where the block's shared memory fits
-// the device (D = 512 needs 195 KB: Hopper; an A100's 163 KB falls back to the one-piece
+// the device (D = 512 needs 195 KiB: Hopper; an A100's 163 KiB falls back to the one-piece
 // attention_mma.cu kernel).
 bool flash_bf16_applies(const AttentionArgs& a) {
   const int D = a.head_dim;
@@ -271,8 +271,7 @@ size_t flash_bf16_scratch_bytes(const AttentionArgs& a) {
 }
 
 cudaError_t launch_flash_bf16(const AttentionArgs& a, cudaStream_t stream) {
-  if (!flash_bf16_applies(a) || !a.scratch || a.scratch_bytes < flash_bf16_scratch_bytes(a))
-    return cudaErrorInvalidValue;
+  if (!a.scratch || a.scratch_bytes < flash_bf16_scratch_bytes(a)) return cudaErrorInvalidValue;
   const int64_t rows = flash_bf16_rows_per_head(a);
   auto* k_rows = static_cast<uint16_t*>(a.scratch);
   uint16_t* v_rows = k_rows + static_cast<size_t>(a.n_kv_heads) * rows * a.head_dim;

@@ -485,7 +485,8 @@ bool flash_decode_applies(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim)
 int64_t flash_decode_tile_keys(int64_t head_dim) { return tile_keys(head_dim); }
 
 cudaError_t launch_flash_attention(const AttentionArgs& a, cudaStream_t stream) {
-  if (flash_bf16_applies(a)) return launch_flash_bf16(a, stream);
+  // The backend decided once, when it gave the bf16 kernel its scratch (flash_bf16_applies).
+  if (a.pieces == 1 && a.scratch) return launch_flash_bf16(a, stream);
   if (a.n_splits < 1 || (a.n_splits > 1 && !a.group_queries) || a.n_heads % a.n_kv_heads) return cudaErrorInvalidValue;
   if (a.group_queries ? !flash_decode_applies(a.n_heads, a.n_kv_heads, a.head_dim)
                       : a.k_row_caches || !flash_attention_applies(a.n_tokens, a.head_dim))

@@ -1124,6 +1124,13 @@ CudaBackend& cuda_backend_of(Backend& backend) {
 int cuda_device_index(Backend& backend) { return cuda_backend_of(backend).device_index(); }
 void* cuda_stream_of(Backend& backend) { return cuda_backend_of(backend).stream(); }
 
+int cuda_max_block_shared_memory(Backend& backend) {
+  int bytes = 0;
+  check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, cuda_device_index(backend)),
+        "device attribute");
+  return bytes;
+}
+
 bool cuda_bf16_prompt_attention_applies(Backend& backend, int64_t n_tokens, int head_dim) {
   backend.bind_to_this_thread();  // flash_bf16_applies asks the current device
   cuda::AttentionArgs a;

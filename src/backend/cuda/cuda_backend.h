@@ -27,6 +27,9 @@ void* cuda_stream_of(Backend& backend);
 // kernel on the backend's GPU (its shared memory: D = 512 needs Hopper's), for tests that check
 // which kernel ran.
 bool cuda_bf16_prompt_attention_applies(Backend& backend, int64_t n_tokens, int head_dim);
+// Bytes of shared memory one block may opt in to on the backend's GPU (sm_80: 163 KiB, sm_90:
+// 227 KiB).
+int cuda_max_block_shared_memory(Backend& backend);
 
 // Communicators over NCCL for ranks that are threads of this process, one per GPU: backends[r]
 // is rank r's (a make_cuda_backend backend, each on its own GPU), and its all-reduce runs on that

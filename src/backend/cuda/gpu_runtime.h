@@ -71,7 +71,7 @@ static_assert(__AMDGCN_WAVEFRONT_SIZE == FIRELINE_GPU_WARP,
 #define cudaDeviceGetAttribute hipDeviceGetAttribute
 #define cudaDevAttrMultiProcessorCount hipDeviceAttributeMultiprocessorCount
 #define cudaDevAttrComputeCapabilityMajor hipDeviceAttributeComputeCapabilityMajor
-// (HIP has no opt-in beyond the per-block maximum: the plain limit answers)
+// (ROCm 5.2's hipDeviceAttributeSharedMemPerBlockOptin is CUDA-only: the per-block maximum answers)
 #define cudaDevAttrMaxSharedMemoryPerBlockOptin hipDeviceAttributeMaxSharedMemoryPerBlock
 #define cudaSetDevice hipSetDevice
 // memory
