@@ -178,6 +178,7 @@ class Gemma4Model final : public Model {
   }
 
   std::unique_ptr<DecodeGraph> make_decode_graph(Sequence& seq) override;
+  void bind_to_this_thread() override { backend_.bind_to_this_thread(); }
 
   BatchedDecode batched_decode() {
     return BatchedDecode(

@@ -110,6 +110,10 @@ class Model {
   // A graph-replayed decode loop over `seq` (which must outlive it). Use either this or forward
   // for a sequence at a time, not both interleaved.
   virtual std::unique_ptr<DecodeGraph> make_decode_graph(Sequence& seq) = 0;
+  // Makes the calling thread drive the model's device (Backend::bind_to_this_thread): a thread
+  // other than the one that loaded the model (the server's inference loop) calls it first, or a
+  // model on GPU 1 would launch from GPU 0. A split model's ranks bind their own threads.
+  virtual void bind_to_this_thread() {}
 };
 
 // What the caller will ask of the model, so that load_model can check up front that weights, KV

@@ -182,6 +182,8 @@ class Qwen35Model final : public Model {
         });
   }
 
+  void bind_to_this_thread() override { backend_.bind_to_this_thread(); }
+
   std::unique_ptr<DecodeGraph> make_decode_graph(Sequence& seq) override {
     return std::make_unique<ReplayedDecode>(
         backend_, seq, [this](const Sequence& s, std::span<const int32_t> ids) { check_step(s, ids); },

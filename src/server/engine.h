@@ -129,6 +129,10 @@ class Engine {
 
   virtual EngineInfo info() const = 0;
 
+  // Called once, first, on the thread that then makes every other call (the inference loop's):
+  // a model engine makes it drive the model's GPU.
+  virtual void bind_to_this_thread() {}
+
   // The admission hook: how many more tasks start() accepts now (0 while the batch is full or
   // memory is short). The loop keeps everything else waiting in its bounded queue.
   virtual int free_slots() const = 0;

@@ -215,6 +215,11 @@ void InferenceLoop::fail_running(const std::string& message) {
 
 void InferenceLoop::run() {
   using Clock = std::chrono::steady_clock;
+  try {
+    engine_->bind_to_this_thread();
+  } catch (const std::exception& e) {  // the steps will fail with the device's error and say so
+    log_error("engine: cannot bind the inference thread to the model's device: {}", e.what());
+  }
   std::unique_lock lock(mutex_);
   for (;;) {
     // 1. Cancellations: waiting tasks leave the queue, running ones are stopped in the engine.

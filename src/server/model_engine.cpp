@@ -49,6 +49,8 @@ ModelEngine::ModelEngine(Model& model, std::shared_ptr<const ModelText> text, Mo
 
 ModelEngine::~ModelEngine() = default;
 
+void ModelEngine::bind_to_this_thread() { model_.bind_to_this_thread(); }
+
 EngineInfo ModelEngine::info() const {
   return {config_.model_id, config_.context_length, config_.parallel};
 }

@@ -61,6 +61,7 @@ class ModelEngine final : public Engine {
   ~ModelEngine() override;
 
   EngineInfo info() const override;
+  void bind_to_this_thread() override;
   int free_slots() const override;
   void start(TaskId id, GenerationTask task) override;
   bool busy() const override;

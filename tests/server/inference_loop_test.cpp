@@ -1,0 +1,82 @@
+// The inference loop's thread: it binds the engine (the model's GPU) before any other call, on
+// the thread that then makes them all (a model loaded for GPU 1 on the main thread would
+// otherwise be driven from GPU 0 by the loop's thread).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "server/inference_loop.h"
+
+namespace fl::server {
+namespace {
+
+struct CallLog {
+  std::mutex mutex;
+  std::vector<std::pair<std::string, std::thread::id>> calls;
+  void add(const char* what) {
+    std::lock_guard lock(mutex);
+    calls.emplace_back(what, std::this_thread::get_id());
+  }
+};
+
+class RecordingEngine final : public Engine {
+ public:
+  explicit RecordingEngine(std::shared_ptr<CallLog> log) : log_(std::move(log)) {}
+  EngineInfo info() const override { return {"recording", 64, 1}; }
+  void bind_to_this_thread() override { log_->add("bind"); }
+  int free_slots() const override {
+    log_->add("free_slots");
+    return 1;
+  }
+  void start(TaskId, GenerationTask) override { log_->add("start"); }
+  bool busy() const override {
+    log_->add("busy");
+    return false;
+  }
+  int64_t step(const EmitFn&) override {
+    log_->add("step");
+    return 0;
+  }
+  void cancel(TaskId) override { log_->add("cancel"); }
+
+ private:
+  std::shared_ptr<CallLog> log_;
+};
+
+TEST(InferenceLoop, BindsTheEngineFirstOnItsOwnThread) {
+  auto log = std::make_shared<CallLog>();
+  {
+    InferenceLoop loop(std::make_unique<RecordingEngine>(log), {});
+    EXPECT_EQ(loop.info().model_id, "recording");
+    // The loop's first pass asks the engine something (busy or free_slots); wait for a call
+    // after the bind, at most 5 s.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    for (;;) {
+      {
+        std::lock_guard lock(log->mutex);
+        if (log->calls.size() >= 2) break;
+      }
+      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the loop made no engine call after binding";
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }  // the loop joins its thread
+  std::lock_guard lock(log->mutex);
+  ASSERT_GE(log->calls.size(), 2u);
+  EXPECT_EQ(log->calls[0].first, "bind");
+  const std::thread::id loop_thread = log->calls[0].second;
+  EXPECT_NE(loop_thread, std::this_thread::get_id());
+  int binds = 0;
+  for (const auto& [what, thread] : log->calls) {
+    binds += what == "bind";
+    EXPECT_EQ(thread, loop_thread) << what << " came from another thread";
+  }
+  EXPECT_EQ(binds, 1);
+}
+
+}  // namespace
+}  // namespace fl::server
