@@ -317,7 +317,7 @@ std::unique_ptr<Backend> make_cpu_backend();
 enum class TensorCorePrecision {
   f32,   // each activation cut into three bf16 pieces: the f32 products up to summation order
   bf16,  // each activation rounded to bf16 once (one piece): 3x fewer tensor-core products in a
-         // GEMM, 6x in attention; as a bf16 checkpoint runs in transformers
+         // GEMM, and a bf16 attention kernel for prompts; as a bf16 checkpoint runs in transformers
 };
 std::string_view tensor_core_precision_name(TensorCorePrecision precision);
 // "f32" or "bf16"; throws fl::Error naming the choices otherwise.

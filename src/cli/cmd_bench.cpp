@@ -1,14 +1,14 @@
 // fireline bench: prefill and decode speed of a model (a file, or a synthetic model with the
 // shapes of a published one), with the memory-bandwidth roofline it is measured against.
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "cli/generation_cli.h"
@@ -298,7 +298,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--format", opt->format, "Weight format of the synthetic model: hf4 (default), hf6, q8, bf16, f32");
   cmd->add_option("--backend", opt->backend, "cuda (default), cuda:N or cpu");
   cmd->add_option("--kv", opt->kv, "KV cache type: q8 (default), bf16, f32");
-  cmd->add_option("--precision", opt->precision, kPrecisionHelp)->check(CLI::IsMember({"bf16", "f32"}));
+  add_precision_option(cmd, opt->precision);
   cmd->add_option("--prompt-tokens", opt->prompt_tokens, "Prompt length for the prefill measurement (default 512)")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--gen-tokens", opt->gen_tokens, "Tokens decoded per run (default 64)")->check(CLI::Range(1, 1 << 20));

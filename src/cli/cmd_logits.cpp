@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/generation_cli.h"
 #include "cli/model_arg.h"
 #include "core/error.h"
 #include "model/model.h"
@@ -61,9 +62,7 @@ void append_top(std::string& out, const float* row, int64_t n, int k) {
 
 void run_logits(const LogitsOptions& opt) {
   if (opt.ids.empty()) fail("--ids needs at least one token id");
-  BackendOptions backend_options;
-  backend_options.tensor_core_precision = parse_tensor_core_precision(opt.precision);
-  auto backend = make_backend(opt.backend, backend_options);
+  auto backend = make_backend(opt.backend, backend_options_from_flags(opt.precision));
   auto source = open_model_source(resolve_model_arg(opt.model));
   SequenceOptions seq_opt;
   seq_opt.kv_dtype = parse_kv_type(opt.kv);
@@ -114,9 +113,9 @@ void add_logits_command(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--backend", opt->backend, "cpu (default), cuda or cuda:N");
   cmd->add_option("--kv", opt->kv, "KV cache type: f32 (default), bf16, q8");
-  cmd->add_option("--precision", opt->precision,
-                  "Activations in the GPU's tensor-core products of prompts: f32 (default: exact, as the CPU) or bf16")
-      ->check(CLI::IsMember({"bf16", "f32"}));
+  add_precision_option(
+      cmd, opt->precision,
+      "Activations in the GPU's tensor-core products of prompts: f32 (default: exact, as the CPU) or bf16");
   cmd->add_option("--top", opt->top, "Print the K highest logits per position instead of whole rows")
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-seq", opt->max_seq, "Context size to allocate (default: prompt + generated)")

@@ -221,7 +221,7 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(1, 64));
   cmd->add_flag("--ep", opt->ep, "With --tp: deal a mixture-of-experts model's experts out over the ranks");
   cmd->add_option("--kv", opt->kv, "KV cache type: f32, bf16, q8 (default: q8 on cuda, f32 on cpu)");
-  cmd->add_option("--precision", opt->precision, kPrecisionHelp)->check(CLI::IsMember({"bf16", "f32"}));
+  add_precision_option(cmd, opt->precision);
   cmd->add_option("--seed", opt->seed, "Sampling seed of requests that give none (default: a random one each)");
   cmd->add_option("--parallel", opt->parallel, "Sequences generated together (default 4)");
   cmd->add_flag("-d,--detach", opt->detach, "Run in the background: pid file and log under the fireline home");

@@ -68,16 +68,20 @@ void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
   cmd->add_option("--kv", f.kv, "KV cache type: f32, bf16, q8 (default: q8 on cuda, f32 on cpu)");
   cmd->add_option("--ctx,--max-seq", f.ctx, "Context size in tokens (default: the model's, at most 4096)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
-  cmd->add_option("--precision", f.precision, kPrecisionHelp)->check(CLI::IsMember({"bf16", "f32"}));
+  add_precision_option(cmd, f.precision);
   cmd->add_option("--tp", f.tp,
                   "Split the model over this many ranks (tensor parallel; GPUs 0..N-1 over NCCL, or CPU threads)")
       ->check(CLI::Range(1, 64));
   cmd->add_flag("--ep", f.ep, "With --tp: deal a mixture-of-experts model's experts out over the ranks");
 }
 
-const char* const kPrecisionHelp =
-    "Activations in the GPU's tensor-core products of prompts and batches: bf16 (default; fastest) or f32 "
-    "(exact, as the CPU); one sequence's decode is f32 either way";
+void add_precision_option(CLI::App* cmd, std::string& value, const char* help) {
+  cmd->add_option("--precision", value,
+                  help ? help
+                       : "Activations in the GPU's tensor-core products of prompts and batches: bf16 (default; "
+                         "fastest) or f32 (exact, as the CPU); one sequence's decode is f32 either way")
+      ->check(CLI::IsMember({"bf16", "f32"}));
+}
 
 BackendOptions backend_options_from_flags(const std::string& precision) {
   BackendOptions options;

@@ -35,8 +35,9 @@ struct GenerationFlags {
 
 void add_generation_flags(CLI::App* cmd, GenerationFlags& flags);
 
-// The help text of --precision (run, chat, serve, bench).
-extern const char* const kPrecisionHelp;
+// Adds --precision (bf16 or f32) to `cmd`, into `value`; the help says the default is bf16 (run,
+// chat, serve, bench) unless `help` says otherwise.
+void add_precision_option(CLI::App* cmd, std::string& value, const char* help = nullptr);
 // The backend options of a --precision value (empty: bf16, the command line's default).
 BackendOptions backend_options_from_flags(const std::string& precision);
 

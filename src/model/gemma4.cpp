@@ -2,18 +2,18 @@
 // per-layer embeddings and KV sharing), following ../shared/reference/models-gemma4-qwen35.md §2
 // and transformers 5.17 modeling_gemma4.py. Model code only: every computation is a Backend op,
 // every weight a Tensor of whatever format the source holds.
-#include "model/gemma4.h"
-
 #include <algorithm>
 #include <cmath>
-#include <nlohmann/json.hpp>
 #include <optional>
+
+#include <nlohmann/json.hpp>
 
 #include "backend/communicator.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "model/batched_decode.h"
 #include "model/decode_graph.h"
+#include "model/gemma4.h"
 #include "model/scratch_arena.h"
 #include "model/weight_loader.h"
 
@@ -551,10 +551,10 @@ MemoryPlan gemma4_memory_plan(const ModelSource& source, const LoadOptions& o) {
   for (int l = 0; l < c.num_layers; ++l) {
     const Gemma4LayerConfig& lc = c.layers[l];
     const double D = lc.head_dim, nKV = lc.n_kv_heads, I = lc.intermediate_size;
-    if (lc.kv_source_layer < 0) {
-      const double rows = lc.type == AttentionType::sliding ? std::min<double>(c.sliding_window, o.max_seq) : o.max_seq;
-      plan.kv += 2.0 * rows * nKV * static_cast<double>(row_bytes(o.kv_dtype, lc.head_dim));
-    }
+    const double cache_rows =
+        lc.type == AttentionType::sliding ? std::min<double>(c.sliding_window, o.max_seq) : o.max_seq;
+    if (lc.kv_source_layer < 0)
+      plan.kv += 2.0 * cache_rows * nKV * static_cast<double>(row_bytes(o.kv_dtype, lc.head_dim));
     const double kv_fresh = 2.0 * T * nKV * D * 4;
     if (is_source[l]) deferred += kv_fresh;
     double layer = 2.0 * T * nH * D * 4 + kv_fresh + 2.0 * T * I * 4 + T * H * 4 + T * P * 4;
@@ -563,8 +563,6 @@ MemoryPlan gemma4_memory_plan(const ModelSource& source, const LoadOptions& o) {
     per_layer_max = std::max(per_layer_max, layer);
     // backend workspace: attention partials (up to 64 splits), the bf16 prompt attention's gathered
     // keys (K and V of every cache row plus the step's, bf16), and expert intermediates
-    const double cache_rows =
-        lc.type == AttentionType::sliding ? std::min<double>(c.sliding_window, o.max_seq) : o.max_seq;
     workspace = std::max({workspace, T * nH * 64 * (D + 2) * 4, 2.0 * nKV * (cache_rows + T) * D * 2});
     if (c.enable_moe_block)
       workspace = std::max(workspace, T * c.top_k_experts * (3.0 * c.moe_intermediate_size + H) * 4);

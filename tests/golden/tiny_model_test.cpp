@@ -3,14 +3,14 @@
 // (models/tiny/golden.safetensors, last 8 positions of a 30-token chat prompt). The comparison
 // crosses a quantization step, so it is a quality gate, not an exactness check: the bf16
 // checkpoint itself matched transformers to 1.4e-5 when it was made (models/tiny/README.md).
-#include <gtest/gtest.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "golden_util.h"
 #include "io/safetensors.h"

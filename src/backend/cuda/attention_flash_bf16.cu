@@ -84,9 +84,13 @@ __global__ void gather_keys_bf16_kernel(AttentionArgs a, uint16_t* k_out, uint16
 // Warps per row group: one output slice per warp of at most 256 columns.
 __host__ __device__ constexpr int slice_warps(int D) { return D > 256 ? 2 : 1; }
 
-template <int kKeys>
-__host__ __device__ size_t flash_bf16_smem_bytes(int D) {
-  return sizeof(uint16_t) * static_cast<size_t>(kBlockRows + 2 * 2 * kKeys) * (D + kRowPad);
+// Keys per tile: 64 up to a 128-column slice, then 32: 85 KiB of shared memory at D = 128, 99 KiB
+// at 256 (two blocks per SM), 195 KiB at 512 (one).
+__host__ __device__ constexpr int tile_keys_for(int slice) { return slice <= 128 ? 64 : 32; }
+
+// Q, then two stages of K and V tiles, bf16 rows of D + kRowPad.
+__host__ __device__ size_t flash_bf16_smem_bytes(int D, int keys) {
+  return sizeof(uint16_t) * static_cast<size_t>(kBlockRows + 2 * 2 * keys) * (D + kRowPad);
 }
 
 // kSliceTiles: the most 8-column output tiles a warp holds (its slice / 8, rounded up to a
@@ -225,18 +229,11 @@ __global__ void __launch_bounds__(kRowGroups * 32 * (kSliceTiles == 32 ? 2 : 1))
   }
 }
 
-// Keys per tile: 64 up to a 128-column slice, then 32: 85 KiB of shared memory at D = 128, 99 KiB
-// at 256 (two blocks per SM), 195 KiB at 512 (one).
-template <int kSliceTiles>
-constexpr int tile_keys_of() {
-  return kSliceTiles <= 16 ? 64 : 32;
-}
-
 template <int kSliceTiles>
 cudaError_t launch_flash_bf16_tiles(const AttentionArgs& a, const uint16_t* k_rows, const uint16_t* v_rows,
                                     int64_t rows_per_head, cudaStream_t stream) {
-  constexpr int kKeys = tile_keys_of<kSliceTiles>();
-  const size_t smem = flash_bf16_smem_bytes<kKeys>(a.head_dim);
+  constexpr int kKeys = tile_keys_for(8 * kSliceTiles);
+  const size_t smem = flash_bf16_smem_bytes(a.head_dim, kKeys);
   auto kernel = flash_bf16_kernel<kSliceTiles, kKeys>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
@@ -256,7 +253,7 @@ bool flash_bf16_applies(const AttentionArgs& a) {
   if (a.pieces != 1 || a.group_queries || a.k_row_caches || a.n_splits != 1 ||
       !flash_attention_applies(a.n_tokens, D) || D % (16 * slice_warps(D)) != 0)
     return false;
-  const size_t smem = D / slice_warps(D) <= 128 ? flash_bf16_smem_bytes<64>(D) : flash_bf16_smem_bytes<32>(D);
+  const size_t smem = flash_bf16_smem_bytes(D, tile_keys_for(D / slice_warps(D)));
   return smem <= static_cast<size_t>(current_device_traits().max_block_smem);
 }
 

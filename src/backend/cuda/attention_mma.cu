@@ -9,10 +9,10 @@
 // the output are the f32 ones up to summation order, as the op harness and the golden tests
 // require. With one piece (TensorCorePrecision::bf16, prompts only, where the faster
 // attention_flash_bf16.cu kernel does not fit the device: D = 512 on sm_80) each value is rounded
-// to bf16 once and every sum stays f32. The pieces are cut in registers from f32 tiles in shared memory. Tiles of keys
-// that are all in a Q8_0 cache hold the int8 codes instead (exact in one piece) and a scale per key and 32-element
-// block, applied to each block's share of S and folded into P for each block of output columns: three products per mma
-// step instead of six.
+// to bf16 once and every sum stays f32. The pieces are cut in registers from f32 tiles in shared
+// memory. Tiles of keys that are all in a Q8_0 cache hold the int8 codes instead (exact in one
+// piece) and a scale per key and 32-element block, applied to each block's share of S and folded
+// into P for each block of output columns: three products per mma step instead of six.
 //
 // Decode (AttentionArgs::group_queries): a block takes one query row (a token of one sequence, or
 // with per-row caches one sequence's decode row) and one KV head, and its query rows are that
