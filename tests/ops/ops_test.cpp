@@ -154,8 +154,8 @@ class CudaOps : public ::testing::Test {
   struct RoutedExperts {
     Twin w, ids, gate_up, down, x, out;
   };
-  RoutedExperts routed_experts(DType type, int64_t T, bool favoured) {
-    const int64_t E = 128, K = 8, H = 256, I = 176;
+  RoutedExperts routed_experts(DType type, int64_t T, bool favoured, int64_t E = 128) {
+    const int64_t K = 8, H = 256, I = 176;
     Twin logits = twin_random(DType::f32, {T, E}, 2.0f);
     if (favoured) {
       float* l = static_cast<float*>(logits.host.data());
@@ -912,15 +912,35 @@ TEST_F(CudaOps, Bf16TensorCoresMultiplyRoundedInputs) {
         expect_close(out, kSumBudget * std::max(1.0f, std::sqrt(static_cast<float>(K) / 256.0f)), what);
       }
 
+  // Enough row tiles for the pipelined kernel's 128-input tiles without a K split (more tiles
+  // than SMs: 65 x 3 blocks), a partial last tile in both directions and a partial last group.
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128}) {
+    const int64_t T = 257, M = 8300, K = 352;
+    const std::string what = std::string("bf16 GEMM, 128-input tiles, ") + std::string(dtype_name(type));
+    Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {T, K});
+    Twin out = twin_output(DType::f32, {T, M});
+    HostBuffer rounded;
+    bf16->matmul(out.gpu, x.gpu, w.gpu);
+    bf16->synchronize();
+    cpu_->matmul(out.cpu, rounded_to_bf16(x, rounded), w.cpu);
+    expect_close(out, kSumBudget * std::max(1.0f, std::sqrt(static_cast<float>(K) / 256.0f)), what);
+  }
+
+  // 64 and 512 tokens over 128 experts: 16- and 64-pair work items (4 and 32 pairs per expert);
+  // 517 tokens over 8 experts: 517 pairs each, eight full 64-pair items and a partial one.
+  struct ExpertCase {
+    int64_t T, E;
+  };
   for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
-    for (int64_t T : {64, 512}) {
-      RoutedExperts e = routed_experts(type, T, false);
+    for (const ExpertCase c : {ExpertCase{64, 128}, ExpertCase{512, 128}, ExpertCase{517, 8}}) {
+      const int64_t T = c.T;
+      RoutedExperts e = routed_experts(type, T, false, c.E);
       Twin &x = e.x, &out = e.out, &gate_up = e.gate_up, &down = e.down, &ids = e.ids, &w = e.w;
       HostBuffer rounded;
       cpu_->moe_experts(out.cpu, rounded_to_bf16(x, rounded), gate_up.cpu, down.cpu, ids.cpu, w.cpu,
                         Activation::gelu_tanh);
-      const std::string what =
-          std::string("bf16 grouped moe_experts ") + std::string(dtype_name(type)) + " T=" + std::to_string(T);
+      const std::string what = std::string("bf16 grouped moe_experts ") + std::string(dtype_name(type)) +
+                               " T=" + std::to_string(T) + " E=" + std::to_string(c.E);
       bf16->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
       bf16->synchronize();
       expect_close(out, 1e-2f, what);

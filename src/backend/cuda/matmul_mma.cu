@@ -8,12 +8,16 @@
 // multiplied by the same code fragment, so that with 3 pieces the result is the f32 dot product up
 // to summation order and the op harness's 1e-5 budget holds for prefill as for decode.
 //
-// Block tile: 64 inputs x 128 weight rows, 64 k per stage; 8 warps as 2 (inputs) x 4 (rows), each
-// owning 32 x 32 outputs (2 x 4 mma tiles). A stage's global loads go to registers while the
-// previous stage's shared-memory tiles feed the tensor cores (one shared buffer, register
-// prefetch). The 16 code bytes of a row's 32 k are stored transposed (byte q of each word goes to
-// word q), so that one 32-bit shared load gives a lane the four code pairs it needs for two mma
-// k-steps, and a warp's 32 loads hit 32 banks.
+// Two kernels:
+//   - matmul_bf16_pipelined_kernel (one piece, HFQ4): 64 or 128 inputs x 128 weight rows per block
+//     (128 inputs where that still gives every SM a block), 64 k per stage, every operand copied
+//     by cp.async four stages deep; see its comment.
+//   - matmul_mma_kernel (2 or 3 pieces, Q8_0, and the 16-input tiles of sparse expert groups):
+//     16 or 64 inputs x 128 weight rows, 64 k per stage; 8 warps as 2 (inputs) x 4 (rows). A
+//     stage's global loads go to registers while the previous stage's shared-memory tiles feed the
+//     tensor cores (one shared buffer, register prefetch). The 16 code bytes of a row's 32 k are
+//     stored transposed (byte q of each word goes to word q), so that one 32-bit shared load gives
+//     a lane the four code pairs it needs for two mma k-steps, and a warp's 32 loads hit 32 banks.
 //
 // Grouped (mixture of experts): the block's 64 inputs are routed pairs of one expert, gathered by
 // index (MmaWorkItem); the routed pairs are sorted by expert on the device first.
@@ -29,7 +33,9 @@ namespace fl::cuda {
 
 // Few pairs per expert (batched decode: 64 tokens x top-8 over 128 experts is 4 each) take
 // 16-input tiles: a 64-input tile would multiply mostly zero rows, and at 4 pairs per expert the
-// tensor work, not the weight bytes, bounded the step (26B-A4B: 28 of 74 ms).
+// tensor work, not the weight bytes, bounded the step (26B-A4B: 28 of 74 ms). (128-pair items on
+// the pipelined kernel were measured for long prompts and lost: 26B-A4B experts at 4096 tokens
+// 2233 -> 2518 us, the partial last item of each expert costing more than the wider tile saves.)
 int grouped_tile_rows(int64_t n_pairs, int64_t n_experts) { return n_pairs <= 16 * n_experts ? 16 : 64; }
 
 // Each expert's pairs make ceil(count / tile) items: at most n_pairs / tile whole ones plus one
@@ -41,7 +47,7 @@ int64_t max_work_items(int64_t n_pairs, int64_t n_experts) {
 #if !defined(FIRELINE_GPU_HIP)
 namespace {
 
-constexpr int kTileT = 64;                // inputs per block (kTileRows: 16 for sparse expert groups)
+constexpr int kTileT = 64;                // inputs per block (16 for sparse expert groups, 128 pipelined)
 constexpr int kTileN = 128;               // weight rows per block
 constexpr int kTileK = 64;                // k per stage
 constexpr int kThreads = 256;             // 8 warps
@@ -113,9 +119,17 @@ SplitInputs split_layout(void* scratch, int64_t rows, int64_t K) {
   return s;
 }
 
-// Thread: 8 consecutive k of one row -> one 16-byte store per piece; 8 threads make a 64-wide
-// chunk's sum (shuffles within the 8).
-template <int kParts>
+// The pipelined kernel's order of k within each 32: position p = 16 s + 8 h + 2 q + e holds k =
+// 8 q + 2 s + h + 4 e. A lane q of an mma fragment then needs, for two k-steps, exactly the eight
+// codes of bytes 4q .. 4q + 3 of the row's 16 code bytes: one 32-bit shared load, and the raw code
+// bytes can be copied into shared memory as they lie (matmul_bf16_pipelined_kernel).
+__host__ __device__ constexpr int pipelined_k_of_position(int p) {
+  return 8 * ((p % 8) / 2) + 2 * (p / 16) + (p / 8) % 2 + 4 * (p % 2);
+}
+
+// Thread: 8 consecutive k of one row (or, kPipelinedOrder, 8 consecutive positions of that order)
+// -> one 16-byte store per piece; 8 threads make a 64-wide chunk's sum (shuffles within the 8).
+template <int kParts, bool kPipelinedOrder>
 __global__ void split_inputs_kernel(SplitInputs out, const float* x, int64_t x_stride, int64_t K) {
   enter_kernel();
   const int64_t k = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
@@ -123,7 +137,10 @@ __global__ void split_inputs_kernel(SplitInputs out, const float* x, int64_t x_s
     float v[8];
     const float* src = x + row * x_stride;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v[i] = k + i < K ? src[k + i] : 0.0f;
+    for (int i = 0; i < 8; ++i) {
+      const int64_t at = kPipelinedOrder ? k / 32 * 32 + pipelined_k_of_position(static_cast<int>(k % 32) + i) : k + i;
+      v[i] = at < K ? src[at] : 0.0f;
+    }
     if constexpr (kParts < kMmaExactParts) {
 #pragma unroll
       for (int i = 0; i < 8; ++i) v[i] = pieces_value<kParts>(v[i]);
@@ -146,6 +163,56 @@ __global__ void split_inputs_kernel(SplitInputs out, const float* x, int64_t x_s
   }
 }
 
+// A block's inputs: rows [t0, t0 + tile_rows) of x, or (grouped) one work item's routed pairs,
+// with its expert's matrix. False: the grid's bound on the items exceeds the real ones.
+struct BlockRows {
+  const uint8_t* matrix;
+  int64_t t0;
+  int t_count;
+  const int32_t* pairs;  // null: plain rows
+};
+__device__ __forceinline__ bool block_rows(const MatvecArgs& a, const MmaGroupedRows& grouped, int tile_rows,
+                                           BlockRows& out) {
+  out.matrix = a.weight;
+  out.t0 = static_cast<int64_t>(blockIdx.y) * tile_rows;
+  out.t_count = static_cast<int>(a.n_inputs - out.t0 < tile_rows ? a.n_inputs - out.t0 : tile_rows);
+  out.pairs = nullptr;
+  if (!grouped.items) return true;
+  if (static_cast<int32_t>(blockIdx.y) >= *grouped.n_items) return false;
+  const MmaWorkItem item = grouped.items[blockIdx.y];
+  out.matrix += static_cast<int64_t>(item.expert) * a.expert_bytes;
+  out.pairs = grouped.pair_ids + item.first;
+  out.t_count = item.count;
+  out.t0 = 0;
+  return true;
+}
+
+// A warp's kMi x kNj accumulator tiles (inputs from t_base, weight rows from n_base) to the
+// output, or with split-K to this split's partials.
+template <int kMi, int kNj>
+__device__ __forceinline__ void store_warp_tile(const MatvecArgs& a, const BlockRows& rows, float* k_partial,
+                                                const float (&acc)[kMi][kNj][4], int t_base, int64_t n_base, int g,
+                                                int q) {
+#pragma unroll
+  for (int i = 0; i < kMi; ++i)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int t = t_base + i * 16 + g + (c >= 2 ? 8 : 0);
+      if (t >= rows.t_count) continue;
+      const int64_t row = rows.pairs ? rows.pairs[t] : rows.t0 + t;
+#pragma unroll
+      for (int j = 0; j < kNj; ++j) {
+        const int64_t n = n_base + j * 8 + 2 * q + (c & 1);
+        if (n < a.M) {
+          if (k_partial)
+            k_partial[(static_cast<int64_t>(blockIdx.z) * a.n_inputs + row) * a.M + n] = acc[i][j][c];
+          else
+            a.out[row * a.out_stride + n] = acc[i][j][c];
+        }
+      }
+    }
+}
+
 // kTileRows inputs per block: 64 as 2 x 4 warps of 32 inputs x 32 rows, or 16 as 1 x 8 warps of
 // 16 inputs x 16 rows.
 template <DType F, int kParts, int kTileRows>
@@ -166,19 +233,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int warp_t = warp / kWarpsN, warp_n = warp % kWarpsN;
   const int g = lane / 4, q = lane % 4;            // mma fragment coordinates
 
-  // This block's inputs: rows [t0, t0 + 64) of x, or one work item's routed pairs.
-  const uint8_t* matrix = a.weight;
-  int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTileRows;
-  int t_count = static_cast<int>(a.n_inputs - t0 < kTileRows ? a.n_inputs - t0 : kTileRows);
-  const int32_t* pairs = nullptr;
-  if (grouped.items) {
-    if (static_cast<int32_t>(blockIdx.y) >= *grouped.n_items) return;
-    const MmaWorkItem item = grouped.items[blockIdx.y];
-    matrix += static_cast<int64_t>(item.expert) * a.expert_bytes;
-    pairs = grouped.pair_ids + item.first;
-    t_count = item.count;
-    t0 = 0;
-  }
+  BlockRows rows;
+  if (!block_rows(a, grouped, kTileRows, rows)) return;
+  const uint8_t* matrix = rows.matrix;
+  const int64_t t0 = rows.t0;
+  const int t_count = rows.t_count;
+  const int32_t* pairs = rows.pairs;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
 
   // Loader roles. Inputs: chunk c = tid, tid + 256 of a stage's 64 rows x 8 sixteen-byte chunks
@@ -338,22 +398,197 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();
   }
 
+  store_warp_tile(a, rows, k_partial, acc, warp_t * kWarpRows, n0 + warp_n * kWarpCols, g, q);
+}
+
+// The one-piece (bf16) HFQ4 GEMM, pipelined: what bounded matmul_mma_kernel at one piece was not
+// the tensor cores but the loop around them (Nsight Compute, 31B gate_up at 4096 inputs: 12
+// instructions per mma, two barriers per stage, codes staged through registers, 1.2 eligible warps
+// per scheduler). Here every operand travels by cp.async, kStages deep, one barrier per stage:
+//   - inputs: the split pieces in pipelined_k_of_position's order, 16-byte copies;
+//   - codes: the raw bytes of the rows' HFQ4 blocks (8-byte copies: a block's codes are only
+//     8-byte aligned), which that order lets a lane read as one word per 32 k;
+//   - each 64-wide chunk's input sum (for the min term) and, at a group's first stage, the rows'
+//     (scale, min), kept in a ring of 4 groups (a G128 group ends two stages after the next
+//     groups' maps are requested).
+// A lane turns a code word into its four B registers with a shift, a LOP3 and a bf16 subtract
+// each. Warps are 2 (inputs) x 4 (rows) of kTileRows / 2 x 32 outputs: at 128 inputs, one code
+// fragment feeds 4 mma per k-step (2 in matmul_mma_kernel), the accumulators (sum and current
+// group, 128 registers) leave one block per SM, and the deep pipeline hides the latency instead.
+constexpr int kStages = 4;
+constexpr int kCodeStride = 12;  // words per row of a stage's codes (8 used): lanes (g, q) hit 32 banks
+constexpr int kAffineRing = 4;
+
+template <int kTileRows>
+struct PipelinedShared {
+  uint16_t a[kStages][kTileRows][kAStride];      // bf16 inputs  [stage][t][k position]
+  uint32_t codes[kStages][kTileN][kCodeStride];  // raw code bytes [stage][n][k / 8]
+  float sums[kStages][kTileRows];                // the stage's input sums [stage][t]
+  float2 affine[kAffineRing][kTileN];            // (scale, min) [group % ring][n]
+};
+
+// Codes (`shifted`: a row's code word shifted so that the wanted nibbles sit at bits 0 and 16)
+// -> the bf16 pair (code, code') exactly: one LOP3 keeps the two nibbles and sets 0x43 in each high
+// byte (bf16 128 + code; the 0x43004300 in `bias` is a register, as LOP3 takes one immediate), and
+// 128 is subtracted.
+__device__ __forceinline__ uint32_t nibble_pair_to_bf16x2(uint32_t shifted, uint32_t bias) {
+  uint32_t biased;
+  asm("lop3.b32 %0, %1, %2, %3, 0xea;" : "=r"(biased) : "r"(shifted), "n"(0x000f000f), "r"(bias));  // (a & b) | c
+  const __nv_bfloat162 v =
+      __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&biased), __floats2bfloat162_rn(128.0f, 128.0f));
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+template <DType F, int kTileRows>
+__global__ void __launch_bounds__(kThreads, kTileRows == 64 ? 2 : 1)
+    matmul_bf16_pipelined_kernel(MatvecArgs a, MmaGroupedRows grouped, SplitInputs in, float* k_partial,
+                                 int k_groups_per_split) {
+  static_assert(kTileRows == 64 || kTileRows == 128, "64 or 128 inputs per block");
+  static_assert(F == DType::hfq4_g256 || F == DType::hfq4_g128, "HFQ4 codes");
+  constexpr int kWarpsN = 4;  // warps: 2 (inputs) x 4 (rows)
+  constexpr int kWarpRows = kTileRows / 2, kWarpCols = kTileN / kWarpsN;
+  constexpr int kMi = kWarpRows / 16, kNj = kWarpCols / 8;  // warp: kMi x kNj mma tiles
+  constexpr int kInputCopies = kTileRows * 8 / kThreads;    // 16-byte input copies per thread and stage
+  constexpr int kCodeCopies = kTileN * 4 / kThreads;        // 8-byte code copies per thread and stage
+  constexpr int kGroup = F == DType::hfq4_g256 ? 256 : 128;
+  constexpr int kBlockBytes = 8 + kGroup / 2;
+  enter_kernel();
+  extern __shared__ uint4 smem_raw[];
+  PipelinedShared<kTileRows>& s = *reinterpret_cast<PipelinedShared<kTileRows>*>(smem_raw);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int warp_t = warp / kWarpsN, warp_n = warp % kWarpsN;
+  const int g = lane / 4, q = lane % 4;  // mma fragment coordinates
+
+  BlockRows rows;
+  if (!block_rows(a, grouped, kTileRows, rows)) return;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kTileN;
+  auto input_row = [&](int r) { return rows.pairs ? rows.pairs[r] / a.x_row_div : rows.t0 + r; };
+  auto weight_row = [&](int n) { return rows.matrix + (n0 + n < a.M ? n0 + n : a.M - 1) * a.row_bytes; };
+
+  // Copy roles. Inputs: chunk c = tid + 256 i of a stage's kTileRows rows x 8 chunks. Codes: row
+  // c / 4, bytes 8 (c % 4) .. of the stage's 32, for c = tid and tid + 256. Sums: row tid. Maps:
+  // weight row tid.
+  const uint16_t* piece_src[kInputCopies];
+  bool piece_valid[kInputCopies];
 #pragma unroll
-  for (int i = 0; i < kMi; ++i)
+  for (int i = 0; i < kInputCopies; ++i) {
+    const int c = tid + i * kThreads, r = c / 8;
+    piece_valid[i] = r < rows.t_count;
+    piece_src[i] = in.pieces + (piece_valid[i] ? input_row(r) : 0) * in.k_pad + (c % 8) * 8;
+  }
+  const uint8_t* code_src[kCodeCopies];
 #pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      const int t = warp_t * kWarpRows + i * 16 + g + (c >= 2 ? 8 : 0);
-      if (t >= t_count) continue;
-      const int64_t row = pairs ? pairs[t] : t0 + t;
+  for (int i = 0; i < kCodeCopies; ++i)
+    code_src[i] = weight_row((tid + i * kThreads) / 4) + 8 + ((tid + i * kThreads) % 4) * 8;
+  const bool sum_valid = tid < rows.t_count;
+  const float* sum_src = in.sums + (sum_valid ? input_row(tid) : 0) * (in.k_pad / kTileK);
+  const uint8_t* affine_src = weight_row(tid % kTileN);
+
+  // Split-K as in matmul_mma_kernel: whole groups [z * per_split, ...) of K per block.
+  constexpr int kStagesPerGroup = kGroup / kTileK;
+  const int n_stages = static_cast<int>((a.K + kTileK - 1) / kTileK);
+  const int64_t stages_per_split = static_cast<int64_t>(k_groups_per_split) * kStagesPerGroup;  // 2^30 groups: no split
+  const int64_t split_begin = blockIdx.z * stages_per_split, split_end = split_begin + stages_per_split;
+  const int stage_begin = static_cast<int>(split_begin < n_stages ? split_begin : n_stages);
+  const int stage_end = static_cast<int>(split_end < n_stages ? split_end : n_stages);
+
+  // The next stage to copy, as running offsets (32-bit: a row is at most a few hundred KB): its
+  // first k, the byte offset of its HFQ4 block in a row, and its place in the group.
+  int load_stage = stage_begin, load_block = (stage_begin / kStagesPerGroup) * kBlockBytes;
+  int load_in_group = 0, load_slot = 0;  // (stage_begin is a group's first stage)
+  auto load_next = [&]() {
+    const int k0 = load_stage * kTileK;
+#pragma unroll
+    for (int i = 0; i < kInputCopies; ++i) {
+      const int c = tid + i * kThreads;
+      cp_async_16(&s.a[load_slot][c / 8][(c % 8) * 8], piece_src[i] + k0, piece_valid[i]);
+    }
+    const int code_offset = load_block + load_in_group * (kTileK / 2);
+#pragma unroll
+    for (int i = 0; i < kCodeCopies; ++i) {
+      const int c = tid + i * kThreads;
+      cp_async_small<8>(&s.codes[load_slot][c / 4][(c % 4) * 2], code_src[i] + code_offset);
+    }
+    if (tid < kTileRows) cp_async_small<4>(&s.sums[load_slot][tid], sum_src + load_stage, sum_valid);
+    if (tid < kTileN && load_in_group == 0)
+      cp_async_small<8>(&s.affine[(load_stage / kStagesPerGroup) % kAffineRing][tid], affine_src + load_block);
+    ++load_stage;
+    load_slot = load_slot + 1 == kStages ? 0 : load_slot + 1;
+    if (++load_in_group == kStagesPerGroup) load_in_group = 0, load_block += kBlockBytes;
+  };
+
+  float acc[kMi][kNj][4], part[kMi][kNj][4], xsum[kMi][2];
+#pragma unroll
+  for (int i = 0; i < kMi; ++i) {
+    xsum[i][0] = xsum[i][1] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kNj; ++j)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[i][j][c] = part[i][j][c] = 0.0f;
+  }
+
+  const uint32_t bias = 0x43004300u;  // in a register: one LOP3 then masks and biases a code pair
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {  // one commit per stage, real or not: the wait counts groups
+    if (load_stage < stage_end) load_next();
+    cp_async_commit();
+  }
+  int slot = 0, in_group = 0;
+  for (int stage = stage_begin; stage < stage_end; ++stage) {
+    cp_async_wait<kStages - 2>();  // this stage's copies (this thread's) ...
+    __syncthreads();               // ... and everyone's; and the slot refilled below is no longer read
+    if (load_stage < stage_end) load_next();
+    cp_async_commit();
+
+#pragma unroll
+    for (int i = 0; i < kMi; ++i) {
+      xsum[i][0] += s.sums[slot][warp_t * kWarpRows + i * 16 + g];
+      xsum[i][1] += s.sums[slot][warp_t * kWarpRows + i * 16 + g + 8];
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {  // 32 k: two mma k-steps from one code word per n tile
+      uint32_t b[kNj][4];                   // [n tile][k-step 0 reg 0, reg 1, k-step 1 reg 0, reg 1]
 #pragma unroll
       for (int j = 0; j < kNj; ++j) {
-        const int64_t n = n0 + warp_n * kWarpCols + j * 8 + 2 * q + (c & 1);
-        if (n < a.M) {
-          if (k_partial) k_partial[(static_cast<int64_t>(blockIdx.z) * a.n_inputs + row) * a.M + n] = acc[i][j][c];
-          else a.out[row * a.out_stride + n] = acc[i][j][c];
+        const uint32_t word = s.codes[slot][warp_n * kWarpCols + j * 8 + g][half * 4 + q];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) b[j][r] = nibble_pair_to_bf16x2(word >> (8 * (r / 2) + 4 * (r % 2)), bias);
+      }
+#pragma unroll
+      for (int step = 0; step < 2; ++step) {
+        const int kk = half * 32 + step * 16;
+#pragma unroll
+        for (int i = 0; i < kMi; ++i) {
+          uint32_t frag[4];
+          ldmatrix_x4(frag, &s.a[slot][warp_t * kWarpRows + i * 16 + lane % 16][kk + (lane / 16) * 8]);
+#pragma unroll
+          for (int j = 0; j < kNj; ++j) mma_bf16(part[i][j], frag, b[j][2 * step], b[j][2 * step + 1]);
         }
       }
     }
+    if (++in_group == kStagesPerGroup || stage + 1 == n_stages) {  // acc += scale * sum(x code) + min * sum(x)
+      const float2* maps = s.affine[(stage / kStagesPerGroup) % kAffineRing];
+#pragma unroll
+      for (int j = 0; j < kNj; ++j)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float2 map = maps[warp_n * kWarpCols + j * 8 + 2 * q + c];
+#pragma unroll
+          for (int i = 0; i < kMi; ++i) {
+            acc[i][j][c] = fmaf(map.y, xsum[i][0], fmaf(map.x, part[i][j][c], acc[i][j][c]));
+            acc[i][j][c + 2] = fmaf(map.y, xsum[i][1], fmaf(map.x, part[i][j][c + 2], acc[i][j][c + 2]));
+            part[i][j][c] = part[i][j][c + 2] = 0.0f;
+          }
+        }
+#pragma unroll
+      for (int i = 0; i < kMi; ++i) xsum[i][0] = xsum[i][1] = 0.0f;
+      in_group = 0;
+    }
+    slot = slot + 1 == kStages ? 0 : slot + 1;
+  }
+  cp_async_wait<0>();  // (only empty groups remain; nothing may be in flight at exit)
+
+  store_warp_tile(a, rows, k_partial, acc, warp_t * kWarpRows, n0 + warp_n * kWarpCols, g, q);
 }
 
 // One block: count the pairs per expert, cut each expert's pairs into work items of <= tile, and
@@ -400,18 +635,35 @@ __global__ void sum_k_splits_kernel(float* out, int64_t out_stride, const float*
   out[(i / M) * out_stride + i % M] = sum;
 }
 
+// Whether the pipelined one-piece kernel can take a product: HFQ4 weights and bf16 (one-piece)
+// inputs. The launch also needs tiles of 64 or 128 inputs: sparse expert groups' 16-input tiles stay
+// on matmul_mma_kernel.
+constexpr bool takes_pipelined(DType type, int parts) {
+  return parts == 1 && (type == DType::hfq4_g256 || type == DType::hfq4_g128);
+}
+
+// Inputs per block of a plain product: the pipelined kernel's 128 where that still makes a block
+// for every SM, else 64. The 128-input tile's 102 KiB of shared memory is more than a block may
+// have on sm_86/sm_89 (99 KiB); there the 64-input tile (65 KiB) serves every size.
+int dense_tile_rows(int64_t M, int64_t n_inputs, DType type, int parts) {
+  if (!takes_pipelined(type, parts)) return kTileT;
+  if (static_cast<size_t>(current_device_traits().max_block_smem) < sizeof(PipelinedShared<128>)) return kTileT;
+  const int64_t tiles = (M + kTileN - 1) / kTileN * ((n_inputs + 127) / 128);
+  return tiles >= current_device_traits().sm_count ? 128 : kTileT;
+}
+
 // How many K splits a plain product takes: with fewer tiles than SMs (batched decode, short
 // prompts: a 4096-row matrix at 64 inputs is 32 tiles for 132 SMs) K is cut at group boundaries
 // until there are about two blocks per SM, at most 16 splits.
 struct KSplits {
   int splits = 1, groups_per_split = 1 << 30;
 };
-KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type) {
+KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type, int tile_rows) {
   KSplits k;
   // the split unit: a whole HFQ4 group, or one 64-wide stage (two Q8_0 blocks)
   const int64_t group = type == DType::hfq4_g256 ? 256 : type == DType::hfq4_g128 ? 128 : kTileK;
   const int64_t n_groups = (K + group - 1) / group;
-  const int64_t tiles = (M + kTileN - 1) / kTileN * ((n_inputs + kTileT - 1) / kTileT);
+  const int64_t tiles = (M + kTileN - 1) / kTileN * ((n_inputs + tile_rows - 1) / tile_rows);
   const int sms = current_device_traits().sm_count;
   if (tiles >= sms || n_groups < 2) return k;
   const int64_t want = std::min<int64_t>({(2 * sms + tiles - 1) / tiles, n_groups, 16});
@@ -422,8 +674,10 @@ KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type) {
 
 template <DType F, int kParts>
 cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cudaStream_t stream) {
+  const int tile_rows = grouped ? grouped->tile_rows : dense_tile_rows(a.M, a.n_inputs, F, kParts);
+  const bool pipelined = takes_pipelined(F, kParts) && tile_rows >= 64;
   const unsigned n_tiles = static_cast<unsigned>((a.M + kTileN - 1) / kTileN);
-  const int64_t t_tiles = grouped ? grouped->max_items : (a.n_inputs + kTileT - 1) / kTileT;
+  const int64_t t_tiles = grouped ? grouped->max_items : (a.n_inputs + tile_rows - 1) / tile_rows;
   if (t_tiles > 65535) return cudaErrorInvalidValue;  // 4M inputs: the caller splits first
   const int64_t x_rows = grouped ? (a.n_inputs + a.x_row_div - 1) / a.x_row_div : a.n_inputs;
   if (!a.scratch || a.scratch_bytes < (grouped ? mma_scratch_bytes(x_rows, a.K, kParts) : matmul_mma_scratch_bytes(a, kParts)))
@@ -431,15 +685,27 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
   const SplitInputs in = split_layout(a.scratch, x_rows, a.K);
   const dim3 split_grid(static_cast<unsigned>((in.k_pad / 8 + 255) / 256),
                         static_cast<unsigned>(x_rows < 65535 ? x_rows : 65535));
-  cudaError_t err = launch_kernel(split_inputs_kernel<kParts>, split_grid, 256, 0, stream, in, a.x, a.x_stride, a.K);
+  auto split = split_inputs_kernel<kParts, false>;
+  if constexpr (takes_pipelined(F, kParts))
+    if (pipelined) split = split_inputs_kernel<kParts, true>;
+  cudaError_t err = launch_kernel(split, split_grid, 256, 0, stream, in, a.x, a.x_stride, a.K);
   if (err != cudaSuccess) return err;
-  const bool sparse_groups = grouped && grouped->tile_rows == 16;
-  const size_t smem = sparse_groups ? sizeof(MmaShared<F, kParts, 16>) : sizeof(MmaShared<F, kParts, 64>);
-  auto kernel = sparse_groups ? matmul_mma_kernel<F, kParts, 16> : matmul_mma_kernel<F, kParts, 64>;
+  decltype(&matmul_mma_kernel<F, kParts, 64>) kernel = nullptr;
+  size_t smem = 0;
+  if constexpr (takes_pipelined(F, kParts)) {
+    if (pipelined) {
+      kernel = tile_rows == 128 ? matmul_bf16_pipelined_kernel<F, 128> : matmul_bf16_pipelined_kernel<F, 64>;
+      smem = tile_rows == 128 ? sizeof(PipelinedShared<128>) : sizeof(PipelinedShared<64>);
+    }
+  }
+  if (!kernel) {
+    kernel = tile_rows == 16 ? matmul_mma_kernel<F, kParts, 16> : matmul_mma_kernel<F, kParts, 64>;
+    smem = tile_rows == 16 ? sizeof(MmaShared<F, kParts, 16>) : sizeof(MmaShared<F, kParts, 64>);
+  }
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   const MmaGroupedRows rows = grouped ? *grouped : MmaGroupedRows{};
-  const KSplits k = grouped ? KSplits{} : plan_k_splits(a.M, a.n_inputs, a.K, F);
+  const KSplits k = grouped ? KSplits{} : plan_k_splits(a.M, a.n_inputs, a.K, F, tile_rows);
   float* partial = k.splits > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(a.scratch) +
                                                            mma_scratch_bytes(x_rows, a.K, kParts))
                                 : nullptr;
@@ -475,7 +741,8 @@ size_t mma_scratch_bytes(int64_t x_rows, int64_t K, int parts) {
 
 size_t matmul_mma_scratch_bytes(const MatvecArgs& a, int parts) {
   // the split inputs, then the K splits' partial outputs [splits][n_inputs][M]
-  const KSplits k = plan_k_splits(a.M, a.n_inputs, a.K, a.weight_type);
+  const KSplits k =
+      plan_k_splits(a.M, a.n_inputs, a.K, a.weight_type, dense_tile_rows(a.M, a.n_inputs, a.weight_type, parts));
   const size_t partial = k.splits > 1 ? static_cast<size_t>(k.splits) * a.n_inputs * a.M * sizeof(float) : 0;
   return mma_scratch_bytes(a.n_inputs, a.K, parts) + partial;
 }
@@ -497,14 +764,15 @@ cudaError_t launch_matmul_mma(const MatvecArgs& a, int parts, cudaStream_t strea
 cudaError_t launch_moe_sort_pairs(MmaGroupedRows& out, MmaWorkItem* items, int32_t* n_items, int32_t* pair_ids,
                                   const int32_t* ids, int64_t n_pairs, int64_t n_experts, cudaStream_t stream) {
   if (n_experts <= 0 || n_experts > 8192) return cudaErrorInvalidValue;
+  const int tile = grouped_tile_rows(n_pairs, n_experts);
   const cudaError_t err =
       launch_kernel(moe_sort_pairs_kernel, 1, 1024, static_cast<size_t>(n_experts) * sizeof(int32_t), stream, items,
-                    n_items, pair_ids, ids, n_pairs, n_experts, grouped_tile_rows(n_pairs, n_experts));
+                    n_items, pair_ids, ids, n_pairs, n_experts, tile);
   out.items = items;
   out.n_items = n_items;
   out.pair_ids = pair_ids;
   out.max_items = max_work_items(n_pairs, n_experts);
-  out.tile_rows = grouped_tile_rows(n_pairs, n_experts);
+  out.tile_rows = tile;
   return err;
 }
 
