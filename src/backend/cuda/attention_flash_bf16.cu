@@ -11,11 +11,14 @@
 //   the attention kernel copies its tiles with cp.async, two stages deep, no conversion;
 // - operands reach the tensor cores through ldmatrix: Q and K row-major, V transposed
 //   (ldmatrix.trans), and P straight from the S accumulators (their layout is the A fragment's);
-// - 64 query rows per block share every K/V tile (4 row groups of 16, one warp each).
+// - 64 query rows per block share every K/V tile (4 row groups of 16: one warp each at D <= 256,
+//   two at D = 512).
 // A warp's output is 16 rows x its head-dim slice in registers: D <= 256 fits one warp (128
-// floats per thread at 256), D = 512 (Gemma 4's global layers) takes two warps per row group,
-// each computing the whole S (the QK^T half of the work twice: 1.5x the FLOPs, but no exchange
-// of S through shared memory) and its half of O.
+// floats per thread at 256), D = 512 (Gemma 4's global layers) takes a pair of warps per row
+// group, each owning half of O. The pair splits each tile's keys for S = QK^T and the softmax (16
+// each) and trades the row maxima and its P fragments through shared memory (PairExchange), so
+// that each multiplies all of P by its half of V. (Computing the whole S in both warps, as this
+// kernel first did, spent 1.5x the mma and twice the exponentials.)
 //
 // Precision: Q, K, V and P rounded to bf16 once each; S, the softmax and O in f32. The softmax
 // sum l adds the unrounded P, so |O - exact O of the rounded Q, K, V| <= 2^-9 max |V| (the op
@@ -85,25 +88,48 @@ __global__ void gather_keys_bf16_kernel(AttentionArgs a, uint16_t* k_out, uint16
 __host__ __device__ constexpr int slice_warps(int D) { return D > 256 ? 2 : 1; }
 
 // Keys per tile: 64 up to a 128-column slice, then 32: 85 KiB of shared memory at D = 128, 99 KiB
-// at 256 (two blocks per SM), 195 KiB at 512 (one).
+// at 256 (two blocks per SM), 201 KiB at 512 (one, with the pairs' exchange).
 __host__ __device__ constexpr int tile_keys_for(int slice) { return slice <= 128 ? 64 : 32; }
 
-// Q, then two stages of K and V tiles, bf16 rows of D + kRowPad.
+// What the two warps of a row group trade per tile (D > 256): a lane's two row maxima, then its A
+// fragment of P over its warp's 16 keys; at the end, the rows' partial sums l.
+struct PairExchange {
+  float2 row_stat[kRowGroups][2][32];  // a lane's two rows' max, then l [row group][warp of the pair][lane]
+  uint4 p[kRowGroups][2][32];
+};
+
+// Q, then two stages of K and V tiles, bf16 rows of D + kRowPad; then the pairs' exchange.
 __host__ __device__ size_t flash_bf16_smem_bytes(int D, int keys) {
-  return sizeof(uint16_t) * static_cast<size_t>(kBlockRows + 2 * 2 * keys) * (D + kRowPad);
+  return sizeof(uint16_t) * static_cast<size_t>(kBlockRows + 2 * 2 * keys) * (D + kRowPad) +
+         (slice_warps(D) == 2 ? sizeof(PairExchange) : 0);
+}
+
+// Waits for both warps of row group `rg` (named barrier 1 + rg, 0 being __syncthreads'; the ids
+// as immediates, so that ptxas counts the barriers the kernel uses).
+__device__ __forceinline__ void pair_barrier(int rg) {
+  static_assert(kRowGroups == 4, "one named barrier per row group");
+  switch (rg) {
+    case 0: asm volatile("bar.sync 1, 64;" ::: "memory"); break;
+    case 1: asm volatile("bar.sync 2, 64;" ::: "memory"); break;
+    case 2: asm volatile("bar.sync 3, 64;" ::: "memory"); break;
+    default: asm volatile("bar.sync 4, 64;" ::: "memory"); break;
+  }
 }
 
 // kSliceTiles: the most 8-column output tiles a warp holds (its slice / 8, rounded up to a
-// power of two so that few instances serve every head dim).
-template <int kSliceTiles, int kKeys>
-__global__ void __launch_bounds__(kRowGroups * 32 * (kSliceTiles == 32 ? 2 : 1))
+// power of two so that few instances serve every head dim). kPairs: two warps per row group (D >
+// 256), splitting each tile's keys.
+template <int kSliceTiles, int kKeys, bool kPairs>
+__global__ void __launch_bounds__(kRowGroups * 32 * (kPairs ? 2 : 1))
     flash_bf16_kernel(AttentionArgs a, const uint16_t* k_rows, const uint16_t* v_rows, int64_t rows_per_head) {
   enter_kernel();
-  constexpr int kKeyTiles = kKeys / 8;
+  constexpr int kPairWarps = kPairs ? 2 : 1;
+  constexpr int kKeyTiles = kKeys / 8 / kPairWarps;  // this warp's 8-key tiles of S
   extern __shared__ __align__(16) uint16_t smem[];
-  const int D = a.head_dim, DW = slice_warps(D), slice = D / DW, stride = D + kRowPad;
+  const int D = a.head_dim, slice = D / kPairWarps, stride = D + kRowPad;
   uint16_t* s_q = smem;                        // [64 rows][stride]
   uint16_t* s_kv = s_q + kBlockRows * stride;  // [stage][K, V][kKeys][stride]
+  PairExchange* pair = reinterpret_cast<PairExchange*>(s_kv + 2 * 2 * kKeys * stride);  // (kPairs only)
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, n_threads = blockDim.x;
   const int rg = warp % kRowGroups, dw = warp / kRowGroups;
   const int g = lane / 4, q = lane % 4;
@@ -145,6 +171,7 @@ __global__ void __launch_bounds__(kRowGroups * 32 * (kSliceTiles == 32 ? 2 : 1))
   }
 
   const int row0 = rg * 16, d0 = dw * slice, out_tiles = slice / 8;
+  const int own_keys = kPairs ? dw * (kKeys / 2) : 0;  // this warp's first key of each tile (for S)
   const int64_t pos[2] = {p0 + t0 + row0 + g, p0 + t0 + row0 + g + 8};
   const float scale_log2 = a.scale * 1.4426950408889634f;  // exp(x) = exp2(x log2 e)
   float o[kSliceTiles][4];
@@ -168,7 +195,7 @@ __global__ void __launch_bounds__(kRowGroups * 32 * (kSliceTiles == 32 ? 2 : 1))
     const uint16_t* sk = s_kv + stage * 2 * kKeys * stride;
     const uint16_t* sv = sk + kKeys * stride;
 
-    // S = Q K^T over the whole head dim: [16 rows, kKeys] per warp.
+    // S = Q K^T over the whole head dim: [16 rows, this warp's keys].
     float s[kKeyTiles][4];
 #pragma unroll
     for (int n = 0; n < kKeyTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -178,26 +205,61 @@ __global__ void __launch_bounds__(kRowGroups * 32 * (kSliceTiles == 32 ? 2 : 1))
 #pragma unroll
       for (int np = 0; np < kKeyTiles / 2; ++np) {
         uint32_t kf[4];
-        ldmatrix_x4(kf, sk + (np * 16 + k_row) * stride + kk + k_col);
+        ldmatrix_x4(kf, sk + (own_keys + np * 16 + k_row) * stride + kk + k_col);
         mma_bf16(s[2 * np], qa, kf[0], kf[1]);
         mma_bf16(s[2 * np + 1], qa, kf[2], kf[3]);
       }
     }
 
-    // Online softmax in base 2: scale, mask (causal and sliding window), running max and sum.
+    // Online softmax in base 2: scale, mask (causal and sliding window), running max and sum; a
+    // pair takes the larger of its two warps' row maxima.
     float corr[2];
-    online_softmax_tile<kKeyTiles, true>(s, key_begin + tile * kKeys, key_end, pos, a.window, scale_log2, q, m, l,
-                                         corr);
+    auto pair_max = [&](float(&tile_max)[2]) {
+      pair->row_stat[rg][dw][lane] = make_float2(tile_max[0], tile_max[1]);
+      pair_barrier(rg);
+      const float2 other = pair->row_stat[rg][dw ^ 1][lane];
+      tile_max[0] = fmaxf(tile_max[0], other.x);
+      tile_max[1] = fmaxf(tile_max[1], other.y);
+    };
+    if constexpr (kPairs)
+      online_softmax_tile<kKeyTiles, true>(s, key_begin + tile * kKeys + own_keys, key_end, pos, a.window, scale_log2,
+                                           q, m, l, corr, pair_max);
+    else
+      online_softmax_tile<kKeyTiles, true>(s, key_begin + tile * kKeys, key_end, pos, a.window, scale_log2, q, m, l,
+                                           corr);
 #pragma unroll
     for (int j = 0; j < kSliceTiles; ++j)
 #pragma unroll
       for (int c = 0; c < 4; ++c) o[j][c] *= corr[c / 2];
 
-        // O += P V over this warp's slice, 16 keys per step: P's accumulators are the A fragment.
+    // P as A fragments, 16 keys each: the S accumulators' layout. A pair trades its halves (the
+    // partner's stored as its lane computed it: the same lane reads it back).
+    uint32_t p_frags[kKeys / 16][4];
+#pragma unroll
+    for (int ks = 0; ks < kKeyTiles / 2; ++ks) {
+      p_frags[ks][0] = bf16x2(s[2 * ks][0], s[2 * ks][1]);
+      p_frags[ks][1] = bf16x2(s[2 * ks][2], s[2 * ks][3]);
+      p_frags[ks][2] = bf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]);
+      p_frags[ks][3] = bf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3]);
+    }
+    if constexpr (kPairs) {
+      static_assert(kKeys == 32, "a pair's warps hold one 16-key fragment of P each");
+      pair->p[rg][dw][lane] = make_uint4(p_frags[0][0], p_frags[0][1], p_frags[0][2], p_frags[0][3]);
+      pair_barrier(rg);
+      const uint4 other = pair->p[rg][dw ^ 1][lane];
+      const uint32_t mine[4] = {p_frags[0][0], p_frags[0][1], p_frags[0][2], p_frags[0][3]};
+      const uint32_t theirs[4] = {other.x, other.y, other.z, other.w};
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        p_frags[0][c] = dw == 0 ? mine[c] : theirs[c];
+        p_frags[1][c] = dw == 0 ? theirs[c] : mine[c];
+      }
+    }
+
+    // O += P V over this warp's slice, 16 keys per step.
 #pragma unroll
     for (int ks = 0; ks < kKeys / 16; ++ks) {
-      const uint32_t pa[4] = {bf16x2(s[2 * ks][0], s[2 * ks][1]), bf16x2(s[2 * ks][2], s[2 * ks][3]),
-                              bf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]), bf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+      const uint32_t(&pa)[4] = p_frags[ks];
       const uint16_t* v_base = sv + (ks * 16 + a_row) * stride + d0 + a_col;
 #pragma unroll
       for (int jp = 0; jp < kSliceTiles / 2; ++jp) {
@@ -211,11 +273,22 @@ __global__ void __launch_bounds__(kRowGroups * 32 * (kSliceTiles == 32 ? 2 : 1))
     __syncthreads();  // every warp is done with this stage before it is loaded again
   }
 
-  // The quad's partial sums make the row's sum; normalise and store this warp's slice.
+  // The quad's partial sums (and a pair's two warps') make the row's sum; normalise and store
+  // this warp's slice.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += gpu::shfl_xor(l[r], 1);
     l[r] += gpu::shfl_xor(l[r], 2);
+  }
+  if constexpr (kPairs) {  // (the loop's last barrier has passed every read of `max`)
+    pair->row_stat[rg][dw][lane] = make_float2(l[0], l[1]);
+    pair_barrier(rg);
+    const float2 other = pair->row_stat[rg][dw ^ 1][lane];
+    l[0] += other.x;  // the same sum in both warps: a + b == b + a
+    l[1] += other.y;
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
     const int row = row0 + g + 8 * r;
     if (row >= n_rows) continue;
     const float inv = 1.0f / l[r];
@@ -229,12 +302,12 @@ __global__ void __launch_bounds__(kRowGroups * 32 * (kSliceTiles == 32 ? 2 : 1))
   }
 }
 
-template <int kSliceTiles>
+template <int kSliceTiles, bool kPairs = false>
 cudaError_t launch_flash_bf16_tiles(const AttentionArgs& a, const uint16_t* k_rows, const uint16_t* v_rows,
                                     int64_t rows_per_head, cudaStream_t stream) {
   constexpr int kKeys = tile_keys_for(8 * kSliceTiles);
   const size_t smem = flash_bf16_smem_bytes(a.head_dim, kKeys);
-  auto kernel = flash_bf16_kernel<kSliceTiles, kKeys>;
+  auto kernel = flash_bf16_kernel<kSliceTiles, kKeys, kPairs>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>((a.n_tokens + kBlockRows - 1) / kBlockRows), static_cast<unsigned>(a.n_heads));
@@ -246,7 +319,7 @@ cudaError_t launch_flash_bf16_tiles(const AttentionArgs& a, const uint16_t* k_ro
 
 // The prompt shapes of the tensor-core kernel (flash_attention_applies: launch_attention's test)
 // whose head dims split into whole 16-column steps per warp, where the block's shared memory fits
-// the device (D = 512 needs 195 KiB: Hopper; an A100's 163 KiB falls back to the one-piece
+// the device (D = 512 needs 201 KiB: Hopper; an A100's 163 KiB falls back to the one-piece
 // attention_mma.cu kernel).
 bool flash_bf16_applies(const AttentionArgs& a) {
   const int D = a.head_dim;
@@ -290,7 +363,8 @@ cudaError_t launch_flash_bf16(const AttentionArgs& a, cudaStream_t stream) {
     default: return cudaErrorInvalidValue;
   }
   if (err != cudaSuccess) return err;
-  const int slice = a.head_dim / slice_warps(a.head_dim);
+  if (slice_warps(a.head_dim) == 2) return launch_flash_bf16_tiles<32, true>(a, k_rows, v_rows, rows, stream);
+  const int slice = a.head_dim;
   if (slice <= 64) return launch_flash_bf16_tiles<8>(a, k_rows, v_rows, rows, stream);
   if (slice <= 128) return launch_flash_bf16_tiles<16>(a, k_rows, v_rows, rows, stream);
   return launch_flash_bf16_tiles<32>(a, k_rows, v_rows, rows, stream);

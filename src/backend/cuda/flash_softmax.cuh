@@ -27,11 +27,17 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // against the rows' running max m (which it updates; the quad's lanes agree), adds those to this
 // lane's share of the rows' sum l, and returns in corr the factor the rows' outputs must be
 // rescaled by. kBase2 (the bf16 kernel, whose P is rounded to bf16 right after): `scale` holds
-// log2 e and the powers run on the SFU; otherwise expf (the f32 path).
-template <int kKeyTiles, bool kBase2>
+// log2 e and the powers run on the SFU; otherwise expf (the f32 path). When the tile's keys are
+// split over several warps, `combine_max` turns this warp's row maxima into the tile's (every
+// warp then keeps the same m, and its l counts its own keys).
+struct NoCombine {
+  __device__ void operator()(float (&)[2]) const {}
+};
+template <int kKeyTiles, bool kBase2, typename CombineMax = NoCombine>
 __device__ __forceinline__ void online_softmax_tile(float (&s)[kKeyTiles][4], int64_t key0, int64_t key_end,
                                                     const int64_t (&pos)[2], int window, float scale, int q,
-                                                    float (&m)[2], float (&l)[2], float (&corr)[2]) {
+                                                    float (&m)[2], float (&l)[2], float (&corr)[2],
+                                                    CombineMax combine_max = {}) {
   auto power = [](float x) { return kBase2 ? fast_exp2(x) : expf(x); };
   float tile_max[2] = {-FLT_MAX, -FLT_MAX};
 #pragma unroll
@@ -47,6 +53,10 @@ __device__ __forceinline__ void online_softmax_tile(float (&s)[kKeyTiles][4], in
   for (int r = 0; r < 2; ++r) {
     tile_max[r] = fmaxf(tile_max[r], gpu::shfl_xor(tile_max[r], 1));
     tile_max[r] = fmaxf(tile_max[r], gpu::shfl_xor(tile_max[r], 2));
+  }
+  combine_max(tile_max);
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
     const float m_new = fmaxf(m[r], tile_max[r]);
     corr[r] = power(m[r] - m_new);  // 1 while no key is visible yet (both -FLT_MAX)
     m[r] = m_new;
