@@ -5,8 +5,10 @@
 // head's query group, at several split counts. Each time includes the merge of the splits.
 // Prints microseconds per call (and of the merge alone) and the KV bytes' rate; `--json` adds one
 // JSON object per line. --shape / --context / --variant pick cases (for a profiler), --iters the
-// timed calls per case.
-//   attention_bench [--json] [--shape NAME] [--context N] [--variant PATH] [--iters N]
+// timed calls per case. --batch N times batched decode instead: N sequences, each one query row at
+// the last position of its own cache (the per-row caches of serve's continuous batching), through
+// the plan and the alternatives (SIMT and tensor-core group kernels at several split counts).
+//   attention_bench [--json] [--shape NAME] [--context N] [--variant PATH] [--iters N] [--batch N]
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -82,7 +84,7 @@ int main(int argc, char** argv) {
   bool json = false;
   std::string only_shape, only_variant;
   int64_t only_context = 0;
-  int iters = 200;
+  int iters = 200, batch = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
@@ -96,8 +98,12 @@ int main(int argc, char** argv) {
       only_context = std::atoll(argv[++i]);
     else if (arg == "--iters" && has_value)
       iters = std::max(1, std::atoi(argv[++i]));
+    else if (arg == "--batch" && has_value)
+      batch = std::clamp(std::atoi(argv[++i]), 1, 1024);
     else {
-      fmt::print(stderr, "usage: attention_bench [--json] [--shape NAME] [--context N] [--variant PATH] [--iters N]\n");
+      fmt::print(stderr,
+                 "usage: attention_bench [--json] [--shape NAME] [--context N] [--variant PATH] [--iters N] "
+                 "[--batch N]\n");
       return 2;
     }
   }
@@ -111,8 +117,8 @@ int main(int argc, char** argv) {
                           {"gemma4-31b global", 32, 4, 512, 0},
                           {"qwen3.5-4b", 16, 4, 256, 0},
                           {"qwen3.5-35b-a3b", 16, 2, 256, 0}};
-  fmt::print("{} ({} SMs): decode attention, 1 query token, Q8_0 cache; us per call incl. merge\n", prop.name,
-             prop.multiProcessorCount);
+  fmt::print("{} ({} SMs): decode attention, {} query row(s) of {} sequence(s), Q8_0 cache; us per call incl. merge\n",
+             prop.name, prop.multiProcessorCount, batch, batch);
   fmt::print("{:<20} {:>6} {:<14} {:>6} {:>9} {:>9} {:>8}\n", "shape", "ctx", "path", "splits", "us", "merge us",
              "GB/s");
   for (const Shape& s : shapes)
@@ -120,22 +126,36 @@ int main(int argc, char** argv) {
       if ((!only_shape.empty() && only_shape != s.name) || (only_context && only_context != context)) continue;
       const int64_t rows = s.window > 0 ? std::min<int64_t>(s.window, context) : context;
       const int64_t row_bytes = s.head_dim / 32 * 34;
-      void* k_cache = random_q8_cache(rows * s.n_kv_heads, row_bytes);
-      void* v_cache = random_q8_cache(rows * s.n_kv_heads, row_bytes);
-      float* q = random_floats(static_cast<int64_t>(s.n_heads) * s.head_dim);
-      float* k_new = random_floats(static_cast<int64_t>(s.n_kv_heads) * s.head_dim);
-      float* v_new = random_floats(static_cast<int64_t>(s.n_kv_heads) * s.head_dim);
+      // One cache per sequence (batch > 1: row t's cache is slice t of one allocation).
+      const int64_t cache_bytes = rows * s.n_kv_heads * row_bytes;
+      void* k_cache = random_q8_cache(batch * rows * s.n_kv_heads, row_bytes);
+      void* v_cache = random_q8_cache(batch * rows * s.n_kv_heads, row_bytes);
+      float* q = random_floats(static_cast<int64_t>(batch) * s.n_heads * s.head_dim);
+      float* k_new = random_floats(static_cast<int64_t>(batch) * s.n_kv_heads * s.head_dim);
+      float* v_new = random_floats(static_cast<int64_t>(batch) * s.n_kv_heads * s.head_dim);
       float* out = nullptr;
-      cuda_ok(cudaMalloc(&out, sizeof(float) * s.n_heads * s.head_dim), "cudaMalloc out");
+      cuda_ok(cudaMalloc(&out, sizeof(float) * batch * s.n_heads * s.head_dim), "cudaMalloc out");
       int32_t* positions = nullptr;
-      const int32_t position = static_cast<int32_t>(context - 1);  // the last row: every key visible
-      cuda_ok(cudaMalloc(&positions, sizeof(int32_t)), "cudaMalloc positions");
-      cuda_ok(cudaMemcpy(positions, &position, sizeof(int32_t), cudaMemcpyHostToDevice), "copy positions");
+      // the last row: every key visible
+      const std::vector<int32_t> position(static_cast<size_t>(batch), static_cast<int32_t>(context - 1));
+      cuda_ok(cudaMalloc(&positions, sizeof(int32_t) * batch), "cudaMalloc positions");
+      cuda_ok(cudaMemcpy(positions, position.data(), sizeof(int32_t) * batch, cudaMemcpyHostToDevice), "copy positions");
+      const uint8_t** row_caches = nullptr;  // [K cache of each row..., V cache of each row...]
+      if (batch > 1) {
+        std::vector<const uint8_t*> table(2 * static_cast<size_t>(batch));
+        for (int t = 0; t < batch; ++t) {
+          table[t] = static_cast<const uint8_t*>(k_cache) + t * cache_bytes;
+          table[batch + t] = static_cast<const uint8_t*>(v_cache) + t * cache_bytes;
+        }
+        cuda_ok(cudaMalloc(&row_caches, sizeof(void*) * table.size()), "cudaMalloc cache table");
+        cuda_ok(cudaMemcpy(row_caches, table.data(), sizeof(void*) * table.size(), cudaMemcpyHostToDevice),
+                "copy cache table");
+      }
       const int64_t visible = s.window > 0 ? std::min<int64_t>(s.window, context) : context;
-      const double kv_bytes = 2.0 * visible * s.n_kv_heads * row_bytes;
+      const double kv_bytes = 2.0 * batch * visible * s.n_kv_heads * row_bytes;
       const int64_t max_keys = rows + 1;
-      const fl::cuda::AttentionPlan plan =
-          fl::cuda::plan_attention(1, s.n_heads, s.n_kv_heads, s.head_dim, max_keys, false, prop.multiProcessorCount);
+      const fl::cuda::AttentionPlan plan = fl::cuda::plan_attention(batch, s.n_heads, s.n_kv_heads, s.head_dim,
+                                                                    max_keys, batch > 1, prop.multiProcessorCount);
 
       fl::cuda::AttentionArgs a;
       a.out = out;
@@ -148,15 +168,20 @@ int main(int argc, char** argv) {
       a.cache_rows = rows;
       a.cache_row_bytes = row_bytes;
       a.positions = positions;
-      a.n_tokens = 1;
+      a.n_tokens = batch;
+      if (batch > 1) {
+        a.k_row_caches = row_caches;
+        a.v_row_caches = row_caches + batch;
+      }
       a.n_heads = s.n_heads;
       a.n_kv_heads = s.n_kv_heads;
       a.head_dim = s.head_dim;
       a.scale = 1.0f / 16;
       a.window = s.window;
       float* partial = nullptr;
-      const int max_splits = 1024;
-      cuda_ok(cudaMalloc(&partial, sizeof(float) * s.n_heads * max_splits * (s.head_dim + 2)), "cudaMalloc partial");
+      const int max_splits = batch > 1 ? 64 : 1024;  // the partials buffer: batch x heads x splits rows
+      cuda_ok(cudaMalloc(&partial, sizeof(float) * batch * s.n_heads * max_splits * (s.head_dim + 2)),
+              "cudaMalloc partial");
       a.partial = partial;
 
       struct Variant {
@@ -165,18 +190,21 @@ int main(int argc, char** argv) {
         int splits;
       };
       std::vector<Variant> variants = {{"plan", plan.group_queries, plan.n_splits}};
-      const int simt_splits = static_cast<int>(std::clamp<int64_t>(
-          (8 * prop.multiProcessorCount + s.n_heads - 1) / s.n_heads, 1, std::max<int64_t>(1, max_keys / 16)));
+      const int64_t heads = static_cast<int64_t>(batch) * s.n_heads, kv_heads = static_cast<int64_t>(batch) * s.n_kv_heads;
+      const int simt_splits = static_cast<int>(std::clamp<int64_t>((8 * prop.multiProcessorCount + heads - 1) / heads, 1,
+                                                                   std::max<int64_t>(1, max_keys / 16)));
       variants.push_back({"simt", false, simt_splits});
       for (int fewer : {2, 4, 8})  // longer key runs per split: fewer blocks, less merging
         if (simt_splits / fewer >= 2) variants.push_back({fmt::format("simt /{}", fewer), false, simt_splits / fewer});
+      if (batch > 1)
+        for (int more : {2, 4})  // a batch's 8 blocks per SM may be one split: try shorter runs too
+          variants.push_back({fmt::format("simt x{}", more), false, std::min(simt_splits * more, max_splits)});
       if (fl::cuda::flash_decode_applies(s.n_heads, s.n_kv_heads, s.head_dim)) {
         const int64_t tiles = (max_keys + fl::cuda::flash_decode_tile_keys(s.head_dim) - 1) /
                               fl::cuda::flash_decode_tile_keys(s.head_dim);
         for (int per_sm : {1, 2, 4}) {
-          const int splits = static_cast<int>(
-              std::clamp<int64_t>((per_sm * prop.multiProcessorCount + s.n_kv_heads - 1) / s.n_kv_heads, 1,
-                                  std::min<int64_t>(tiles, max_splits)));
+          const int splits = static_cast<int>(std::clamp<int64_t>((per_sm * prop.multiProcessorCount + kv_heads - 1) / kv_heads,
+                                                                  1, std::min<int64_t>(tiles, max_splits)));
           variants.push_back({fmt::format("group {}/SM", per_sm), true, splits});
         }
       }
@@ -196,7 +224,8 @@ int main(int argc, char** argv) {
               s.name, context, v.path, v.splits, us, merge_us, gbs);
       }
       for (void* p : {k_cache, v_cache, static_cast<void*>(q), static_cast<void*>(k_new), static_cast<void*>(v_new),
-                      static_cast<void*>(out), static_cast<void*>(positions), static_cast<void*>(partial)})
+                      static_cast<void*>(out), static_cast<void*>(positions), static_cast<void*>(partial),
+                      static_cast<void*>(row_caches)})
         cudaFree(p);
     }
   cudaStreamDestroy(stream);
