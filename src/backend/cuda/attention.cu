@@ -61,6 +61,38 @@ __device__ __forceinline__ void warp_sums(float (&v)[N]) {
   }
 }
 
+// q . (a chunk's 8 values) and acc += p * (the chunk's values). Q8_0 keeps its scale out of the
+// element loop (one multiply per chunk, not per value) and decodes its codes with a byte permute
+// and a subtract each (RawChunk<q8_0>::decode_codes): attention_bench, Gemma 4 sliding layers at
+// 4k, 26B 14.4 -> 13.5 us alone, 508 -> 481 us for 64 batched rows.
+template <DType S>
+__device__ __forceinline__ float chunk_dot(const RawChunk<S>& raw, const float (&q)[8]) {
+  float w[8], dot = 0.0f;
+  if constexpr (S == DType::q8_0) {
+    raw.decode_codes(w);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dot += q[i] * w[i];
+    return dot * raw.scale();
+  } else {
+    raw.decode(w);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) dot += q[i] * w[i];
+    return dot;
+  }
+}
+template <DType S>
+__device__ __forceinline__ void chunk_axpy(const RawChunk<S>& raw, float p, float (&acc)[8]) {
+  float v[8];
+  if constexpr (S == DType::q8_0) {
+    raw.decode_codes(v);
+    p *= raw.scale();
+  } else {
+    raw.decode(v);
+  }
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc[i] += p * v[i];
+}
+
 // The online softmax over keys [b, e) whose rows have format S (the cache's type, or f32 for the
 // step's fresh rows); row(j) gives key j's K or V row as bytes. Each warp takes every
 // kAttnWarps-th key, kKeysPerStep at a time: the K and V loads of all of them are issued before the
@@ -93,12 +125,7 @@ __device__ __forceinline__ void attend_keys(int64_t b, int64_t e, int D, float s
       if (j + u * kAttnWarps < e) {
 #pragma unroll
         for (int c = 0; c < kMaxChunks; ++c)
-          if (chunk_start(c, lane) < D) {
-            float w[8];
-            kr[u][c].decode(w);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) dot += q[c][i] * w[i];  // q is 0 past D
-          }
+          if (chunk_start(c, lane) < D) dot += chunk_dot(kr[u][c], q[c]);  // q is 0 past D
       }
       s[u] = dot;
     }
@@ -122,12 +149,7 @@ __device__ __forceinline__ void attend_keys(int64_t b, int64_t e, int D, float s
       l += p;
 #pragma unroll
       for (int c = 0; c < kMaxChunks; ++c)
-        if (chunk_start(c, lane) < D) {
-          float v[8];
-          vr[u][c].decode(v);
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc[c][i] += p * v[i];
-        }
+        if (chunk_start(c, lane) < D) chunk_axpy(vr[u][c], p, acc[c]);
     }
     m = m_new;
   }
