@@ -777,10 +777,12 @@ TEST_F(CudaOps, AttentionRowsOneLaunchForManySequences) {
   };
   // 7 sequences take the SIMT kernel split along the context; 70 sequences of 8 query heads per
   // KV head (Gemma 4's global shape, D = 512; Qwen3.5-35B-A3B's, D = 256) the tensor-core kernel,
-  // one block per sequence and KV head, with or without a window.
+  // one block per sequence and KV head, with or without a window; 40 such sequences the same
+  // kernel split in two along the context (80 blocks for the H200's 132 SMs).
   for (DType cache_type : {DType::f32, DType::q8_0})
-    for (const Case& c : {Case{256, 16, 8, 64, 7}, Case{512, 16, 2, 0, 7}, Case{16, 4, 1, 8, 7}, Case{512, 16, 2, 0, 70},
-                          Case{512, 16, 2, 100, 70}, Case{256, 16, 2, 0, 70}}) {
+    for (const Case& c :
+         {Case{256, 16, 8, 64, 7}, Case{512, 16, 2, 0, 7}, Case{16, 4, 1, 8, 7}, Case{512, 16, 2, 0, 70},
+          Case{512, 16, 2, 100, 70}, Case{256, 16, 2, 0, 70}, Case{512, 16, 2, 0, 40}, Case{256, 16, 2, 100, 40}}) {
       SCOPED_TRACE(std::string(dtype_name(cache_type)) + " D=" + std::to_string(c.D) + " window=" +
                    std::to_string(c.window) + " sequences=" + std::to_string(c.n_seqs));
       std::vector<int64_t> pasts = {0, 5, 63, 64, 65, 200, 333};
@@ -1275,10 +1277,10 @@ TEST(AttentionPlan, KernelAndSplitsForThePublishedShapes) {
   // Prefill-sized steps: the tensor-core kernel by token tiles, never split.
   expect_plan(plan_attention(100, 16, 8, 256, 1124, false, sms), false, 1, "prefill");
   // Batched rows: 3 rows of 8-head groups fill too few SMs for a block per (sequence, KV head)
-  // and stay on the SIMT kernel, split toward 8 blocks per SM; so do 2-head groups (64 rows x 16
-  // heads: 2 splits).
-  expect_plan(plan_attention(3, 16, 2, 512, 4097, true, sms), false, 22, "3 batched rows");
-  expect_plan(plan_attention(64, 16, 8, 256, 1025, true, sms), false, 2, "64 batched rows, 2-head groups");
+  // and stay on the SIMT kernel, with twice the splits that make 8 blocks per SM; so do 2-head
+  // groups (64 rows x 16 heads: 2 x 2 splits).
+  expect_plan(plan_attention(3, 16, 2, 512, 4097, true, sms), false, 44, "3 batched rows");
+  expect_plan(plan_attention(64, 16, 8, 256, 1025, true, sms), false, 4, "64 batched rows, 2-head groups");
   // No rows: one unsplit launch (launch_attention returns at once).
   expect_plan(plan_attention(0, 16, 2, 512, 4097, false, sms), false, 1, "no rows");
   // The tensor-core cases: HIP builds have no mma.sync and plan the SIMT kernel there.
@@ -1293,9 +1295,10 @@ TEST(AttentionPlan, KernelAndSplitsForThePublishedShapes) {
   expect_plan(plan_attention(1, 16, 4, 256, 4097, false, sms), true, 66, "4-head groups");
   // A short cache: never more splits than tiles (17 keys = 2 tiles of 16).
   expect_plan(plan_attention(1, 16, 2, 512, 17, false, sms), true, 2, "short cache");
-  // Batched rows of 8-head groups: one unsplit block per (sequence, KV head) once those fill
-  // half the SMs.
-  expect_plan(plan_attention(64, 16, 2, 512, 4097, true, sms), true, 1, "64 batched rows, 8-head groups");
+  // Batched rows of 8-head groups: a block per (sequence, KV head) once those fill half the SMs,
+  // split to one block per SM (64 x 2 KV heads: 2 splits; 200 x 2: unsplit).
+  expect_plan(plan_attention(64, 16, 2, 512, 4097, true, sms), true, 2, "64 batched rows, 8-head groups");
+  expect_plan(plan_attention(200, 16, 2, 512, 4097, true, sms), true, 1, "200 batched rows, 8-head groups");
 }
 
 }  // namespace

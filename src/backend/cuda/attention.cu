@@ -363,12 +363,20 @@ AttentionPlan plan_attention(int64_t n_tokens, int n_heads, int n_kv_heads, int 
   if (!per_row && flash_attention_applies(n_tokens, head_dim)) return plan;  // prefill: never split
   const int64_t group = n_kv_heads > 0 ? n_heads / n_kv_heads : 0;
   if (flash_decode_applies(n_heads, n_kv_heads, head_dim)) {
+    const int64_t tile = flash_decode_tile_keys(head_dim);
+    const int64_t tiles = std::max<int64_t>(1, (max_keys + tile - 1) / tile);
     if (per_row) {
-      // Batched decode: one block per (sequence, KV head), unsplit, when the group fills at least
-      // half of the block's 16 query rows (8 heads: Gemma 4's global layers, Qwen3.5-35B-A3B's)
-      // and those blocks are at least half the SMs. (Sliding layers' 2-head groups took 29.9 ->
-      // 38.8 ms per 64-sequence step on the tensor cores, so they stay on the SIMT kernel.)
-      if (2 * group >= 16 && 2 * n_tokens * n_kv_heads >= sm_count) plan.group_queries = true;
+      // Batched decode: blocks per (sequence, KV head) when the group fills at least half of the
+      // block's 16 query rows (8 heads: Gemma 4's global layers, Qwen3.5-35B-A3B's) and those
+      // blocks are at least half the SMs; split along the context to one block per SM.
+      // attention_bench --batch 64, Gemma 4 26B global at 4k (128 blocks unsplit): 2389 us; 2
+      // splits (1 per SM) 1375, 3 splits 1780, 5 splits 1615. (Sliding layers' 2-head groups took
+      // 29.9 -> 38.8 ms per 64-sequence step on the tensor cores, so they stay on the SIMT kernel.)
+      const int64_t blocks = n_tokens * n_kv_heads;
+      if (2 * group >= 16 && 2 * blocks >= sm_count) {
+        plan.group_queries = true;
+        plan.n_splits = static_cast<int>(std::clamp<int64_t>((sm_count + blocks - 1) / blocks, 1, tiles));
+      }
     } else if (group >= 4) {
       // One sequence's decode: each KV head's keys read once for its query heads, split along the
       // context into whole tiles so that two blocks (~100 KB of shared memory and 2 x 128 x 248
@@ -376,16 +384,17 @@ AttentionPlan plan_attention(int64_t n_tokens, int n_heads, int n_kv_heads, int 
       // Gemma 4 26B global (8 heads per KV head, D = 512) 4k 53.9 -> 53.2 us, 32k 461 -> 251;
       // Qwen3.5-35B-A3B (8) 4k 36.8 -> 31.0, 32k 261 -> 121; Qwen3.5-4B (4) 4k equal, 32k 279 ->
       // 246; while 2-head groups (Gemma 4's sliding layers) lose: 17.5 -> 21.2 us.
-      const int64_t blocks = n_tokens * n_kv_heads, tile = flash_decode_tile_keys(head_dim);
-      const int64_t tiles = std::max<int64_t>(1, (max_keys + tile - 1) / tile);
+      const int64_t blocks = n_tokens * n_kv_heads;
       plan.group_queries = true;
       plan.n_splits = static_cast<int>(std::clamp<int64_t>((2 * sm_count + blocks - 1) / blocks, 1, tiles));
     }
     if (plan.group_queries) return plan;
   }
-  // The SIMT kernel: batched rows aim for about 8 blocks per SM (one warp walks its keys one
-  // after another: load, warp sum, exp; only many warps in flight hide the latency), >= 16 keys
-  // per split. One sequence's decode aims for one wave of about 2 blocks per SM (3 fit, at 164
+  // The SIMT kernel: batched rows take twice the splits that make about 8 blocks per SM (one warp
+  // walks its keys one after another: load, warp sum, exp; only many warps in flight hide the
+  // latency), >= 16 keys per split. attention_bench --batch 64 at 4k, Gemma 4 26B sliding layers
+  // (1024 blocks unsplit): 2 / 4 / 8 splits 481 / 442 / 453 us; 31B's (2048): 1 / 2 / 4 splits
+  // 907 / 892 / 849. One sequence's decode aims for one wave of about 2 blocks per SM (3 fit, at 164
   // registers), with at most 512 keys per split: attention_bench, Gemma 4 sliding layers (window
   // 1024) at 8 blocks per SM: 26B 17.4 us (64 splits, 2.6 waves), 31B 24.2; at ~2 per SM: 14.1
   // (16 splits) and 21.4 (8); fewer splits than that, or 1.3 waves, were slower.
@@ -393,7 +402,7 @@ AttentionPlan plan_attention(int64_t n_tokens, int n_heads, int n_kv_heads, int 
   const int64_t at_8_per_sm = std::clamp<int64_t>((8 * static_cast<int64_t>(sm_count) + blocks - 1) / blocks, 1,
                                                   std::max<int64_t>(1, max_keys / 16));
   if (per_row) {
-    plan.n_splits = static_cast<int>(at_8_per_sm);
+    plan.n_splits = static_cast<int>(std::min<int64_t>(2 * at_8_per_sm, std::max<int64_t>(1, max_keys / 16)));
   } else {
     const int64_t one_wave = (2 * static_cast<int64_t>(sm_count) + blocks - 1) / blocks, by_keys = (max_keys + 511) / 512;
     plan.n_splits = static_cast<int>(std::clamp<int64_t>(std::max(one_wave, by_keys), 1, at_8_per_sm));
