@@ -188,6 +188,7 @@ int main(int argc, char** argv) {
         std::string path;
         bool group;
         int splits;
+        int pieces = 3;  // the tensor-core kernel's bf16 pieces per value (3: f32-exact, as decode runs)
       };
       std::vector<Variant> variants = {{"plan", plan.group_queries, plan.n_splits}};
       const int64_t heads = static_cast<int64_t>(batch) * s.n_heads, kv_heads = static_cast<int64_t>(batch) * s.n_kv_heads;
@@ -206,12 +207,14 @@ int main(int argc, char** argv) {
           const int splits = static_cast<int>(std::clamp<int64_t>((per_sm * prop.multiProcessorCount + kv_heads - 1) / kv_heads,
                                                                   1, std::min<int64_t>(tiles, max_splits)));
           variants.push_back({fmt::format("group {}/SM", per_sm), true, splits});
+          if (batch > 1 && per_sm == 1) variants.push_back({"group 1/SM bf16", true, splits, 1});
         }
       }
       for (const Variant& v : variants) {
         if (!only_variant.empty() && only_variant != v.path) continue;
         a.group_queries = v.group;
         a.n_splits = v.splits;
+        a.pieces = v.pieces;
         const double us = time_attention(a, stream, iters, fl::cuda::launch_attention);
         const double merge_us = v.splits > 1 ? time_attention(a, stream, iters, fl::cuda::launch_attention_merge) : 0.0;
         const double gbs = kv_bytes / (us * 1e-6) / 1e9;
