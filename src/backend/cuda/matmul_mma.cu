@@ -9,11 +9,11 @@
 // to summation order and the op harness's 1e-5 budget holds for prefill as for decode.
 //
 // Two kernels:
-//   - matmul_bf16_pipelined_kernel (one piece, HFQ4): 64 or 128 inputs x 128 weight rows per block
-//     (128 inputs where that still gives every SM a block), 64 k per stage, every operand copied
-//     by cp.async four stages deep; see its comment.
-//   - matmul_mma_kernel (2 or 3 pieces, Q8_0, and the 16-input tiles of sparse expert groups):
-//     16 or 64 inputs x 128 weight rows, 64 k per stage; 8 warps as 2 (inputs) x 4 (rows). A
+//   - matmul_bf16_pipelined_kernel (one piece, HFQ4): 16, 64 or 128 inputs x 128 weight rows per
+//     block (128 inputs where that still gives every SM a block; 16 for sparse expert groups), 64
+//     k per stage, every operand copied by cp.async four stages deep; see its comment.
+//   - matmul_mma_kernel (2 or 3 pieces, and Q8_0 weights): 16 or 64 inputs x 128 weight rows, 64
+//     k per stage; 8 warps as 2 (inputs) x 4 (rows) or 1 x 8. A
 //     stage's global loads go to registers while the previous stage's shared-memory tiles feed the
 //     tensor cores (one shared buffer, register prefetch). The 16 code bytes of a row's 32 k are
 //     stored transposed (byte q of each word goes to word q), so that one 32-bit shared load gives
@@ -47,7 +47,7 @@ int64_t max_work_items(int64_t n_pairs, int64_t n_experts) {
 #if !defined(FIRELINE_GPU_HIP)
 namespace {
 
-constexpr int kTileT = 64;                // inputs per block (16 for sparse expert groups, 128 pipelined)
+constexpr int kTileT = 64;                // inputs per block (16 for sparse expert groups; 128 pipelined)
 constexpr int kTileN = 128;               // weight rows per block
 constexpr int kTileK = 64;                // k per stage
 constexpr int kThreads = 256;             // 8 warps
@@ -412,9 +412,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 //     (scale, min), kept in a ring of 4 groups (a G128 group ends two stages after the next
 //     groups' maps are requested).
 // A lane turns a code word into its four B registers with a shift, a LOP3 and a bf16 subtract
-// each. Warps are 2 (inputs) x 4 (rows) of kTileRows / 2 x 32 outputs: at 128 inputs, one code
-// fragment feeds 4 mma per k-step (2 in matmul_mma_kernel), the accumulators (sum and current
-// group, 128 registers) leave one block per SM, and the deep pipeline hides the latency instead.
+// each. Warps are 2 (inputs) x 4 (rows) of kTileRows / 2 x 32 outputs at 64 and 128 inputs: at
+// 128, one code fragment feeds 4 mma per k-step (2 in matmul_mma_kernel), the accumulators (sum
+// and current group, 128 registers) leave one block per SM, and the deep pipeline hides the
+// latency instead. At 16 inputs (sparse expert groups: batched decode's 4 pairs per expert), 1 x 8
+// warps of 16 x 16: the weight bytes bound those, and the pipeline keeps them streaming.
 constexpr int kStages = 4;
 constexpr int kCodeStride = 12;  // words per row of a stage's codes (8 used): lanes (g, q) hit 32 banks
 constexpr int kAffineRing = 4;
@@ -440,15 +442,18 @@ __device__ __forceinline__ uint32_t nibble_pair_to_bf16x2(uint32_t shifted, uint
 }
 
 template <DType F, int kTileRows>
-__global__ void __launch_bounds__(kThreads, kTileRows == 64 ? 2 : 1)
+__global__ void __launch_bounds__(kThreads, kTileRows == 128  ? 1
+                                            : kTileRows == 64 ? 2
+                                                              : 3)
     matmul_bf16_pipelined_kernel(MatvecArgs a, MmaGroupedRows grouped, SplitInputs in, float* k_partial,
                                  int k_groups_per_split) {
-  static_assert(kTileRows == 64 || kTileRows == 128, "64 or 128 inputs per block");
+  static_assert(kTileRows == 16 || kTileRows == 64 || kTileRows == 128, "16, 64 or 128 inputs per block");
   static_assert(F == DType::hfq4_g256 || F == DType::hfq4_g128, "HFQ4 codes");
-  constexpr int kWarpsN = 4;  // warps: 2 (inputs) x 4 (rows)
-  constexpr int kWarpRows = kTileRows / 2, kWarpCols = kTileN / kWarpsN;
+  constexpr int kWarpsT = kTileRows >= 64 ? 2 : 1, kWarpsN = 8 / kWarpsT;  // warps: inputs x rows
+  constexpr int kWarpRows = kTileRows / kWarpsT, kWarpCols = kTileN / kWarpsN;
   constexpr int kMi = kWarpRows / 16, kNj = kWarpCols / 8;  // warp: kMi x kNj mma tiles
-  constexpr int kInputCopies = kTileRows * 8 / kThreads;    // 16-byte input copies per thread and stage
+  constexpr int kInputChunks = kTileRows * 8;               // 16-byte input copies per stage
+  constexpr int kInputCopies = (kInputChunks + kThreads - 1) / kThreads;  // per thread (16 inputs: threads < 128)
   constexpr int kCodeCopies = kTileN * 4 / kThreads;        // 8-byte code copies per thread and stage
   constexpr int kGroup = F == DType::hfq4_g256 ? 256 : 128;
   constexpr int kBlockBytes = 8 + kGroup / 2;
@@ -465,7 +470,7 @@ __global__ void __launch_bounds__(kThreads, kTileRows == 64 ? 2 : 1)
   auto input_row = [&](int r) { return rows.pairs ? rows.pairs[r] / a.x_row_div : rows.t0 + r; };
   auto weight_row = [&](int n) { return rows.matrix + (n0 + n < a.M ? n0 + n : a.M - 1) * a.row_bytes; };
 
-  // Copy roles. Inputs: chunk c = tid + 256 i of a stage's kTileRows rows x 8 chunks. Codes: row
+  // Copy roles. Inputs: chunk c = tid + 256 i < kInputChunks of a stage's kTileRows rows x 8. Codes: row
   // c / 4, bytes 8 (c % 4) .. of the stage's 32, for c = tid and tid + 256. Sums: row tid. Maps:
   // weight row tid.
   const uint16_t* piece_src[kInputCopies];
@@ -473,7 +478,7 @@ __global__ void __launch_bounds__(kThreads, kTileRows == 64 ? 2 : 1)
 #pragma unroll
   for (int i = 0; i < kInputCopies; ++i) {
     const int c = tid + i * kThreads, r = c / 8;
-    piece_valid[i] = r < rows.t_count;
+    piece_valid[i] = c < kInputChunks && r < rows.t_count;
     piece_src[i] = in.pieces + (piece_valid[i] ? input_row(r) : 0) * in.k_pad + (c % 8) * 8;
   }
   const uint8_t* code_src[kCodeCopies];
@@ -501,7 +506,8 @@ __global__ void __launch_bounds__(kThreads, kTileRows == 64 ? 2 : 1)
 #pragma unroll
     for (int i = 0; i < kInputCopies; ++i) {
       const int c = tid + i * kThreads;
-      cp_async_16(&s.a[load_slot][c / 8][(c % 8) * 8], piece_src[i] + k0, piece_valid[i]);
+      if (kInputChunks % kThreads == 0 || c < kInputChunks)
+        cp_async_16(&s.a[load_slot][c / 8][(c % 8) * 8], piece_src[i] + k0, piece_valid[i]);
     }
     const int code_offset = load_block + load_in_group * (kTileK / 2);
 #pragma unroll
@@ -635,9 +641,8 @@ __global__ void sum_k_splits_kernel(float* out, int64_t out_stride, const float*
   out[(i / M) * out_stride + i % M] = sum;
 }
 
-// Whether the pipelined one-piece kernel can take a product: HFQ4 weights and bf16 (one-piece)
-// inputs. The launch also needs tiles of 64 or 128 inputs: sparse expert groups' 16-input tiles stay
-// on matmul_mma_kernel.
+// Whether the pipelined one-piece kernel takes a product: HFQ4 weights and bf16 (one-piece)
+// inputs, at every tile size (16, 64 and 128 inputs).
 constexpr bool takes_pipelined(DType type, int parts) {
   return parts == 1 && (type == DType::hfq4_g256 || type == DType::hfq4_g128);
 }
@@ -675,7 +680,7 @@ KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type, int ti
 template <DType F, int kParts>
 cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cudaStream_t stream) {
   const int tile_rows = grouped ? grouped->tile_rows : dense_tile_rows(a.M, a.n_inputs, F, kParts);
-  const bool pipelined = takes_pipelined(F, kParts) && tile_rows >= 64;
+  const bool pipelined = takes_pipelined(F, kParts);
   const unsigned n_tiles = static_cast<unsigned>((a.M + kTileN - 1) / kTileN);
   const int64_t t_tiles = grouped ? grouped->max_items : (a.n_inputs + tile_rows - 1) / tile_rows;
   if (t_tiles > 65535) return cudaErrorInvalidValue;  // 4M inputs: the caller splits first
@@ -694,8 +699,12 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
   size_t smem = 0;
   if constexpr (takes_pipelined(F, kParts)) {
     if (pipelined) {
-      kernel = tile_rows == 128 ? matmul_bf16_pipelined_kernel<F, 128> : matmul_bf16_pipelined_kernel<F, 64>;
-      smem = tile_rows == 128 ? sizeof(PipelinedShared<128>) : sizeof(PipelinedShared<64>);
+      kernel = tile_rows == 128  ? matmul_bf16_pipelined_kernel<F, 128>
+               : tile_rows == 64 ? matmul_bf16_pipelined_kernel<F, 64>
+                                 : matmul_bf16_pipelined_kernel<F, 16>;
+      smem = tile_rows == 128  ? sizeof(PipelinedShared<128>)
+             : tile_rows == 64 ? sizeof(PipelinedShared<64>)
+                               : sizeof(PipelinedShared<16>);
     }
   }
   if (!kernel) {
