@@ -99,12 +99,12 @@ __device__ __forceinline__ void chunk_axpy(const RawChunk<S>& raw, float p, floa
 // first shuffle, so a warp waits for memory once per step instead of once per key (the serial
 // load -> warp sum -> exp chain per key was what kept decode attention near 38 GB/s). Registers
 // bound kKeysPerStep: a Q8_0 chunk is held as 5 halfwords, an f32/bf16 chunk as 8 floats.
-template <DType S, int kKeysPerStep, class KRowFn, class VRowFn>
-__device__ __forceinline__ void attend_keys(int64_t b, int64_t e, int D, float scale, const float (&q)[kMaxChunks][8],
-                                            float (&acc)[kMaxChunks][8], float& m, float& l, KRowFn k_row, VRowFn v_row) {
+template <DType S, int kKeysPerStep, int kChunks, class KRowFn, class VRowFn>
+__device__ __forceinline__ void attend_keys(int64_t b, int64_t e, int D, float scale, const float (&q)[kChunks][8],
+                                            float (&acc)[kChunks][8], float& m, float& l, KRowFn k_row, VRowFn v_row) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   for (int64_t j = b + warp; j < e; j += kAttnWarps * kKeysPerStep) {
-    RawChunk<S> kr[kKeysPerStep][kMaxChunks], vr[kKeysPerStep][kMaxChunks];
+    RawChunk<S> kr[kKeysPerStep][kChunks], vr[kKeysPerStep][kChunks];
 #pragma unroll
     for (int u = 0; u < kKeysPerStep; ++u) {
       const int64_t key = j + u * kAttnWarps;
@@ -112,7 +112,7 @@ __device__ __forceinline__ void attend_keys(int64_t b, int64_t e, int D, float s
       const uint8_t* krow = k_row(key);
       const uint8_t* vrow = v_row(key);
 #pragma unroll
-      for (int c = 0; c < kMaxChunks; ++c)
+      for (int c = 0; c < kChunks; ++c)
         if (chunk_start(c, lane) < D) {
           kr[u][c].load(krow, chunk_start(c, lane), D);
           vr[u][c].load(vrow, chunk_start(c, lane), D);
@@ -124,7 +124,7 @@ __device__ __forceinline__ void attend_keys(int64_t b, int64_t e, int D, float s
       float dot = 0.0f;
       if (j + u * kAttnWarps < e) {
 #pragma unroll
-        for (int c = 0; c < kMaxChunks; ++c)
+        for (int c = 0; c < kChunks; ++c)
           if (chunk_start(c, lane) < D) dot += chunk_dot(kr[u][c], q[c]);  // q is 0 past D
       }
       s[u] = dot;
@@ -139,7 +139,7 @@ __device__ __forceinline__ void attend_keys(int64_t b, int64_t e, int D, float s
     const float correction = expf(m - m_new);
     l *= correction;
 #pragma unroll
-    for (int c = 0; c < kMaxChunks; ++c)
+    for (int c = 0; c < kChunks; ++c)
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[c][i] *= correction;
 #pragma unroll
@@ -148,7 +148,7 @@ __device__ __forceinline__ void attend_keys(int64_t b, int64_t e, int D, float s
       const float p = expf(s[u] - m_new);
       l += p;
 #pragma unroll
-      for (int c = 0; c < kMaxChunks; ++c)
+      for (int c = 0; c < kChunks; ++c)
         if (chunk_start(c, lane) < D) chunk_axpy(vr[u][c], p, acc[c]);
     }
     m = m_new;
@@ -169,8 +169,15 @@ __device__ __forceinline__ void prefetch_cached_keys(const uint8_t* k_cache, con
   }
 }
 
-template <DType C>
-__global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(AttentionArgs a) {
+// kChunks: 8-element chunks per lane of a head row, 1 for D <= 256 and 2 up to 512: the query,
+// the output and the loaded rows are held in registers for that many. The kernel is
+// latency-bound, so D <= 256 asks for 5 blocks per SM (96 registers, a few bytes spilled; 168 at
+// two chunks held 3 blocks). attention_bench, Q8_0 at 4k: Gemma 4 26B sliding, 64 batched rows
+// 442 -> 317 us (4 blocks per SM, 106 registers: 333), one sequence 13.5 -> 12.5 (4 blocks:
+// 12.0); Qwen3.5-4B, 64 rows 1680 -> 1167.
+constexpr int kAttnThreads = kAttnWarps * kWarp;
+template <DType C, int kChunks>
+__global__ void __launch_bounds__(kAttnThreads, kChunks == 1 ? 5 : 1) attention_kernel(AttentionArgs a) {
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int t = blockIdx.x / a.n_heads, h = blockIdx.x % a.n_heads;
   const int g = h / (a.n_heads / a.n_kv_heads);
@@ -198,10 +205,10 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(Attention
   prefetch_cached_keys(k_cache, v_cache, begin, min(end, p0), a.cache_rows, row_stride, a.cache_row_bytes);
   enter_kernel();
 
-  float q[kMaxChunks][8], acc[kMaxChunks][8];
+  float q[kChunks][8], acc[kChunks][8];
   const float* qv = a.q + (static_cast<int64_t>(t) * a.n_heads + h) * D;
 #pragma unroll
-  for (int c = 0; c < kMaxChunks; ++c)
+  for (int c = 0; c < kChunks; ++c)
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int d = chunk_start(c, lane) + i;
@@ -210,22 +217,24 @@ __global__ void __launch_bounds__(kAttnWarps * kWarp) attention_kernel(Attention
     }
   float m = -FLT_MAX, l = 0.0f;
   // Decode reads many cached keys and one fresh one; prefill's fresh keys take the 1-key path.
-  attend_keys<C, C == DType::q8_0 ? 4 : 2>(begin, min(end, p0), D, a.scale, q, acc, m, l,
-                 [&](int64_t j) { return k_cache + (j % a.cache_rows) * row_stride; },
-                 [&](int64_t j) { return v_cache + (j % a.cache_rows) * row_stride; });
+  attend_keys<C, C == DType::q8_0 ? 4 : 2, kChunks>(
+      begin, min(end, p0), D, a.scale, q, acc, m, l,
+      [&](int64_t j) { return k_cache + (j % a.cache_rows) * row_stride; },
+      [&](int64_t j) { return v_cache + (j % a.cache_rows) * row_stride; });
   const int64_t fresh_stride = static_cast<int64_t>(a.n_kv_heads) * D;
   const float* k_fresh = a.k_new + g * D;
   const float* v_fresh = a.v_new + g * D;
   const int64_t fresh_base = t - query_pos;  // + j: the fresh row of key j
-  attend_keys<DType::f32, 1>(max(begin, p0), end, D, a.scale, q, acc, m, l,
-                          [&](int64_t j) { return reinterpret_cast<const uint8_t*>(k_fresh + (fresh_base + j) * fresh_stride); },
-                          [&](int64_t j) { return reinterpret_cast<const uint8_t*>(v_fresh + (fresh_base + j) * fresh_stride); });
+  attend_keys<DType::f32, 1, kChunks>(
+      max(begin, p0), end, D, a.scale, q, acc, m, l,
+      [&](int64_t j) { return reinterpret_cast<const uint8_t*>(k_fresh + (fresh_base + j) * fresh_stride); },
+      [&](int64_t j) { return reinterpret_cast<const uint8_t*>(v_fresh + (fresh_base + j) * fresh_stride); });
 
   // Merge the warps: shared [warp][D + 2] = (acc..., m, l).
   extern __shared__ float smem[];
   float* mine = smem + warp * (D + 2);
 #pragma unroll
-  for (int c = 0; c < kMaxChunks; ++c)
+  for (int c = 0; c < kChunks; ++c)
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int d = chunk_start(c, lane) + i;
@@ -410,6 +419,15 @@ AttentionPlan plan_attention(int64_t n_tokens, int n_heads, int n_kv_heads, int 
   return plan;
 }
 
+namespace {
+template <DType C>
+cudaError_t launch_simt(const AttentionArgs& a, bool one_chunk, dim3 grid, unsigned threads, size_t smem,
+                        cudaStream_t stream) {
+  if (one_chunk) return launch_kernel(attention_kernel<C, 1>, grid, threads, smem, stream, a);
+  return launch_kernel(attention_kernel<C, kMaxChunks>, grid, threads, smem, stream, a);
+}
+}  // namespace
+
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   if (a.n_tokens == 0) return cudaSuccess;
   if (a.head_dim > kMaxChunks * 8 * kWarp || a.n_kv_heads <= 0 || a.n_heads % a.n_kv_heads || a.n_splits < 1 ||
@@ -421,11 +439,12 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   } else {
     dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_heads), static_cast<unsigned>(a.n_splits));
     const size_t smem = static_cast<size_t>(kAttnWarps) * (a.head_dim + 2) * sizeof(float);
-    const unsigned threads = kAttnWarps * kWarp;
+    const unsigned threads = kAttnThreads;
+    const bool one_chunk = a.head_dim <= 8 * kWarp;
     switch (a.cache_type) {
-      case DType::f32: err = launch_kernel(attention_kernel<DType::f32>, grid, threads, smem, stream, a); break;
-      case DType::bf16: err = launch_kernel(attention_kernel<DType::bf16>, grid, threads, smem, stream, a); break;
-      case DType::q8_0: err = launch_kernel(attention_kernel<DType::q8_0>, grid, threads, smem, stream, a); break;
+      case DType::f32: err = launch_simt<DType::f32>(a, one_chunk, grid, threads, smem, stream); break;
+      case DType::bf16: err = launch_simt<DType::bf16>(a, one_chunk, grid, threads, smem, stream); break;
+      case DType::q8_0: err = launch_simt<DType::q8_0>(a, one_chunk, grid, threads, smem, stream); break;
       default: return cudaErrorInvalidValue;
     }
   }
