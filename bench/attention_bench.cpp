@@ -179,7 +179,9 @@ int main(int argc, char** argv) {
       a.scale = 1.0f / 16;
       a.window = s.window;
       float* partial = nullptr;
-      const int max_splits = batch > 1 ? 64 : 1024;  // the partials buffer: batch x heads x splits rows
+      // the partials buffer: batch x heads x splits rows (the plan's own count may exceed 64 for a
+      // few batched rows: 2 rows x 16 heads plan 66 SIMT splits on 132 SMs)
+      const int max_splits = batch > 1 ? std::max(64, plan.n_splits) : std::max(1024, plan.n_splits);
       cuda_ok(cudaMalloc(&partial, sizeof(float) * batch * s.n_heads * max_splits * (s.head_dim + 2)),
               "cudaMalloc partial");
       a.partial = partial;
