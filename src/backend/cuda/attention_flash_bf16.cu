@@ -116,6 +116,14 @@ __device__ __forceinline__ void pair_barrier(int rg) {
   }
 }
 
+// A lane's two row values (maxima or sums) to its partner warp of row group `rg`, and the
+// partner's back: the same lane of the other warp holds the same rows.
+__device__ __forceinline__ float2 trade_row_stat(PairExchange* pair, int rg, int dw, int lane, const float (&v)[2]) {
+  pair->row_stat[rg][dw][lane] = make_float2(v[0], v[1]);
+  pair_barrier(rg);
+  return pair->row_stat[rg][dw ^ 1][lane];
+}
+
 // kSliceTiles: the most 8-column output tiles a warp holds (its slice / 8, rounded up to a
 // power of two so that few instances serve every head dim). kPairs: two warps per row group (D >
 // 256), splitting each tile's keys.
@@ -215,9 +223,7 @@ __global__ void __launch_bounds__(kRowGroups * 32 * (kPairs ? 2 : 1))
     // pair takes the larger of its two warps' row maxima.
     float corr[2];
     auto pair_max = [&](float(&tile_max)[2]) {
-      pair->row_stat[rg][dw][lane] = make_float2(tile_max[0], tile_max[1]);
-      pair_barrier(rg);
-      const float2 other = pair->row_stat[rg][dw ^ 1][lane];
+      const float2 other = trade_row_stat(pair, rg, dw, lane, tile_max);
       tile_max[0] = fmaxf(tile_max[0], other.x);
       tile_max[1] = fmaxf(tile_max[1], other.y);
     };
@@ -280,10 +286,8 @@ __global__ void __launch_bounds__(kRowGroups * 32 * (kPairs ? 2 : 1))
     l[r] += gpu::shfl_xor(l[r], 1);
     l[r] += gpu::shfl_xor(l[r], 2);
   }
-  if constexpr (kPairs) {  // (the loop's last barrier has passed every read of `max`)
-    pair->row_stat[rg][dw][lane] = make_float2(l[0], l[1]);
-    pair_barrier(rg);
-    const float2 other = pair->row_stat[rg][dw ^ 1][lane];
+  if constexpr (kPairs) {  // (the loop's last barrier has passed every read of row_stat)
+    const float2 other = trade_row_stat(pair, rg, dw, lane, l);
     l[0] += other.x;  // the same sum in both warps: a + b == b + a
     l[1] += other.y;
   }

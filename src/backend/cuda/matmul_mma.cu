@@ -679,8 +679,8 @@ KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type, int ti
 
 template <DType F, int kParts>
 cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cudaStream_t stream) {
+  constexpr bool kPipelined = takes_pipelined(F, kParts);
   const int tile_rows = grouped ? grouped->tile_rows : dense_tile_rows(a.M, a.n_inputs, F, kParts);
-  const bool pipelined = takes_pipelined(F, kParts);
   const unsigned n_tiles = static_cast<unsigned>((a.M + kTileN - 1) / kTileN);
   const int64_t t_tiles = grouped ? grouped->max_items : (a.n_inputs + tile_rows - 1) / tile_rows;
   if (t_tiles > 65535) return cudaErrorInvalidValue;  // 4M inputs: the caller splits first
@@ -690,24 +690,19 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
   const SplitInputs in = split_layout(a.scratch, x_rows, a.K);
   const dim3 split_grid(static_cast<unsigned>((in.k_pad / 8 + 255) / 256),
                         static_cast<unsigned>(x_rows < 65535 ? x_rows : 65535));
-  auto split = split_inputs_kernel<kParts, false>;
-  if constexpr (takes_pipelined(F, kParts))
-    if (pipelined) split = split_inputs_kernel<kParts, true>;
-  cudaError_t err = launch_kernel(split, split_grid, 256, 0, stream, in, a.x, a.x_stride, a.K);
+  cudaError_t err =
+      launch_kernel(split_inputs_kernel<kParts, kPipelined>, split_grid, 256, 0, stream, in, a.x, a.x_stride, a.K);
   if (err != cudaSuccess) return err;
-  decltype(&matmul_mma_kernel<F, kParts, 64>) kernel = nullptr;
+  void (*kernel)(MatvecArgs, MmaGroupedRows, SplitInputs, float*, int) = nullptr;  // both kernels' signature
   size_t smem = 0;
-  if constexpr (takes_pipelined(F, kParts)) {
-    if (pipelined) {
-      kernel = tile_rows == 128  ? matmul_bf16_pipelined_kernel<F, 128>
-               : tile_rows == 64 ? matmul_bf16_pipelined_kernel<F, 64>
-                                 : matmul_bf16_pipelined_kernel<F, 16>;
-      smem = tile_rows == 128  ? sizeof(PipelinedShared<128>)
-             : tile_rows == 64 ? sizeof(PipelinedShared<64>)
-                               : sizeof(PipelinedShared<16>);
-    }
-  }
-  if (!kernel) {
+  if constexpr (kPipelined) {
+    kernel = tile_rows == 128  ? matmul_bf16_pipelined_kernel<F, 128>
+             : tile_rows == 64 ? matmul_bf16_pipelined_kernel<F, 64>
+                               : matmul_bf16_pipelined_kernel<F, 16>;
+    smem = tile_rows == 128  ? sizeof(PipelinedShared<128>)
+           : tile_rows == 64 ? sizeof(PipelinedShared<64>)
+                             : sizeof(PipelinedShared<16>);
+  } else {
     kernel = tile_rows == 16 ? matmul_mma_kernel<F, kParts, 16> : matmul_mma_kernel<F, kParts, 64>;
     smem = tile_rows == 16 ? sizeof(MmaShared<F, kParts, 16>) : sizeof(MmaShared<F, kParts, 64>);
   }
