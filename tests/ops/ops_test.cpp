@@ -37,6 +37,10 @@ namespace {
 constexpr float kSumBudget = 1e-5f;
 constexpr float kUlpBudget = 1e-6f;
 
+// A product's budget over K-term dot products: reassociation error grows like sqrt(K) for
+// random-sign terms, and never below the short-sum budget.
+float dot_budget(int64_t K) { return kSumBudget * std::max(1.0f, std::sqrt(static_cast<float>(K) / 256.0f)); }
+
 // A tensor with one copy in host memory (used by the CPU oracle) and one on the GPU.
 struct Twin {
   HostBuffer host;
@@ -195,7 +199,7 @@ TEST_F(CudaOps, MatmulEveryFormatAndOddShape) {
           // Reassociation error grows like sqrt(K) for random-sign terms, and with M = T = 1 the
           // single output may be a small result of cancellation (seen: 1.2e-5 relative at
           // K = 2816 for one output of 1.02). A wrong scale or a dropped tail group is >= 1e-2.
-          const float budget = kSumBudget * std::max(1.0f, std::sqrt(static_cast<float>(K) / 256.0f));
+          const float budget = dot_budget(K);
           expect_close(out, budget, std::string(dtype_name(type)) + " M=" + std::to_string(M) + " K=" +
                                             std::to_string(K) + " T=" + std::to_string(T));
         }
@@ -220,7 +224,7 @@ TEST_F(CudaOps, MatmulSingleInputRowsPerWarpAndUnalignedX) {
           const int64_t offset = aligned ? 0 : 1;
           cpu_->matmul(out.cpu, x.cpu.narrow(1, offset, K), w.cpu);
           gpu_->matmul(out.gpu, x.gpu.narrow(1, offset, K), w.gpu);
-          expect_close(out, kSumBudget * std::sqrt(static_cast<float>(K) / 256.0f),
+          expect_close(out, dot_budget(K),
                        std::string(dtype_name(type)) + " M=" + std::to_string(M) + " K=" + std::to_string(K) +
                            (aligned ? " aligned x" : " unaligned x"));
         }
@@ -265,7 +269,7 @@ TEST_F(CudaOps, MatmulTensorCoreGemmManyInputs) {
             const int64_t offset = aligned ? 0 : 1;
             cpu_->matmul(out.cpu, x.cpu.narrow(1, offset, K), w.cpu);
             gpu_->matmul(out.gpu, x.gpu.narrow(1, offset, K), w.gpu);
-            expect_close(out, kSumBudget * std::max(1.0f, std::sqrt(static_cast<float>(K) / 256.0f)),
+            expect_close(out, dot_budget(K),
                          std::string(dtype_name(type)) + " T=" + std::to_string(T) + " M=" + std::to_string(M) +
                              " K=" + std::to_string(K) + (aligned ? "" : " unaligned x"));
           }
@@ -435,7 +439,7 @@ TEST_F(CudaOps, MatmulGroupOneLaunchForSeveralWeights) {
           cpu_->matmul_group(cpu_outs, x.cpu, cpu_w);
           gpu_->matmul_group(gpu_outs, x.gpu, gpu_w);
           for (size_t i = 0; i < heights.size(); ++i)
-            expect_close(outs[i], kSumBudget * std::sqrt(static_cast<float>(K) / 256.0f),
+            expect_close(outs[i], dot_budget(K),
                          std::string(dtype_name(type)) + " segment " + std::to_string(i) + " of " +
                              std::to_string(heights.size()) + " K=" + std::to_string(K) + " T=" + std::to_string(T));
         }
@@ -911,7 +915,7 @@ TEST_F(CudaOps, Bf16TensorCoresMultiplyRoundedInputs) {
         EXPECT_NE(got, exact) << what << ": bf16 and f32 precision gave the same bits";
         gpu_->copy_to_device(out.gpu, got.data());
         cpu_->matmul(out.cpu, rounded_to_bf16(x, rounded), w.cpu);
-        expect_close(out, kSumBudget * std::max(1.0f, std::sqrt(static_cast<float>(K) / 256.0f)), what);
+        expect_close(out, dot_budget(K), what);
       }
 
   // Enough row tiles for the pipelined kernel's 128-input tiles without a K split (more tiles
@@ -925,7 +929,7 @@ TEST_F(CudaOps, Bf16TensorCoresMultiplyRoundedInputs) {
     bf16->matmul(out.gpu, x.gpu, w.gpu);
     bf16->synchronize();
     cpu_->matmul(out.cpu, rounded_to_bf16(x, rounded), w.cpu);
-    expect_close(out, kSumBudget * std::max(1.0f, std::sqrt(static_cast<float>(K) / 256.0f)), what);
+    expect_close(out, dot_budget(K), what);
   }
 
   // 64 and 512 tokens over 128 experts: 16- and 64-pair work items (4 and 32 pairs per expert);
