@@ -120,6 +120,7 @@ struct EngineInfo {
   std::string model_id;        // what /v1/models lists and responses name
   int64_t context_length = 0;  // tokens per sequence, prompt + generated (--max-seq)
   int parallel = 1;            // sequences decoded together at most (--parallel)
+  int32_t vocab_size = 0;      // token ids are 0..vocab_size-1 (0: unknown, not checked)
 };
 
 // Implementations are used from one thread only (the InferenceLoop's), so they need no locking.

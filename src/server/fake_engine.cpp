@@ -56,7 +56,7 @@ FakeEngine::FakeEngine(FakeEngineConfig config) : config_(std::move(config)) {
   if (config_.context_length < 16) fail("fake engine: context length {} is too small", config_.context_length);
 }
 
-EngineInfo FakeEngine::info() const { return {config_.model_id, config_.context_length, config_.parallel}; }
+EngineInfo FakeEngine::info() const { return {config_.model_id, config_.context_length, config_.parallel, 256}; }
 
 int FakeEngine::free_slots() const { return std::max(0, config_.parallel - static_cast<int>(tasks_.size())); }
 

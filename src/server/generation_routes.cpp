@@ -30,6 +30,23 @@ struct StreamState {
   bool done = false;
 };
 
+// Checks that only the model can make, done here so that they are 400s naming the field rather
+// than engine failures (500) after the task was queued (or a 200 stream that ends in an error).
+void check_for_engine(const PreparedPrompt& prompt, const SamplingParams& sampling, const EngineInfo& info,
+                      const char* prompt_param) {
+  // A chat template given other variables by chat_template_kwargs (`messages`, `bos_token`,
+  // `add_generation_prompt`) can render nothing at all.
+  if (prompt.token_count == 0)
+    invalid_param(prompt_param, "the prompt is empty after rendering and tokenizing; there is nothing to continue");
+  if (info.vocab_size > 0) {
+    for (const auto& [id, bias] : sampling.logit_bias)
+      if (id >= info.vocab_size)
+        invalid_param(fmt::format("logit_bias.{}", id),
+                      "logit_bias names token {}, which is not a token id of this model (its vocabulary is 0..{})", id,
+                      info.vocab_size - 1);
+  }
+}
+
 }  // namespace
 
 void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
@@ -45,6 +62,7 @@ void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
                      std::string("the chat template could not render these messages: ") + e.what(), "messages",
                      "template_error");
     }
+    check_for_engine(prompt, request.generation.sampling, loop_.info(), "messages");
     GenerationTask task;
     task.kind = TaskKind::chat;
     task.max_tokens =
@@ -77,10 +95,11 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
       throw ApiError(400, "invalid_request_error", std::string("the prompt could not be tokenized: ") + e.what(),
                      "prompt");
     }
+    check_for_engine(prompt, request.generation.sampling, loop_.info(), "prompt");
     GenerationTask task;
     task.kind = TaskKind::completion;
     task.max_tokens =
-        resolve_max_tokens(request.generation.max_tokens, prompt.token_count, loop_.info().context_length);
+        resolve_max_tokens(request.generation.max_tokens, prompt.token_count, loop_.info().context_length, "prompt");
     task.prompt_text = std::move(prompt.text);
     task.prompt_tokens = std::move(prompt.tokens);
     task.prompt_token_count = prompt.token_count;

@@ -52,7 +52,7 @@ ModelEngine::~ModelEngine() = default;
 void ModelEngine::bind_to_this_thread() { model_.bind_to_this_thread(); }
 
 EngineInfo ModelEngine::info() const {
-  return {config_.model_id, config_.context_length, config_.parallel};
+  return {config_.model_id, config_.context_length, config_.parallel, model_.vocab_size()};
 }
 
 int ModelEngine::free_slots() const {

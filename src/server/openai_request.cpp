@@ -527,12 +527,13 @@ CompletionRequest parse_completion_request(const json& body, const RequestLimits
   return r;
 }
 
-int64_t resolve_max_tokens(std::optional<int64_t> requested, int64_t prompt_tokens, int64_t context_length) {
+int64_t resolve_max_tokens(std::optional<int64_t> requested, int64_t prompt_tokens, int64_t context_length,
+                           const std::string& prompt_param) {
   if (prompt_tokens >= context_length)
     throw ApiError(400, "invalid_request_error",
                    fmt::format("the prompt is {} tokens, which leaves no room in the context of {} tokens; shorten it",
                                prompt_tokens, context_length),
-                   "messages", "context_length_exceeded");
+                   prompt_param, "context_length_exceeded");
   const int64_t room = context_length - prompt_tokens;
   if (!requested) return room;
   if (*requested > context_length)

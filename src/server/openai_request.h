@@ -66,7 +66,8 @@ CompletionRequest parse_completion_request(const nlohmann::json& body, const Req
 
 // The token budget of a request once its prompt is known. Throws ApiError (400, code
 // context_length_exceeded where it applies) saying which limit is broken and by how much.
-int64_t resolve_max_tokens(std::optional<int64_t> requested, int64_t prompt_tokens, int64_t context_length);
+int64_t resolve_max_tokens(std::optional<int64_t> requested, int64_t prompt_tokens, int64_t context_length,
+                           const std::string& prompt_param = "messages");
 
 // Thinking options from enable_thinking, reasoning_effort and thinking_budget, checked against
 // max_tokens (a budget must leave room for the answer). Throws ApiError for contradictions.

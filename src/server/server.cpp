@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <strings.h>
+
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -125,6 +127,30 @@ void Server::install_routes() {
   // Runs after the headers and before the body is read: refuse oversized bodies by their
   // Content-Length without reading them, then check the API key (every route but /health).
   http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // Framing the library would get wrong (RFC 9112 6.1, 6.3): it reads a body by the first of
+    // several Content-Length headers and by Content-Length under a Transfer-Encoding it does not
+    // decode, so the rest of the bytes would be read as a next request (request smuggling behind
+    // a proxy that frames the message differently). Refuse such a request and close.
+    auto refuse_framing = [&](const std::string& message) {
+      HttpServer::close_after_response();
+      send_error(res, ApiError(400, "invalid_request_error", message));
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    // Range is ignored (RFC 9110 14.2 allows it): the library would otherwise cut a POST's answer,
+    // or an error body, to the asked bytes (206, or a 4xx whose body is not whole JSON).
+    const_cast<httplib::Request&>(req).ranges.clear();  // the library's own Request, not const
+    const size_t lengths = req.get_header_value_count("Content-Length");
+    for (size_t i = 1; i < lengths; ++i)
+      if (req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length"))
+        return refuse_framing("the request has several Content-Length headers that differ");
+    if (req.has_header("Transfer-Encoding")) {
+      const std::string te = req.get_header_value("Transfer-Encoding");
+      if (req.get_header_value_count("Transfer-Encoding") != 1 || strcasecmp(te.c_str(), "chunked") != 0)
+        return refuse_framing("Transfer-Encoding '" + te +
+                              "' is not supported; send the body chunked or with Content-Length");
+      if (lengths > 0) return refuse_framing("the request has both Transfer-Encoding and Content-Length");
+    }
     if (req.has_header("Content-Length")) {
       const std::string value = req.get_header_value("Content-Length");
       const bool digits =
@@ -164,6 +190,11 @@ void Server::install_routes() {
         if (HttpServer::request_over_limit()) {
           res.status = 413;  // a chunked body past the limit: the library reports it as 400
           HttpServer::close_after_response();
+        } else if (res.status == 400 || res.status == 414) {
+          // A request line, header or body the library could not read: where this request ends is
+          // unknown, so what follows on the connection must not be read as a next request.
+          HttpServer::close_after_response();
+          res.set_header("Connection", "close");
         }
         std::string message;
         std::string code;

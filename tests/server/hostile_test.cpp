@@ -456,5 +456,88 @@ TEST(ServeHostile, EngineFailuresAreErrorsNotCrashes) {
   expect_alive(s);
 }
 
+// A request whose end cannot be known (a request line the library cannot parse, Content-Length
+// headers that disagree, a Transfer-Encoding it does not decode) is refused and the connection
+// closed: the bytes after it must never be served as a next request (request smuggling).
+TEST(ServeHostile, UnframableRequestsCloseTheConnection) {
+  TestServer s;
+  const std::string body = chat_body("hi").dump();
+  const std::string inner = "GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  auto exchange = [&](const std::string& raw) {
+    int fd = connect_local(s.port());
+    EXPECT_GE(fd, 0);
+    send_all(fd, raw);
+    std::string reply = read_until_closed(fd, milliseconds(5000));
+    ::close(fd);
+    return reply;
+  };
+  auto responses = [](const std::string& reply) {
+    size_t n = 0;
+    for (size_t at = reply.find("HTTP/1.1 "); at != std::string::npos; at = reply.find("HTTP/1.1 ", at + 1)) ++n;
+    return n;
+  };
+  const std::string cases[] = {
+      // A method the library does not know, with a request in its body.
+      "FOO / HTTP/1.1\r\nContent-Length: " + std::to_string(inner.size()) + "\r\n\r\n" + inner,
+      // Two lengths: the first covers the chat body, the second the request behind it too.
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+          "\r\nContent-Length: " + std::to_string(body.size() + inner.size()) + "\r\n\r\n" + body + inner,
+      // A transfer coding that is not decoded, and chunked alongside a length.
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\nContent-Length: " +
+          std::to_string(body.size()) + "\r\n\r\n" + body + inner,
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n" +
+          fmt::format("{:x}\r\n{}\r\n0\r\n\r\n", body.size(), body) + inner,
+  };
+  for (const std::string& raw : cases) {
+    const std::string reply = exchange(raw);
+    EXPECT_EQ(reply.rfind("HTTP/1.1 400", 0), 0u) << reply.substr(0, 200);
+    EXPECT_EQ(responses(reply), 1u) << reply;
+    EXPECT_EQ(reply.find("\"object\":\"list\""), std::string::npos) << "the smuggled request was served:\n" << reply;
+  }
+  // A Range header is ignored: answers (and errors) stay whole JSON.
+  for (const std::string& raw :
+       {"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nRange: bytes=0-10\r\n" +
+            fmt::format("Content-Length: {}\r\n\r\n", body.size()) + body,
+        std::string("GET /v1/models/nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\nRange: bytes=0-10\r\n\r\n")}) {
+    const std::string reply = exchange(raw);
+    EXPECT_EQ(reply.find("206 Partial"), std::string::npos) << reply.substr(0, 200);
+    const size_t at = reply.find("\r\n\r\n");
+    ASSERT_NE(at, std::string::npos) << reply;
+    EXPECT_TRUE(json::accept(reply.substr(at + 4))) << reply;
+  }
+  // The same length twice is one length.
+  const std::string twice = exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" +
+                                     fmt::format("Content-Length: {0}\r\nContent-Length: {0}\r\n\r\n", body.size()) +
+                                     body);
+  EXPECT_EQ(twice.rfind("HTTP/1.1 200", 0), 0u) << twice.substr(0, 200);
+  expect_alive(s);
+}
+
+// Token ids the model does not have are the client's mistake (400 naming the field), found before
+// the task is queued, not an engine failure (500, or a 200 stream ending in an error event).
+TEST(ServeHostile, TokensTheModelLacksAreRequestErrorsNamingTheField) {
+  TestServer s;  // the fake engine's vocabulary is the 256 byte values
+  for (bool stream : {false, true}) {
+    json body = chat_body("hi", stream);
+    body["logit_bias"] = {{"256", 1}};
+    auto r = s.post("/v1/chat/completions", body);
+    EXPECT_EQ(r.status, 400) << r.body;
+    json e = error_of(r);
+    EXPECT_EQ(param_of(e), "logit_bias.256") << r.body;
+  }
+  auto c = s.post("/v1/completions", json{{"prompt", "hi"}, {"logit_bias", {{"2000000000", -5}}}});
+  EXPECT_EQ(c.status, 400) << c.body;
+  EXPECT_EQ(param_of(error_of(c)), "logit_bias.2000000000");
+  // A completion prompt that fills the context names `prompt` (it has no `messages`).
+  auto full = s.post("/v1/completions", json{{"prompt", std::string(100000, 'x')}});
+  EXPECT_EQ(full.status, 400) << full.body;
+  EXPECT_EQ(param_of(error_of(full)), "prompt") << full.body;
+  json ok = chat_body("hi");
+  ok["logit_bias"] = {{"255", 1}};
+  EXPECT_EQ(s.post("/v1/chat/completions", ok).status, 200);
+  EXPECT_EQ(s.engine().started.load(), 1) << "a refused request reached the engine";
+  expect_alive(s);
+}
+
 }  // namespace
 }  // namespace fl::test

@@ -172,6 +172,21 @@ TEST(ServeCli, ServesAModelAndRefusesWhatItCannotServe) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 400) << res->body;
 
+  // Template variables from chat_template_kwargs that render no prompt at all, and a logit_bias
+  // token the model does not have: 400s naming the field, not engine failures (500).
+  json empty = chat_body("hi");
+  empty["chat_template_kwargs"] = {{"messages", json::array()}, {"add_generation_prompt", false}, {"bos_token", ""}};
+  res = client.Post("/v1/chat/completions", empty.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  EXPECT_EQ(json::parse(res->body)["error"]["param"], "messages") << res->body;
+  json bias = chat_body("hi");
+  bias["logit_bias"] = {{"100000000", 1}};
+  res = client.Post("/v1/chat/completions", bias.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  EXPECT_EQ(json::parse(res->body)["error"]["param"], "logit_bias.100000000") << res->body;
+
   ::kill(server.pid(), SIGTERM);
   EXPECT_EQ(server.wait(milliseconds(10000)), 0);
 
