@@ -151,6 +151,17 @@ void Server::install_routes() {
                               "' is not supported; send the body chunked or with Content-Length");
       if (lengths > 0) return refuse_framing("the request has both Transfer-Encoding and Content-Length");
     }
+    // A POST without either has, by RFC 9112 6.3, no body; the library would instead read until
+    // the client closes or the read timeout passes (10 s of a client waiting for nothing). Every
+    // POST route takes a JSON body, so say what is missing at once.
+    if (req.method == "POST" && lengths == 0 && !req.has_header("Transfer-Encoding")) {
+      HttpServer::close_after_response();
+      send_error(res, ApiError(411, "invalid_request_error",
+                               "the request has no Content-Length (or chunked Transfer-Encoding); every POST route "
+                               "takes a JSON body"));
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (req.has_header("Content-Length")) {
       const std::string value = req.get_header_value("Content-Length");
       const bool digits =

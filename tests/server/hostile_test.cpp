@@ -505,6 +505,12 @@ TEST(ServeHostile, UnframableRequestsCloseTheConnection) {
     ASSERT_NE(at, std::string::npos) << reply;
     EXPECT_TRUE(json::accept(reply.substr(at + 4))) << reply;
   }
+  // A POST with no length at all is answered at once (411), not after the read timeout.
+  const auto start = std::chrono::steady_clock::now();
+  const std::string unsized = exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n" + body);
+  EXPECT_EQ(unsized.rfind("HTTP/1.1 411", 0), 0u) << unsized.substr(0, 200);
+  EXPECT_EQ(responses(unsized), 1u) << unsized;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
   // The same length twice is one length.
   const std::string twice = exchange("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" +
                                      fmt::format("Content-Length: {0}\r\nContent-Length: {0}\r\n\r\n", body.size()) +
