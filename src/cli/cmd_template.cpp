@@ -32,7 +32,19 @@ nlohmann::ordered_json read_json(const std::string& path, const char* what) {
   if (!in) fail("cannot read {} file {}", what, path);
   std::ostringstream ss;
   ss << in.rdbuf();
-  auto json = nlohmann::ordered_json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  // The parser itself is iterative, but copying and converting the value recurse: a file nested
+  // tens of thousands of levels deep would overflow the stack. The template's own values stop at
+  // 512 levels (src/text/jinja/value.cpp); nothing deeper is kept.
+  constexpr int kMaxDepth = 512;
+  bool too_deep = false;
+  auto json = nlohmann::ordered_json::parse(
+      ss.str(),
+      [&](int depth, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
+        if (depth > kMaxDepth) too_deep = true;
+        return !too_deep;
+      },
+      /*allow_exceptions=*/false);
+  if (too_deep) fail("{} file {} nests arrays/objects more than {} levels deep", what, path, kMaxDepth);
   if (json.is_discarded()) fail("{} file {} is not valid JSON", what, path);
   return json;
 }

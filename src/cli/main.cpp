@@ -1,6 +1,8 @@
 // fireline: the command-line entry point. Parses the subcommand, runs it, and turns any error
 // into one line on stderr and a non-zero exit status.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 
 #include <CLI/CLI.hpp>
@@ -55,6 +57,14 @@ int main(int argc, char** argv) {
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "fireline: error: %s\n", e.what());
+    return 1;
+  }
+  // The output is the command's result: when it could not all be written (a full disk, a closed
+  // stdout), the command failed, whatever it printed on stderr before.
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::fprintf(stderr, "fireline: error: cannot write the output to stdout: %s\n",
+                 errno != 0 ? std::strerror(errno) : "write error");
     return 1;
   }
   return 0;

@@ -1,6 +1,7 @@
 #include "io/gguf.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -493,11 +494,71 @@ uint64_t GgufWriter::data_offset() const { return serialize_header().size(); }
 
 // ---- streaming file writer ----
 
+namespace {
+
+// The partial files being written, so that Ctrl-C (or SIGTERM, SIGHUP) removes them too: a
+// signal's default action ends the process without running the writers' destructors, and an
+// interrupted quantize would leave gigabytes behind under a name nobody looks at. Fixed slots,
+// because the handler may only call async-signal-safe functions (unlink, signal, raise).
+constexpr int kPartialSlots = 16;
+struct PartialSlot {
+  std::atomic<bool> used{false};
+  char path[4096] = {};
+};
+PartialSlot g_partials[kPartialSlots];
+constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
+
+extern "C" void remove_partials_on_signal(int sig) {
+  for (PartialSlot& slot : g_partials)
+    if (slot.used.load()) ::unlink(slot.path);
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);  // the status says what ended the process, as without the handler
+}
+
+void install_partial_cleanup() {
+  static std::atomic<bool> installed{false};
+  if (installed.exchange(true)) return;
+  for (int sig : kCleanupSignals) {
+    struct sigaction current {};
+    // Only where the signal would kill the process anyway: an ignored one (nohup, a background
+    // job) stays ignored, and a command's own handler (run's Ctrl-C) stays in charge.
+    if (::sigaction(sig, nullptr, &current) != 0 || (current.sa_flags & SA_SIGINFO) != 0 ||
+        current.sa_handler != SIG_DFL)
+      continue;
+    struct sigaction action {};
+    action.sa_handler = remove_partials_on_signal;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(sig, &action, nullptr);
+  }
+}
+
+// A slot for `path`, or -1 when all are taken or the path is too long (then only the destructor
+// removes the file, as before).
+int register_partial(const std::string& path) {
+  install_partial_cleanup();
+  if (path.size() >= sizeof(PartialSlot::path)) return -1;
+  for (int i = 0; i < kPartialSlots; ++i) {
+    bool expected = false;
+    if (!g_partials[i].used.compare_exchange_strong(expected, true)) continue;
+    // Marked used before the path is complete: a signal in between unlinks a prefix (or nothing).
+    std::memcpy(g_partials[i].path, path.c_str(), path.size() + 1);
+    return i;
+  }
+  return -1;
+}
+
+void unregister_partial(int slot) {
+  if (slot >= 0) g_partials[slot].used.store(false);
+}
+
+}  // namespace
+
 GgufStreamWriter::GgufStreamWriter(const std::string& path, const GgufWriter& layout) : path_(path), layout_(layout) {
   static std::atomic<uint64_t> writers{0};
   partial_path_ = path + ".partial." + std::to_string(::getpid()) + "." + std::to_string(writers++);
   fd_ = ::open(partial_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd_ < 0) fail("cannot create {}: {}", partial_path_, std::strerror(errno));
+  partial_slot_ = register_partial(partial_path_);
   std::string header = layout.serialize_header();
   data_offset_ = header.size();
   write_at(0, header.data(), header.size());
@@ -506,6 +567,7 @@ GgufStreamWriter::GgufStreamWriter(const std::string& path, const GgufWriter& la
 GgufStreamWriter::~GgufStreamWriter() {
   if (fd_ >= 0) ::close(fd_);
   if (!finished_) ::unlink(partial_path_.c_str());
+  unregister_partial(partial_slot_);
 }
 
 void GgufStreamWriter::write_at(uint64_t offset, const void* data, size_t size) {

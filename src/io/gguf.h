@@ -196,6 +196,7 @@ class GgufStreamWriter {
   size_t next_tensor_ = 0;
   uint64_t next_tensor_written_ = 0;  // bytes of tensor next_tensor_ written so far
   bool finished_ = false;
+  int partial_slot_ = -1;  // where a fatal signal's handler finds partial_path_ (gguf.cpp)
 };
 
 }  // namespace fl

@@ -1,6 +1,13 @@
 // GGUF reader and writer: a round trip of every metadata type and of row-safe tensors, the
 // dimension-order conversion at the boundary, alignment, and one clear fl::Error for every kind of
 // malformed file.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -176,6 +183,35 @@ TEST(Gguf, ConcurrentWritersOfOnePathEachProduceAWholeFile) {
   EXPECT_EQ(first, 1.0f);
   for (const auto& entry : std::filesystem::directory_iterator(dir.path()))
     EXPECT_EQ(entry.path().filename().string().find(".partial"), std::string::npos) << entry.path();
+}
+
+// Ctrl-C (or SIGTERM, SIGHUP) during a long quantize or synth ends the process without running the
+// writer's destructor; the handler the writer installs removes the partial file all the same,
+// and the process still dies of the signal. (Before, gigabytes were left behind.)
+TEST(Gguf, AFatalSignalMidWriteRemovesThePartialFile) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction current {};
+    ::sigaction(sig, nullptr, &current);
+    if (current.sa_handler == SIG_IGN) continue;  // ignored here (a background job): nothing to test
+    test::TempDir dir;
+    const std::string path = dir.file("cut.gguf");
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      GgufWriter w;
+      w.add_tensor("t", 0, {64});
+      GgufStreamWriter out(path, w);
+      std::vector<float> half(32, 1.0f);
+      out.write_tensor_bytes(0, half.data(), half.size() * sizeof(float));
+      ::raise(sig);
+      ::_exit(0);  // not reached
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == sig) << "signal " << sig << ", status " << status;
+    EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "signal " << sig << " left "
+                                                       << std::filesystem::directory_iterator(dir.path())->path();
+  }
 }
 
 TEST(Gguf, DefaultAlignmentIs32AndNeedsNoKey) {
