@@ -502,7 +502,8 @@ namespace {
 // because the handler may only call async-signal-safe functions (unlink, signal, raise).
 constexpr int kPartialSlots = 16;
 struct PartialSlot {
-  std::atomic<bool> used{false};
+  // 0: free; 1: claimed, path being written; 2: armed (the handler removes `path`)
+  std::atomic<int> state{0};
   char path[4096] = {};
 };
 PartialSlot g_partials[kPartialSlots];
@@ -510,7 +511,7 @@ constexpr int kCleanupSignals[] = {SIGINT, SIGTERM, SIGHUP};
 
 extern "C" void remove_partials_on_signal(int sig) {
   for (PartialSlot& slot : g_partials)
-    if (slot.used.load()) ::unlink(slot.path);
+    if (slot.state.load() == 2) ::unlink(slot.path);
   ::signal(sig, SIG_DFL);
   ::raise(sig);  // the status says what ended the process, as without the handler
 }
@@ -538,17 +539,18 @@ int register_partial(const std::string& path) {
   install_partial_cleanup();
   if (path.size() >= sizeof(PartialSlot::path)) return -1;
   for (int i = 0; i < kPartialSlots; ++i) {
-    bool expected = false;
-    if (!g_partials[i].used.compare_exchange_strong(expected, true)) continue;
-    // Marked used before the path is complete: a signal in between unlinks a prefix (or nothing).
+    int expected = 0;
+    if (!g_partials[i].state.compare_exchange_strong(expected, 1)) continue;
+    // Armed only once the whole path is in place: a signal in between removes nothing here.
     std::memcpy(g_partials[i].path, path.c_str(), path.size() + 1);
+    g_partials[i].state.store(2);
     return i;
   }
   return -1;
 }
 
 void unregister_partial(int slot) {
-  if (slot >= 0) g_partials[slot].used.store(false);
+  if (slot >= 0) g_partials[slot].state.store(0);
 }
 
 }  // namespace
