@@ -18,8 +18,15 @@ namespace {
 
 void run_verify(const std::string& arg) {
   const std::string path = resolve_model_arg(arg);
-  if (detect_model_file(path) != ModelFileKind::gguf)
-    fail("{}: verify checks .fire files (a Hugging Face directory carries no recorded checksum)", path);
+  switch (detect_model_file(path)) {
+    case ModelFileKind::gguf: break;
+    case ModelFileKind::hf_directory:
+      fail("{}: verify checks .fire files (a Hugging Face directory carries no recorded checksum)", path);
+    case ModelFileKind::hfqm:
+      fail("{}: verify checks .fire files (an HFQM file carries no recorded checksum)", path);
+    case ModelFileKind::unknown:
+      fail("{}: not a .fire file (it does not start with the GGUF magic), so there is nothing to verify", path);
+  }
   FireFile fire(path);
   if (fire.recorded_sha256().empty())
     fail("{}: no {} recorded in the file, nothing to verify against", path, fire_key::kTensorSha256);

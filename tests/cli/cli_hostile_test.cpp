@@ -60,6 +60,16 @@ TEST(CliHostile, TemplateRefusesJsonNestedTooDeeply) {
   EXPECT_EQ(ok.out, "Hi!");
 }
 
+// verify on a file that is no model at all says so (it once blamed a Hugging Face directory).
+TEST(CliHostile, VerifyNamesWhatTheFileIsNot) {
+  test::TempDir dir;
+  test::write_file(dir.file("empty.fire"), "");
+  test::write_file(dir.file("config.json"), R"({"model_type": "gemma4"})");
+  for (const char* name : {"empty.fire", "config.json"})
+    expect_clean_failure(fireline("verify " + q(dir.file(name))), "not a .fire file");
+  expect_clean_failure(fireline("verify " + q(dir.path().string())), "Hugging Face directory");
+}
+
 // `--api-key "$KEY"` with KEY unset must not start a server that anyone can use.
 TEST(CliHostile, ServeRefusesAnEmptyApiKey) {
   expect_clean_failure(fireline("serve --fake-engine --port 0 --api-key ''"), "--api-key is empty");
