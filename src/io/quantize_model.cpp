@@ -138,6 +138,9 @@ QuantizeReport quantize_model(const std::string& input, const std::string& outpu
 }
 
 QuantizeReport quantize_model(const ImportSource& imported, const std::string& output, const QuantizeOptions& options) {
+  // Found now, not by the rename at the end of a run that may take an hour.
+  if (std::error_code ec; std::filesystem::is_directory(output, ec))
+    fail("the output {} is a directory; name the .fire file to write", output);
   const ImportSource* source = &imported;
   ModelConfig config = parse_hf_config_text(source->hf_config_json(), source->path() + " (config.json)");
 

@@ -157,6 +157,9 @@ TEST_F(CliRun, RawCompletion) {
 
 TEST_F(CliRun, FireFileRunsLikeItsDirectory) {
   const std::string fire = dir_->file("tiny.fire");
+  // An output that is a directory is refused before any work (it used to fail at the final rename).
+  expect_clean_failure(fireline("quantize " + q(model_) + " -o " + q(dir_->path().string()) + " --format f32"),
+                       "is a directory");
   auto quantized = fireline("quantize " + q(model_) + " -o " + q(fire) + " --format f32");
   ASSERT_EQ(quantized.exit_code, 0) << quantized.err;
   auto r = fireline("run " + q(fire) + " " + q("Why is the sky blue?") + " --temperature 0 --max-tokens 10 --ignore-eos --json </dev/null");
