@@ -1,9 +1,12 @@
 // fireline logits MODEL --ids 2,105,... : prints the model's logits as JSON, so that anyone can
 // compare them with another implementation (transformers, llama.cpp, an earlier fireline).
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -19,6 +22,7 @@ namespace {
 
 struct LogitsOptions {
   std::string model;
+  std::string ids_text;  // --ids as given; parse_ids reads it
   std::vector<int32_t> ids;
   bool all_positions = false;
   int generate = 0;
@@ -60,8 +64,28 @@ void append_top(std::string& out, const float* row, int64_t n, int k) {
   out += ']';
 }
 
-void run_logits(const LogitsOptions& opt) {
-  if (opt.ids.empty()) fail("--ids needs at least one token id");
+// --ids as written: comma-separated decimal ids, each 0..2^31-1. Read here, not by CLI11, which
+// took "" as token 0, clamped an overflowing number to the largest id and read 010 as octal.
+std::vector<int32_t> parse_ids(const std::string& text) {
+  std::vector<int32_t> ids;
+  for (size_t start = 0;;) {
+    const size_t comma = text.find(',', start);
+    std::string_view piece(text.data() + start, (comma == std::string::npos ? text.size() : comma) - start);
+    while (!piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
+    while (!piece.empty() && piece.back() == ' ') piece.remove_suffix(1);
+    int64_t value = -1;
+    const auto [end, ec] = std::from_chars(piece.data(), piece.data() + piece.size(), value);
+    if (piece.empty() || ec != std::errc() || end != piece.data() + piece.size() || value < 0 ||
+        value > std::numeric_limits<int32_t>::max())
+      fail("--ids '{}': '{}' is not a token id (give comma-separated whole numbers from 0)", text, piece);
+    ids.push_back(static_cast<int32_t>(value));
+    if (comma == std::string::npos) return ids;
+    start = comma + 1;
+  }
+}
+
+void run_logits(LogitsOptions opt) {
+  opt.ids = parse_ids(opt.ids_text);
   auto backend = make_backend(opt.backend, backend_options_from_flags(opt.precision));
   auto source = open_model_source(resolve_model_arg(opt.model));
   SequenceOptions seq_opt;
@@ -107,7 +131,7 @@ void add_logits_command(CLI::App& app) {
   auto opt = std::make_shared<LogitsOptions>();
   CLI::App* cmd = app.add_subcommand("logits", "Print a model's logits for given token ids as JSON");
   cmd->add_option("model", opt->model, "Model: a Hugging Face directory, a .fire file or a name from `fireline list`")->required();
-  cmd->add_option("--ids", opt->ids, "Comma-separated token ids, e.g. 2,105,2364")->required()->delimiter(',');
+  cmd->add_option("--ids", opt->ids_text, "Comma-separated token ids, e.g. 2,105,2364")->required();
   cmd->add_flag("--all-positions", opt->all_positions, "Logits for every position, not just the last");
   cmd->add_option("--generate", opt->generate, "Then generate N tokens greedily (listed in \"generated\")")
       ->check(CLI::Range(0, 1 << 20));
