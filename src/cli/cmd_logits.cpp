@@ -1,12 +1,9 @@
 // fireline logits MODEL --ids 2,105,... : prints the model's logits as JSON, so that anyone can
 // compare them with another implementation (transformers, llama.cpp, an earlier fireline).
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
-#include <limits>
 #include <numeric>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -22,8 +19,7 @@ namespace {
 
 struct LogitsOptions {
   std::string model;
-  std::string ids_text;  // --ids as given; parse_ids reads it
-  std::vector<int32_t> ids;
+  std::string ids;  // as given: parse_token_ids reads it (CLI11 read "" as token 0 and clamped overflows)
   bool all_positions = false;
   int generate = 0;
   std::string backend = "cpu";
@@ -64,43 +60,24 @@ void append_top(std::string& out, const float* row, int64_t n, int k) {
   out += ']';
 }
 
-// --ids as written: comma-separated decimal ids, each 0..2^31-1. Read here, not by CLI11, which
-// took "" as token 0, clamped an overflowing number to the largest id and read 010 as octal.
-std::vector<int32_t> parse_ids(const std::string& text) {
-  std::vector<int32_t> ids;
-  for (size_t start = 0;;) {
-    const size_t comma = text.find(',', start);
-    std::string_view piece(text.data() + start, (comma == std::string::npos ? text.size() : comma) - start);
-    while (!piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
-    while (!piece.empty() && piece.back() == ' ') piece.remove_suffix(1);
-    int64_t value = -1;
-    const auto [end, ec] = std::from_chars(piece.data(), piece.data() + piece.size(), value);
-    if (piece.empty() || ec != std::errc() || end != piece.data() + piece.size() || value < 0 ||
-        value > std::numeric_limits<int32_t>::max())
-      fail("--ids '{}': '{}' is not a token id (give comma-separated whole numbers from 0)", text, piece);
-    ids.push_back(static_cast<int32_t>(value));
-    if (comma == std::string::npos) return ids;
-    start = comma + 1;
-  }
-}
-
-void run_logits(LogitsOptions opt) {
-  opt.ids = parse_ids(opt.ids_text);
+void run_logits(const LogitsOptions& opt) {
+  const std::vector<int32_t> ids = parse_token_ids(opt.ids, "--ids");
+  if (ids.empty()) fail("--ids needs at least one token id");
   auto backend = make_backend(opt.backend, backend_options_from_flags(opt.precision));
   auto source = open_model_source(resolve_model_arg(opt.model));
   SequenceOptions seq_opt;
   seq_opt.kv_dtype = parse_kv_type(opt.kv);
-  seq_opt.max_seq = opt.max_seq > 0 ? opt.max_seq : static_cast<int64_t>(opt.ids.size()) + opt.generate;
+  seq_opt.max_seq = opt.max_seq > 0 ? opt.max_seq : static_cast<int64_t>(ids.size()) + opt.generate;
   LoadOptions load;
   load.max_seq = seq_opt.max_seq;
   load.kv_dtype = seq_opt.kv_dtype;
-  load.max_tokens = static_cast<int64_t>(opt.ids.size());
+  load.max_tokens = static_cast<int64_t>(ids.size());
   load.logits = opt.all_positions ? LogitsMode::all : LogitsMode::last;
   auto model = load_model(*source, *backend, load);
   auto seq = model->new_sequence(seq_opt);
   const int64_t V = model->vocab_size();
 
-  std::vector<float> logits = model->forward(*seq, opt.ids, opt.all_positions ? LogitsMode::all : LogitsMode::last);
+  std::vector<float> logits = model->forward(*seq, ids, opt.all_positions ? LogitsMode::all : LogitsMode::last);
   const int64_t rows = static_cast<int64_t>(logits.size()) / V;
   std::vector<int32_t> generated;
   int32_t next = argmax(logits.data() + (rows - 1) * V, V);
@@ -131,7 +108,7 @@ void add_logits_command(CLI::App& app) {
   auto opt = std::make_shared<LogitsOptions>();
   CLI::App* cmd = app.add_subcommand("logits", "Print a model's logits for given token ids as JSON");
   cmd->add_option("model", opt->model, "Model: a Hugging Face directory, a .fire file or a name from `fireline list`")->required();
-  cmd->add_option("--ids", opt->ids_text, "Comma-separated token ids, e.g. 2,105,2364")->required();
+  cmd->add_option("--ids", opt->ids, "Comma-separated token ids, e.g. 2,105,2364")->required();
   cmd->add_flag("--all-positions", opt->all_positions, "Logits for every position, not just the last");
   cmd->add_option("--generate", opt->generate, "Then generate N tokens greedily (listed in \"generated\")")
       ->check(CLI::Range(0, 1 << 20));

@@ -1,11 +1,14 @@
 // fireline tokenize TOKENIZER_OR_MODEL TEXT : prints the token ids of TEXT as JSON, so that they
 // can be compared with Hugging Face tokenizers or another engine; --decode 1,2,3 goes the other
 // way and prints the text exactly (no newline added).
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <iterator>
+#include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -31,31 +34,6 @@ struct TokenizeOptions {
   bool skip_special_tokens = false;
 };
 
-std::vector<int32_t> parse_ids(const std::string& list) {
-  std::vector<int32_t> ids;
-  size_t pos = 0;
-  while (pos <= list.size()) {
-    size_t end = list.find(',', pos);
-    if (end == std::string::npos) end = list.size();
-    std::string item = list.substr(pos, end - pos);
-    while (!item.empty() && (item.front() == ' ' || item.front() == '[')) item.erase(item.begin());
-    while (!item.empty() && (item.back() == ' ' || item.back() == ']')) item.pop_back();
-    if (!item.empty()) {
-      size_t used = 0;
-      long long v = 0;
-      try {
-        v = std::stoll(item, &used);
-      } catch (const std::exception&) {
-        used = 0;
-      }
-      if (used != item.size() || v < 0 || v > INT32_MAX) fail("--decode: {:?} is not a token id", item);
-      ids.push_back(static_cast<int32_t>(v));
-    }
-    pos = end + 1;
-  }
-  return ids;
-}
-
 void run_tokenize(const TokenizeOptions& opt) {
   if (opt.have_decode && opt.have_text) fail("give either TEXT or --decode, not both");
   if (!opt.have_decode && !opt.have_text) fail("give the TEXT to encode (- reads stdin), or --decode IDS");
@@ -67,7 +45,7 @@ void run_tokenize(const TokenizeOptions& opt) {
             std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
 
   if (opt.have_decode) {
-    const std::string text = tok.decode(parse_ids(opt.decode), opt.skip_special_tokens);
+    const std::string text = tok.decode(parse_token_ids(opt.decode, "--decode"), opt.skip_special_tokens);
     std::fwrite(text.data(), 1, text.size(), stdout);
     return;
   }
@@ -94,6 +72,30 @@ void run_tokenize(const TokenizeOptions& opt) {
 }
 
 }  // namespace
+
+std::vector<int32_t> parse_token_ids(const std::string& list, const char* option) {
+  auto trim = [](std::string_view s) {
+    while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+    while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+    return s;
+  };
+  std::string_view rest = trim(list);
+  if (rest.size() >= 2 && rest.front() == '[' && rest.back() == ']') rest = trim(rest.substr(1, rest.size() - 2));
+  std::vector<int32_t> ids;
+  if (rest.empty()) return ids;
+  for (;;) {  // every comma is followed by an item: "1,,2" and "1," are errors
+    const size_t comma = rest.find(',');
+    const std::string_view item = trim(rest.substr(0, comma));
+    int64_t value = -1;
+    const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || ec != std::errc() || end != item.data() + item.size() || value < 0 ||
+        value > std::numeric_limits<int32_t>::max())
+      fail("{}: {:?} is not a token id (give comma-separated whole numbers from 0)", option, std::string(item));
+    ids.push_back(static_cast<int32_t>(value));
+    if (comma == std::string_view::npos) return ids;
+    rest.remove_prefix(comma + 1);
+  }
+}
 
 void add_tokenize_command(CLI::App& app) {
   auto opt = std::make_shared<TokenizeOptions>();

@@ -166,9 +166,10 @@ TEST(CliLogits, BrokenInputsGiveOneClearErrorLine) {
   auto r = fireline("logits " + fixture() + " --ids 2,x");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--ids"), std::string::npos) << r.err;
-  // An empty id, an empty list, a number past int32 and a negative one are errors, not token 0
+  // An empty list, an empty id, a number past int32 and a negative one are errors, not token 0
   // or the largest id (CLI11 read them so).
-  for (const char* bad : {"''", "2,,5", "99999999999999999999", "-1", "2,0x10"})
+  expect_clean_failure(fireline("logits " + fixture() + " --ids ''"), "needs at least one token id");
+  for (const char* bad : {"2,,5", "2,", "99999999999999999999", "-1", "2,0x10"})
     expect_clean_failure(fireline("logits " + fixture() + " --ids " + bad), "is not a token id");
   // Spaces around an id are fine.
   EXPECT_EQ(fireline("logits " + fixture() + " --ids '2, 5,7'").exit_code, 0);
