@@ -35,10 +35,8 @@ struct ServeOptions {
   std::string model;
   std::string host = "127.0.0.1";
   int port = 11435;
-  std::string api_key;
-  std::string api_key_file;
-  bool api_key_given = false;  // an empty value given (an unset shell variable) is an error, not "no key"
-  bool api_key_file_given = false;
+  // Given or not: an empty value given (an unset shell variable) is an error, not "no key".
+  std::optional<std::string> api_key, api_key_file;
   int64_t max_seq = 0;  // 0: the model's context, at most 4096
   std::string backend;  // empty: cuda when available, else cpu
   std::string kv;       // empty: q8 on cuda, f32 on cpu
@@ -122,15 +120,15 @@ void run_serve(const ServeOptions& opt) {
   if (opt.queue < 0) fail("--queue {} must not be negative", opt.queue);
   if (opt.max_body < 1024) fail("--max-body {} is too small (at least 1024 bytes)", opt.max_body);
   if (opt.http_threads < 2 || opt.http_threads > 16384) fail("--http-threads {} is outside 2..16384", opt.http_threads);
-  if (opt.api_key_given && opt.api_key_file_given) fail("give --api-key or --api-key-file, not both");
-  if (opt.api_key_given && opt.api_key.empty())
+  if (opt.api_key && opt.api_key_file) fail("give --api-key or --api-key-file, not both");
+  if (opt.api_key && opt.api_key->empty())
     fail("--api-key is empty; give the key, or leave --api-key out to serve without one");
-  if (opt.api_key_file_given && opt.api_key_file.empty()) fail("--api-key-file is empty; give the file that holds the key");
+  if (opt.api_key_file && opt.api_key_file->empty()) fail("--api-key-file is empty; give the file that holds the key");
 
   server::ServeConfig config;
   config.host = opt.host;
   config.port = opt.port;
-  config.api_key = opt.api_key_file_given ? read_api_key_file(opt.api_key_file) : opt.api_key;
+  config.api_key = opt.api_key_file ? read_api_key_file(*opt.api_key_file) : opt.api_key.value_or("");
   config.max_waiting = opt.queue;
   config.default_seed = opt.seed;
   config.max_body_bytes = static_cast<size_t>(opt.max_body);
@@ -216,10 +214,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--host", opt->host, "Address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", opt->port, "Port to listen on; 0 picks a free one (default 11435)")
       ->check(CLI::Range(0, 65535));
-  CLI::Option* api_key =
-      cmd->add_option("--api-key", opt->api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
-  CLI::Option* api_key_file =
-      cmd->add_option("--api-key-file", opt->api_key_file, "Read the API key from this file (keeps it out of ps)");
+  cmd->add_option("--api-key", opt->api_key, "Require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--api-key-file", opt->api_key_file, "Read the API key from this file (keeps it out of ps)");
   cmd->add_option("--max-seq,--ctx", opt->max_seq,
                   "Context per sequence in tokens, prompt + output (default: the model's, at most 4096)");
   cmd->add_option("--backend", opt->backend, "cpu, cuda or cuda:N (default: cuda when available, else cpu)");
@@ -245,11 +241,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--fake-token-ms", opt->fake_token_ms, "Test engine: milliseconds per step")->group("");
   cmd->add_option("--fake-prefill-ms", opt->fake_prefill_ms, "Test engine: extra milliseconds in a task's first step")
       ->group("");
-  cmd->callback([opt, api_key, api_key_file] {
-    opt->api_key_given = api_key->count() > 0;
-    opt->api_key_file_given = api_key_file->count() > 0;
-    run_serve(*opt);
-  });
+  cmd->callback([opt] { run_serve(*opt); });
 }
 
 }  // namespace fl::cli
