@@ -127,15 +127,20 @@ void Server::install_routes() {
   // Runs after the headers and before the body is read: refuse oversized bodies by their
   // Content-Length without reading them, then check the API key (every route but /health).
   http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    // Each refusal here comes before the body is read, so the connection closes after it: where
+    // the request ends is unknown (or its body is not wanted).
+    auto refuse_and_close = [&](const ApiError& error) {
+      HttpServer::close_after_response();
+      send_error(res, error);
+      res.set_header("Connection", "close");
+      return httplib::Server::HandlerResponse::Handled;
+    };
     // Framing the library would get wrong (RFC 9112 6.1, 6.3): it reads a body by the first of
     // several Content-Length headers and by Content-Length under a Transfer-Encoding it does not
     // decode, so the rest of the bytes would be read as a next request (request smuggling behind
-    // a proxy that frames the message differently). Refuse such a request and close.
+    // a proxy that frames the message differently).
     auto refuse_framing = [&](const std::string& message) {
-      HttpServer::close_after_response();
-      send_error(res, ApiError(400, "invalid_request_error", message));
-      res.set_header("Connection", "close");
-      return httplib::Server::HandlerResponse::Handled;
+      return refuse_and_close(ApiError(400, "invalid_request_error", message));
     };
     // Range is ignored (RFC 9110 14.2 allows it): the library would otherwise cut a POST's answer,
     // or an error body, to the asked bytes (206, or a 4xx whose body is not whole JSON).
@@ -154,33 +159,20 @@ void Server::install_routes() {
     // A POST without either has, by RFC 9112 6.3, no body; the library would instead read until
     // the client closes or the read timeout passes (10 s of a client waiting for nothing). Every
     // POST route takes a JSON body, so say what is missing at once.
-    if (req.method == "POST" && lengths == 0 && !req.has_header("Transfer-Encoding")) {
-      HttpServer::close_after_response();
-      send_error(res, ApiError(411, "invalid_request_error",
-                               "the request has no Content-Length (or chunked Transfer-Encoding); every POST route "
-                               "takes a JSON body"));
-      res.set_header("Connection", "close");
-      return httplib::Server::HandlerResponse::Handled;
-    }
+    if (req.method == "POST" && lengths == 0 && !req.has_header("Transfer-Encoding"))
+      return refuse_and_close(ApiError(411, "invalid_request_error",
+                                       "the request has no Content-Length (or chunked Transfer-Encoding); every POST "
+                                       "route takes a JSON body"));
     if (req.has_header("Content-Length")) {
       const std::string value = req.get_header_value("Content-Length");
       const bool digits =
           !value.empty() && value.size() <= 19 && value.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits) {
-        HttpServer::close_after_response();
-        send_error(res, ApiError(400, "invalid_request_error", "Content-Length is not a byte count: " + value));
-        res.set_header("Connection", "close");
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      if (std::stoull(value) > config_.max_body_bytes) {
-        HttpServer::close_after_response();
-        send_error(res, ApiError(413, "invalid_request_error",
-                                 fmt::format("request body ({} bytes) is larger than the limit of {} bytes", value,
-                                             config_.max_body_bytes),
-                                 {}, "request_too_large"));
-        res.set_header("Connection", "close");
-        return httplib::Server::HandlerResponse::Handled;
-      }
+      if (!digits) return refuse_framing("Content-Length is not a byte count: " + value);
+      if (std::stoull(value) > config_.max_body_bytes)
+        return refuse_and_close(ApiError(413, "invalid_request_error",
+                                         fmt::format("request body ({} bytes) is larger than the limit of {} bytes",
+                                                     value, config_.max_body_bytes),
+                                         {}, "request_too_large"));
     }
     if (config_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     const std::string header = req.get_header_value("Authorization");
