@@ -169,10 +169,10 @@ void Server::install_routes() {
           !value.empty() && value.size() <= 19 && value.find_first_not_of("0123456789") == std::string::npos;
       if (!digits) return refuse_framing("Content-Length is not a byte count: " + value);
       if (std::stoull(value) > config_.max_body_bytes)
-        return refuse_and_close(ApiError(413, "invalid_request_error",
-                                         fmt::format("request body ({} bytes) is larger than the limit of {} bytes",
-                                                     value, config_.max_body_bytes),
-                                         {}, "request_too_large"));
+        return refuse_and_close(ApiError(
+            413, "invalid_request_error",
+            fmt::format("request body ({} bytes) is larger than the limit of {} bytes", value, config_.max_body_bytes),
+            {}, "request_too_large"));
     }
     if (config_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
     const std::string header = req.get_header_value("Authorization");
