@@ -191,12 +191,15 @@ void InferenceLoop::deliver(TaskId id, EngineEvent event) {
       break;
   }
   prompt_tokens_.fetch_add(static_cast<uint64_t>(std::max<int64_t>(0, event.usage.prompt_tokens)));
-  it->second.stream->push(std::move(event));
+  // The task leaves the counts before its client can see the finish: stats() read after a
+  // client's last chunk must not still count it running (ServeLoad saw running == 1 there).
+  auto stream = std::move(it->second.stream);
   running_.erase(it);
   {
     std::lock_guard lock(mutex_);
     running_count_ = static_cast<int>(running_.size());
   }
+  stream->push(std::move(event));
   idle_.notify_all();
 }
 
