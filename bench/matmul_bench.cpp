@@ -1,11 +1,13 @@
-// The matmul op family's kernels alone on the H200, at the shapes of Gemma 4 26B-A4B and 31B:
+// The matmul op family's kernels alone on the H200, at the shapes of Gemma 4 26B-A4B and 31B (and
+// Qwen3.5-4B's MLP):
 // the tensor-core GEMM (plain and grouped over experts) for prefill-sized inputs, for each
 // number of bf16 pieces per input (3 = exact), and the batch-1 matvec. Prints time, TFLOP/s and
 // the weight bytes' rate per case; `--json` adds one JSON object per line. The one-input matvecs
 // are timed back to back over copies of the matrix that together exceed L2 (each read once per
 // pass, as a decode step reads each weight once): bracketing one launch with events measured
 // launch latency on the small matrices.
-//   matmul_bench [--quick]   (--quick: 1, 64 and 512 inputs only)
+//   matmul_bench [--quick] [--shape SUBSTR]   (--quick: 1, 64 and 512 inputs only; --shape: the
+//   shapes whose name holds SUBSTR, and no grouped experts)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -119,7 +121,17 @@ struct Shape {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  bool quick = false;
+  std::string only;  // --shape SUBSTR: only the shapes whose name holds it (for a profiler run)
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--quick") quick = true;
+    else if (arg == "--shape" && i + 1 < argc) only = argv[++i];
+    else {
+      fmt::print(stderr, "usage: matmul_bench [--quick] [--shape SUBSTR]\n");
+      return 2;
+    }
+  }
   cudaStream_t stream;
   cuda_ok(cudaStreamCreate(&stream), "stream");
   const int runs = quick ? 3 : 10;
@@ -128,6 +140,10 @@ int main(int argc, char** argv) {
   const Shape shapes[] = {{"26b q_proj 4096x2816", 4096, 2816},
                           {"26b gate_up 4224x2816", 4224, 2816},
                           {"26b down 2816x2112", 2816, 2112},
+                          {"4b gate_up 18432x2560", 18432, 2560},
+                          {"4b down 2560x9216", 2560, 9216},
+                          {"31b qkv 16384x5376", 16384, 5376},
+                          {"31b o_proj 5376x8192", 5376, 8192},
                           {"31b gate_up 43008x5376", 43008, 5376},
                           {"31b down 5376x21504", 5376, 21504},
                           {"26b lm_head q8_0 262144x2816", 262144, 2816, fl::DType::q8_0}};
@@ -140,6 +156,7 @@ int main(int argc, char** argv) {
   void* scratch = nullptr;
   cuda_ok(cudaMalloc(&scratch, scratch_bytes), "cudaMalloc scratch");
   for (const Shape& s : shapes) {
+    if (!only.empty() && std::string(s.name).find(only) == std::string::npos) continue;
     // Copies of the matrix for the matvec timing: at least 256 MB in all (H200 L2: 50 MB).
     int64_t row_bytes = 0;
     const double matrix_bytes = static_cast<double>(s.M) *
@@ -187,7 +204,7 @@ int main(int argc, char** argv) {
 
   // Grouped experts (26B-A4B: 128 experts, top-8, gate_up [1408, 2816], down [2816, 704]): the
   // pairs sorted by expert, then both products.
-  {
+  if (only.empty()) {
     const int64_t E = 128, top_k = 8, H = 2816, I = 704;
     int64_t gu_row = 0, down_row = 0;
     void* gate_up = random_hfq4(E * 2 * I, H, &gu_row);
