@@ -1,0 +1,152 @@
+// What the H200 can read, as ceilings for the decode matvec (bench/RESULTS.md, 2026-12-04 fifth):
+// a plain stream of 16-byte loads, and the HFQ4 rows kernel's exact load pattern (matmul.cu,
+// matvec_hfq4_rows_kernel: kRows rows per warp, each lane 8 code bytes and its block's 8-byte
+// (scale, min) per row and step, kUnroll steps in flight, 4-warp blocks) with its arithmetic
+// replaced by an XOR per loaded word. If the pattern alone runs near the stream, the rows kernel
+// loses its bandwidth to its arithmetic and latency; if it runs near the rows kernel, the pattern
+// (bytes in flight per SM, 8-byte requests) is the limit. Timed back to back over copies that
+// together exceed L2, as matmul_bench times the matvec.
+//   bandwidth_bench
+// Plain CUDA and printf: nvcc compiles this file, which stays free of fmt (docs/architecture.md).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace {
+
+void cuda_ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "bandwidth_bench: %s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// Each thread reads kUnroll 16-byte words per grid-stride step, all requested before any is used.
+template <int kUnroll>
+__global__ void stream_read_kernel(const uint4* p, int64_t n, uint32_t* sink) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  uint32_t acc = 0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += kUnroll * stride) {
+    uint4 v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = i + u * stride < n ? p[i + u * stride] : make_uint4(0, 0, 0, 0);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+  }
+  if (acc == 0x9E3779B9u) sink[0] = acc;  // never true for the bench's data: keeps the loads
+}
+
+// The HFQ4-G256 rows kernel's loads: a 136-byte block (f32 scale, f32 min, 128 code bytes) is read
+// by 16 lanes (8 code bytes each, and all 16 the block's first 8 bytes), 2 blocks per warp step.
+template <int kRows, int kUnroll>
+__global__ void __launch_bounds__(128)
+    hfq4_rows_loads_kernel(const uint8_t* w, int64_t M, int64_t row_bytes, int64_t n_blocks, uint32_t* sink) {
+  constexpr int64_t kBlockBytes = 136;
+  const int lane = threadIdx.x % 32, sub = lane % 16, lane_block = lane / 16;
+  const int64_t m_first = (static_cast<int64_t>(blockIdx.x) * 4 + threadIdx.x / 32) * kRows;
+  if (m_first >= M) return;
+  const uint8_t* rows[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) rows[r] = w + (m_first + r < M ? m_first + r : M - 1) * row_bytes + 8 * sub;
+  uint32_t acc = 0;
+  for (int64_t first = lane_block; first < n_blocks; first += 2 * kUnroll) {
+    uint2 codes[kUnroll][kRows];
+    uint2 scale_min[kUnroll][kRows];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t b = first + 2 * u;
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const uint8_t* p = rows[r] + b * kBlockBytes;
+        codes[u][r] = b < n_blocks ? *reinterpret_cast<const uint2*>(p + 8) : make_uint2(0, 0);
+        scale_min[u][r] = b < n_blocks ? *reinterpret_cast<const uint2*>(p - 8 * sub) : make_uint2(0, 0);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) acc ^= codes[u][r].x ^ codes[u][r].y ^ scale_min[u][r].x ^ scale_min[u][r].y;
+  }
+  if (acc == 0x9E3779B9u) sink[0] = acc;
+}
+
+// Microseconds per call of launch(copy), back to back over the copies in turn: the median of 5
+// timings of at least 32 calls, after one pass over every copy.
+template <typename Fn>
+double time_rotating_us(int copies, Fn&& launch) {
+  cudaEvent_t start, stop;
+  cuda_ok(cudaEventCreate(&start), "event");
+  cuda_ok(cudaEventCreate(&stop), "event");
+  for (int c = 0; c < copies; ++c) launch(c);
+  const int calls = copies * ((32 + copies - 1) / copies);
+  std::vector<double> times;
+  for (int run = 0; run < 5; ++run) {
+    cuda_ok(cudaEventRecord(start), "record");
+    for (int n = 0; n < calls; ++n) launch(n % copies);
+    cuda_ok(cudaEventRecord(stop), "record");
+    cuda_ok(cudaEventSynchronize(stop), "sync");
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+    times.push_back(ms * 1000.0 / calls);
+  }
+  cuda_ok(cudaGetLastError(), "launch");
+  std::sort(times.begin(), times.end());
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return times[times.size() / 2];
+}
+
+struct Matrix {
+  const char* name;
+  int64_t M, K;
+};
+
+template <int kRows, int kUnroll>
+void time_rows_pattern(const Matrix& m, const uint8_t* w, int copies, uint32_t* sink) {
+  const int64_t n_blocks = (m.K + 255) / 256, row_bytes = n_blocks * 136;
+  const int64_t bytes = m.M * row_bytes;
+  const unsigned grid = static_cast<unsigned>((m.M + 4 * kRows - 1) / (4 * kRows));
+  const double us = time_rotating_us(copies, [&](int c) {
+    hfq4_rows_loads_kernel<kRows, kUnroll><<<grid, 128>>>(w + c * bytes, m.M, row_bytes, n_blocks, sink);
+  });
+  std::printf("%-26s rows pattern %d rows x %d steps  %8.1f us %8.1f GB/s\n", m.name, kRows, kUnroll, us,
+              static_cast<double>(bytes) / us / 1e3);
+}
+
+}  // namespace
+
+int main() {
+  int sms = 0;
+  cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "device");
+  uint32_t* sink = nullptr;
+  cuda_ok(cudaMalloc(&sink, 4), "sink");
+  const Matrix shapes[] = {{"31b gate_up 43008x5376", 43008, 5376},
+                           {"31b down 5376x21504", 5376, 21504},
+                           {"4b gate_up 18432x2560", 18432, 2560},
+                           {"26b q_proj 4096x2816", 4096, 2816}};
+  for (const Matrix& m : shapes) {
+    const int64_t bytes = m.M * ((m.K + 255) / 256 * 136);
+    const int copies = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(64, (256'000'000 + bytes - 1) / bytes)));
+    uint8_t* w = nullptr;
+    cuda_ok(cudaMalloc(&w, static_cast<size_t>(bytes * copies)), "cudaMalloc");
+    cuda_ok(cudaMemset(w, 0x5A, static_cast<size_t>(bytes * copies)), "memset");
+    // the same bytes as a plain stream, 4 x 16-byte loads in flight per thread, 8 blocks of 256 per SM
+    const int64_t words = bytes / 16;
+    const double stream_us = time_rotating_us(copies, [&](int c) {
+      stream_read_kernel<4><<<8 * sms, 256>>>(reinterpret_cast<const uint4*>(w + c * bytes), words, sink);
+    });
+    std::printf("%-26s stream, 16-byte loads     %8.1f us %8.1f GB/s\n", m.name, stream_us,
+                static_cast<double>(words * 16) / stream_us / 1e3);
+    time_rows_pattern<4, 2>(m, w, copies, sink);  // the shipped kernel's choice for large matrices
+    time_rows_pattern<4, 4>(m, w, copies, sink);
+    time_rows_pattern<2, 4>(m, w, copies, sink);
+    time_rows_pattern<1, 8>(m, w, copies, sink);
+    cudaFree(w);
+  }
+  cudaFree(sink);
+  return 0;
+}
