@@ -416,7 +416,19 @@ cudaError_t launch_hfq4(const MatvecArgs& a, cudaStream_t stream) {
     // Four rows per warp share each lane's x loads and sum; fewer when that would leave under
     // ~8 warps per SM (H200 matmul variants: a 5376-row matrix fastest at 4 rows per warp, a
     // 2816-row one at 2, a 2048-row one at 2).
-    if (row_warps_at(a, 4) >= 1024) return launch_hfq4_rows<kGroup, 4, 2>(a, stream);
+    const int64_t warps_at_4 = row_warps_at(a, 4);
+    if (warps_at_4 >= 1024) {
+      // Four warp steps of loads in flight instead of two when the grid is about one wave of the
+      // 4-step kernel (168 registers: 12 warps per SM) and the rows are long (32+ blocks): then
+      // the bytes in flight per SM bound the product (bandwidth_bench, the load pattern alone on
+      // the 31B's down: 1.75 TB/s at 2 steps, 3.39 at 4; the kernel: o_proj 17.6 -> 15.2 us, down
+      // 44.0 -> 41.1). With several waves, or short rows, the 2-step kernel's occupancy and
+      // shorter tail won (31B gate_up 56.3 vs 57.6 us, q/k/v 23.2 vs 26.4, 26B q_proj 5.8 vs 6.9).
+      const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
+      if (warps_at_4 <= 12 * static_cast<int64_t>(current_device_traits().sm_count) && n_blocks >= 32)
+        return launch_hfq4_rows<kGroup, 4, 4>(a, stream);
+      return launch_hfq4_rows<kGroup, 4, 2>(a, stream);
+    }
     if (row_warps_at(a, 2) >= 512) return launch_hfq4_rows<kGroup, 2, 4>(a, stream);
     return launch_hfq4_rows<kGroup, 1, 4>(a, stream);
   }
