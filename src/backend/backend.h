@@ -124,7 +124,9 @@ class Backend {
 
   // ---- memory ----
   virtual std::unique_ptr<DeviceBuffer> allocate(size_t bytes) = 0;  // zero-filled
-  // Free device memory in bytes, or nullopt where weights stay in the mapped file (CPU).
+  // Memory in bytes that loading may still allocate, or nullopt where unknown: a GPU's free device
+  // memory; the CPU's available RAM (MemAvailable), which its KV cache and scratch take while its
+  // weights stay in the mapped file (MemoryPlan::allocated_on).
   virtual std::optional<size_t> free_memory() const = 0;
   // Makes this backend's device the calling thread's (a GPU runtime keeps the current device per
   // thread): a split model calls it on each rank's thread before the rank's work.

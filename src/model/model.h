@@ -133,6 +133,9 @@ struct MemoryPlan {
   double recurrent = 0;  // recurrent state of linear-attention layers (fixed size per sequence)
   double scratch = 0;
   double total() const { return weights + kv + recurrent + scratch; }
+  // What loading allocates on a device: everything on a GPU; on the CPU, whose weights stay in
+  // the mapped file (page cache the kernel can drop), the rest.
+  double allocated_on(Device device) const { return device == Device::cpu ? total() - weights : total(); }
 };
 
 // The checks every model makes, in one place so that a wrapper (model/tensor_parallel.h) refuses

@@ -102,17 +102,21 @@ std::unique_ptr<Model> load_model(const ModelSource& source, Backend& backend, c
   const Architecture& arch = architecture_of(source);
   if (auto free_bytes = backend.free_memory()) {
     const MemoryPlan plan = plan_for(arch, source, options);
-    if (plan.total() > static_cast<double>(*free_bytes)) {
+    const bool on_cpu = backend.device() == Device::cpu;
+    const double need = plan.allocated_on(backend.device());
+    if (need > static_cast<double>(*free_bytes)) {
       const std::string recurrent =
           plan.recurrent > 0 ? fmt::format(" + recurrent state {:.2f}", gib(plan.recurrent)) : "";
       const std::string sequences =
           options.sequences > 1 ? fmt::format(" x {} sequences", options.sequences) : std::string();
-      fail("{} does not fit: it needs {:.2f} GiB (weights {:.2f} + KV cache {:.2f} at {} tokens in {}{}{} + scratch "
-           "{:.2f} for {}-token steps) but the {} device has {:.2f} GiB free; reduce the context, {}use --kv q8, or a "
-           "smaller weight format",
-           source.path(), gib(plan.total()), gib(plan.weights), gib(plan.kv), options.max_seq,
-           dtype_name(options.kv_dtype), sequences, recurrent, gib(plan.scratch), options.max_tokens, backend.name(),
-           gib(*free_bytes), options.sequences > 1 ? "run fewer sequences in parallel, " : "");
+      const std::string weights = on_cpu ? std::string() : fmt::format("weights {:.2f} + ", gib(plan.weights));
+      fail("{} does not fit: it needs {:.2f} GiB ({}KV cache {:.2f} at {} tokens in {}{}{} + scratch {:.2f} for "
+           "{}-token steps{}) but the {} device has {:.2f} GiB {}; reduce the context, {}use --kv q8{}",
+           source.path(), gib(need), weights, gib(plan.kv), options.max_seq, dtype_name(options.kv_dtype), sequences,
+           recurrent, gib(plan.scratch), options.max_tokens, on_cpu ? "; the weights stay in the mapped file" : "",
+           backend.name(), gib(*free_bytes), on_cpu ? "available" : "free",
+           options.sequences > 1 ? "run fewer sequences in parallel, " : "",
+           on_cpu ? "" : ", or a smaller weight format");
     }
   }
   return arch.make(source, backend);

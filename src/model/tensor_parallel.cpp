@@ -189,11 +189,13 @@ class TensorParallelModel final : public Model {
       sources.push_back(make_rank_source(whole, plan, r));  // cut here: `whole` is read on this thread only
       if (auto free_bytes = backends[r]->free_memory()) {
         const MemoryPlan need = plan_model_memory(*sources.back(), load);
-        if (need.total() > static_cast<double>(*free_bytes))
+        const double allocated = need.allocated_on(backends[r]->device());
+        if (allocated > static_cast<double>(*free_bytes))
           fail(
-              "{}: rank {} needs {:.2f} GiB (weights {:.2f}, KV {:.2f}, scratch {:.2f}) but its {} device has {:.2f} "
+              "{}: rank {} needs {:.2f} GiB (weights {:.2f}{}, KV {:.2f}, scratch {:.2f}) but its {} device has {:.2f} "
               "GiB free",
-              whole.path(), r, need.total() / 1073741824.0, need.weights / 1073741824.0, need.kv / 1073741824.0,
+              whole.path(), r, allocated / 1073741824.0, need.weights / 1073741824.0,
+              backends[r]->device() == Device::cpu ? " in the mapped file, not counted" : "", need.kv / 1073741824.0,
               need.scratch / 1073741824.0, backends[r]->name(), static_cast<double>(*free_bytes) / 1073741824.0);
       }
       comm_of.push_back(comms[r].get());

@@ -306,7 +306,8 @@ TEST(Gemma4Memory, PlanCountsWeightsAndKvAndLoadRefusesWhatDoesNotFit) {
 
   struct TightBackend : public Backend {
     std::unique_ptr<Backend> cpu = make_cpu_backend();
-    std::optional<size_t> free_memory() const override { return size_t{1} << 20; }
+    // 64 KiB: below the KV cache alone (a CPU-like device counts no weights: they stay mapped)
+    std::optional<size_t> free_memory() const override { return size_t{1} << 16; }
     std::string_view name() const override { return "tight"; }
     Device device() const override { return Device::cpu; }
     std::unique_ptr<DeviceBuffer> allocate(size_t n) override { return cpu->allocate(n); }
@@ -349,6 +350,33 @@ TEST(Gemma4Memory, PlanCountsWeightsAndKvAndLoadRefusesWhatDoesNotFit) {
     EXPECT_NE(msg.find("1000 tokens"), std::string::npos) << msg;
     EXPECT_NE(msg.find("reduce the context"), std::string::npos) << msg;
   }
+}
+
+// The CPU backend's limit is the RAM the kernel can give (MemAvailable): a context whose KV cache
+// exceeds it is refused before anything is allocated, naming the numbers (it used to be
+// zero-filled into an OOM kill, with no message); a reasonable one loads.
+TEST(Gemma4Memory, CpuRefusesAKvCacheBeyondAvailableMemory) {
+  auto source = open_model_source(test::fixtures_dir() + "/gemma4-dense");
+  auto cpu = make_cpu_backend();
+  const std::optional<size_t> available = cpu->free_memory();
+  if (!available) GTEST_SKIP() << "no /proc/meminfo here";
+  EXPECT_GT(*available, size_t{0});
+  LoadOptions options;
+  options.max_seq = int64_t{1} << 30;  // 2 full layers x 1 KV head x 32 x K and V x f32: 512 GiB
+  options.kv_dtype = DType::f32;
+  ASSERT_GT(plan_model_memory(*source, options).allocated_on(Device::cpu), static_cast<double>(*available));
+  try {
+    load_model(*source, *cpu, options);
+    FAIL() << "a KV cache larger than the available memory was accepted";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("does not fit"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("GiB available"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("mapped file"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("weights 0"), std::string::npos) << msg;
+  }
+  options.max_seq = 1000;
+  EXPECT_NE(load_model(*source, *cpu, options), nullptr);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Gemma4Golden,

@@ -6,7 +6,10 @@
 // is held to cpu_matmul's plain reference loop by tests/quant.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <string>
 #include <numeric>
 #include <vector>
 
@@ -100,7 +103,17 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::cpu; }
 
   std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override { return std::make_unique<CpuBuffer>(bytes); }
-  std::optional<size_t> free_memory() const override { return std::nullopt; }
+  // MemAvailable: what the kernel can give without swapping (a KV cache past it was zero-filled
+  // into an OOM kill, with no message). Unknown without /proc.
+  std::optional<size_t> free_memory() const override {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string line;
+    while (std::getline(meminfo, line)) {
+      unsigned long long kib = 0;
+      if (std::sscanf(line.c_str(), "MemAvailable: %llu kB", &kib) == 1) return static_cast<size_t>(kib) * 1024;
+    }
+    return std::nullopt;
+  }
   Tensor upload_weight(const Tensor& host) override { return host; }
   void copy_to_device(Tensor dst, const void* src) override { std::memcpy(dst.data, src, dst.nbytes()); }
   void copy_to_host(void* dst, const Tensor& src) override { std::memcpy(dst, src.data, src.nbytes()); }
