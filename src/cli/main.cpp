@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
@@ -12,6 +13,30 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
+
+namespace {
+
+// CLI11 2.1 reads integers with C's base prefixes: `--max-tokens 010` was 8 and `0x10` 16. Every
+// integer option of every command takes plain decimal: an optional sign, then digits without a
+// leading zero.
+void require_decimal_integers(CLI::App& app) {
+  static const CLI::Validator decimal(
+      [](std::string& value) -> std::string {
+        size_t i = value.size() > 0 && (value[0] == '-' || value[0] == '+') ? 1 : 0;
+        const size_t digits = value.size() - i;
+        bool ok = digits > 0 && (digits == 1 || value[i] != '0');
+        for (; ok && i < value.size(); ++i) ok = value[i] >= '0' && value[i] <= '9';
+        return ok ? std::string() : "'" + value + "' is not a decimal integer";
+      },
+      "");
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    if (type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0) option->check(decimal);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) require_decimal_integers(*sub);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   fl::cli::register_builtin_models();
@@ -44,6 +69,7 @@ int main(int argc, char** argv) {
   fl::cli::add_serve_command(app);
   fl::cli::add_stop_command(app);
   fl::cli::add_battery_command(app);
+  require_decimal_integers(app);
 
   try {
     app.parse(argc, argv);

@@ -1,6 +1,6 @@
 // Hostile and unusual input to the fireline binary: output that cannot be written, JSON nested
-// deeper than any stack, an API key given as an empty string. Each must be one clear error line
-// and a non-zero status, never a crash or a silent success.
+// deeper than any stack, an API key given as an empty string, integers in other bases. Each must be one clear error
+// line and a non-zero status, never a crash or a silent success.
 #include <algorithm>
 #include <string>
 
@@ -75,6 +75,28 @@ TEST(CliHostile, ServeRefusesAnEmptyApiKey) {
   expect_clean_failure(fireline("serve --fake-engine --port 0 --api-key ''"), "--api-key is empty");
   expect_clean_failure(fireline("serve --fake-engine --port 0 --api-key-file ''"), "--api-key-file is empty");
   expect_clean_failure(fireline("serve --fake-engine --port 0 --api-key k --api-key-file ''"), "not both");
+}
+
+// Integer options are decimal: CLI11 alone read "010" as 8 and "0x10" as 16 (a --max-tokens or
+// --ctx meaning something other than what was typed); a plain value, a sign and 0 still work.
+TEST(CliHostile, IntegerOptionsAreDecimal) {
+  for (const char* value : {"010", "0x10", "0b11", "1e3", "' 7'", "12abc"}) {
+    SCOPED_TRACE(value);
+    auto r = fireline(std::string("-q run --raw --temperature 0 --max-tokens ") + value + " 'hello there' </dev/null");
+    EXPECT_NE(r.exit_code, 0) << r.out;
+    EXPECT_LT(r.exit_code, 128) << r.err;
+    EXPECT_NE(r.err.find("--max-tokens"), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+  auto octal = fireline("-q run --raw --temperature 0 --ctx 0100 'hello there' </dev/null");
+  EXPECT_NE(octal.err.find("'0100' is not a decimal integer"), std::string::npos) << octal.err;
+  auto root = fireline("--threads 010 list");
+  EXPECT_NE(root.err.find("'010' is not a decimal integer"), std::string::npos) << root.err;
+  for (const char* value : {"2", "+2", "0"}) {
+    SCOPED_TRACE(value);
+    auto r = fireline(std::string("-q run --raw --temperature 0 --max-tokens ") + value + " 'hello there' </dev/null");
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+  }
 }
 
 }  // namespace
