@@ -124,6 +124,9 @@ void run_serve(const ServeOptions& opt) {
   if (opt.api_key && opt.api_key->empty())
     fail("--api-key is empty; give the key, or leave --api-key out to serve without one");
   if (opt.api_key_file && opt.api_key_file->empty()) fail("--api-key-file is empty; give the file that holds the key");
+  // `--host "$HOST"` with HOST unset listened on every interface while printing an empty address.
+  if (opt.host.empty())
+    fail("--host is empty; give an address (127.0.0.1: this machine only, 0.0.0.0: every interface)");
 
   server::ServeConfig config;
   config.host = opt.host;

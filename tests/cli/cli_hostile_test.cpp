@@ -1,5 +1,5 @@
 // Hostile and unusual input to the fireline binary: output that cannot be written, JSON nested
-// deeper than any stack, an API key given as an empty string, integers in other bases. Each must be one clear error
+// deeper than any stack, an API key or a host given as an empty string, integers in other bases. Each must be one clear error
 // line and a non-zero status, never a crash or a silent success.
 #include <algorithm>
 #include <string>
@@ -75,6 +75,11 @@ TEST(CliHostile, ServeRefusesAnEmptyApiKey) {
   expect_clean_failure(fireline("serve --fake-engine --port 0 --api-key ''"), "--api-key is empty");
   expect_clean_failure(fireline("serve --fake-engine --port 0 --api-key-file ''"), "--api-key-file is empty");
   expect_clean_failure(fireline("serve --fake-engine --port 0 --api-key k --api-key-file ''"), "not both");
+}
+
+// `--host "$HOST"` with HOST unset must not listen on every interface under an empty name.
+TEST(CliHostile, ServeRefusesAnEmptyHost) {
+  expect_clean_failure(fireline("serve --fake-engine --port 0 --host ''"), "--host is empty");
 }
 
 // Integer options are decimal: CLI11 alone read "010" as 8 and "0x10" as 16 (a --max-tokens or
