@@ -358,12 +358,19 @@ ToolChoice parse_tool_choice(const Fields& f, const std::vector<ToolDefinition>&
 void check_json_shape(std::string_view text, const RequestLimits& limits, const std::string& what) {
   // One pass without recursion: the JSON parser is iterative, but much that later walks values
   // (serialising, the chat template) is not, and ordered objects insert in linear time, so depth
-  // and object width are bounded before anything walks them. Strings are skipped.
+  // and object width are bounded before anything walks them. Strings are skipped (but for NUL).
   const std::string param = what == "request body" ? "" : what;
   std::vector<int> keys;  // members so far of each open object (-1 for arrays)
   bool in_string = false, escaped = false;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
+    // The parser stops at a NUL byte as at the end of the text, so what followed one was dropped
+    // unread. JSON holds no raw NUL (a string spells it \u0000).
+    if (c == '\0')
+      throw ApiError(
+          400, "invalid_request_error",
+          fmt::format("{} holds a NUL byte (at byte {}); JSON text cannot (write \\u0000 in a string)", what, i),
+          param);
     if (in_string) {
       if (escaped)
         escaped = false;

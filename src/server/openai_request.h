@@ -27,7 +27,8 @@ struct RequestLimits {
 };
 
 // Checks JSON text (a body, or JSON inside a string such as tool-call arguments) against the
-// depth and object-size limits, without parsing it; throws ApiError (400) naming `what`.
+// depth and object-size limits, and for NUL bytes (where the parser would stop reading), without
+// parsing it; throws ApiError (400) naming `what`.
 void check_json_shape(std::string_view text, const RequestLimits& limits, const std::string& what);
 
 // Parses a request body: valid UTF-8, JSON, an object, nested at most `limits.max_json_depth`.

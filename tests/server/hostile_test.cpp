@@ -119,6 +119,25 @@ TEST(ServeHostile, InvalidUtf8) {
   expect_alive(s);
 }
 
+// The JSON parser takes a NUL byte for the end of the text: a body with one used to be served from
+// what came before it, the rest (here a second, conflicting max_tokens) silently dropped. JSON
+// text holds no raw NUL anywhere (inside strings it is written \u0000, which still works).
+TEST(ServeHostile, NulBytesAreRefusedNotTruncated) {
+  TestServer s;
+  const std::string head = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2";
+  for (const std::string& body :
+       {head + "}" + std::string(1, '\0') + "garbage", head + std::string(1, '\0') + ",\"max_tokens\":-1}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"a" + std::string(1, '\0') + "b\"}]}"}) {
+    auto r = s.post("/v1/chat/completions", body);
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_NE(error_of(r)["message"].get<std::string>().find("NUL byte"), std::string::npos) << r.body;
+  }
+  auto escaped = s.post("/v1/chat/completions",
+                        std::string("{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}],\"max_tokens\":2}"));
+  EXPECT_EQ(escaped.status, 200) << escaped.body;
+  expect_alive(s);
+}
+
 TEST(ServeHostile, DeepNestingIsRefusedBeforeAnythingWalksIt) {
   TestServer s;
   std::string deep = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"metadata\":";
