@@ -32,13 +32,18 @@ nlohmann::ordered_json read_json(const std::string& path, const char* what) {
   if (!in) fail("cannot read {} file {}", what, path);
   std::ostringstream ss;
   ss << in.rdbuf();
+  // The parser takes a NUL byte for the end of the text: the rest of the file would be dropped
+  // unread. JSON holds no raw NUL.
+  const std::string text = ss.str();
+  if (const size_t nul = text.find('\0'); nul != std::string::npos)
+    fail("{} file {} holds a NUL byte (at byte {}); JSON text cannot", what, path, nul);
   // The parser itself is iterative, but copying and converting the value recurse: a file nested
   // tens of thousands of levels deep would overflow the stack. The template's own values stop at
   // 512 levels (src/text/jinja/value.cpp); nothing deeper is kept.
   constexpr int kMaxDepth = 512;
   bool too_deep = false;
   auto json = nlohmann::ordered_json::parse(
-      ss.str(),
+      text,
       [&](int depth, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
         if (depth > kMaxDepth) too_deep = true;
         return !too_deep;

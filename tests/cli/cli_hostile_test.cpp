@@ -35,8 +35,9 @@ TEST(CliHostile, OutputThatCannotBeWrittenIsAFailure) {
 }
 
 // Copying a parsed value recurses: a --messages, --tools or --vars file nested 100000 levels deep
-// crashed `template` (a stack overflow) before the depth was checked.
-TEST(CliHostile, TemplateRefusesJsonNestedTooDeeply) {
+// crashed `template` (a stack overflow) before the depth was checked. A NUL byte in one was read
+// as the end of the file.
+TEST(CliHostile, TemplateRefusesJsonNestedTooDeeplyOrHoldingNul) {
   test::TempDir dir;
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   test::write_file(dir.file("deep.json"), deep);
@@ -52,6 +53,9 @@ TEST(CliHostile, TemplateRefusesJsonNestedTooDeeply) {
   expect_clean_failure(fireline(tmpl + " --messages " + q(dir.file("msgs.json")) + " --vars " +
                                 q(dir.file("deep_vars.json"))),
                        "--vars file");
+  // A NUL byte would end the parser's reading: the rest of the file dropped unread.
+  test::write_file(dir.file("nul.json"), std::string(R"([{"role": "user", "content": "Hi!"}])") + '\0' + "]]]");
+  expect_clean_failure(fireline(tmpl + " --messages " + q(dir.file("nul.json"))), "holds a NUL byte (at byte 36)");
   // Nesting a template may meet stays fine.
   const std::string nested = std::string(100, '[') + std::string(100, ']');
   test::write_file(dir.file("nested.json"), R"([{"role": "user", "content": "Hi!", "x": )" + nested + "}]");
