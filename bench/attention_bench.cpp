@@ -21,15 +21,11 @@
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/gpu_runtime.h"
+#include "bench_timing.h"
 
 namespace {
 
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    fmt::print(stderr, "attention_bench: {}: {}\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+using fl::bench::cuda_ok;
 
 struct Shape {
   const char* name;

@@ -16,14 +16,12 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench_timing.h"
+
 namespace {
 
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "bandwidth_bench: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+using fl::bench::cuda_ok;
+using fl::bench::time_rotating_us;
 
 // Each thread reads kUnroll 16-byte words per grid-stride step, all requested before any is used.
 template <int kUnroll>
@@ -74,32 +72,6 @@ __global__ void __launch_bounds__(128)
   if (acc == 0x9E3779B9u) sink[0] = acc;
 }
 
-// Microseconds per call of launch(copy), back to back over the copies in turn: the median of 5
-// timings of at least 32 calls, after one pass over every copy.
-template <typename Fn>
-double time_rotating_us(int copies, Fn&& launch) {
-  cudaEvent_t start, stop;
-  cuda_ok(cudaEventCreate(&start), "event");
-  cuda_ok(cudaEventCreate(&stop), "event");
-  for (int c = 0; c < copies; ++c) launch(c);
-  const int calls = copies * ((32 + copies - 1) / copies);
-  std::vector<double> times;
-  for (int run = 0; run < 5; ++run) {
-    cuda_ok(cudaEventRecord(start), "record");
-    for (int n = 0; n < calls; ++n) launch(n % copies);
-    cuda_ok(cudaEventRecord(stop), "record");
-    cuda_ok(cudaEventSynchronize(stop), "sync");
-    float ms = 0;
-    cuda_ok(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    times.push_back(ms * 1000.0 / calls);
-  }
-  cuda_ok(cudaGetLastError(), "launch");
-  std::sort(times.begin(), times.end());
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return times[times.size() / 2];
-}
-
 struct Matrix {
   const char* name;
   int64_t M, K;
@@ -110,9 +82,10 @@ void time_rows_pattern(const Matrix& m, const uint8_t* w, int copies, uint32_t* 
   const int64_t n_blocks = (m.K + 255) / 256, row_bytes = n_blocks * 136;
   const int64_t bytes = m.M * row_bytes;
   const unsigned grid = static_cast<unsigned>((m.M + 4 * kRows - 1) / (4 * kRows));
-  const double us = time_rotating_us(copies, [&](int c) {
+  const double us = time_rotating_us(nullptr, 5, copies, [&](int c) {
     hfq4_rows_loads_kernel<kRows, kUnroll><<<grid, 128>>>(w + c * bytes, m.M, row_bytes, n_blocks, sink);
   });
+  cuda_ok(cudaGetLastError(), "launch");
   std::printf("%-26s rows pattern %d rows x %d steps  %8.1f us %8.1f GB/s\n", m.name, kRows, kUnroll, us,
               static_cast<double>(bytes) / us / 1e3);
 }
@@ -136,9 +109,10 @@ int main() {
     cuda_ok(cudaMemset(w, 0x5A, static_cast<size_t>(bytes * copies)), "memset");
     // the same bytes as a plain stream, 4 x 16-byte loads in flight per thread, 8 blocks of 256 per SM
     const int64_t words = bytes / 16;
-    const double stream_us = time_rotating_us(copies, [&](int c) {
+    const double stream_us = time_rotating_us(nullptr, 5, copies, [&](int c) {
       stream_read_kernel<4><<<8 * sms, 256>>>(reinterpret_cast<const uint4*>(w + c * bytes), words, sink);
     });
+    cuda_ok(cudaGetLastError(), "launch");
     std::printf("%-26s stream, 16-byte loads     %8.1f us %8.1f GB/s\n", m.name, stream_us,
                 static_cast<double>(words * 16) / stream_us / 1e3);
     time_rows_pattern<4, 2>(m, w, copies, sink);  // the shipped kernel's choice for large matrices

@@ -21,15 +21,12 @@
 #include "backend/cuda/gpu_runtime.h"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/matmul_mma.cuh"
+#include "bench_timing.h"
 
 namespace {
 
-void cuda_ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    fmt::print(stderr, "matmul_bench: {}: {}\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+using fl::bench::cuda_ok;
+using fl::bench::time_rotating_us;
 
 // Random HFQ4-G256 rows: random codes, scale 1/64 and min -1/8 in every block (any finite
 // values time the same).
@@ -79,31 +76,6 @@ float* random_f32(int64_t n) {
   cuda_ok(cudaMalloc(&dev, host.size() * 4), "cudaMalloc x");
   cuda_ok(cudaMemcpy(dev, host.data(), host.size() * 4, cudaMemcpyHostToDevice), "copy x");
   return dev;
-}
-
-// Microseconds per call of f(copy), launched back to back over copies 0 .. copies - 1 in turn
-// (at least min_calls calls per timing); the median of `runs` timings, after one warm-up pass.
-template <typename Fn>
-double time_rotating_us(cudaStream_t stream, int runs, int copies, Fn&& f, int min_calls = 32) {
-  cudaEvent_t start, stop;
-  cuda_ok(cudaEventCreate(&start), "event");
-  cuda_ok(cudaEventCreate(&stop), "event");
-  for (int c = 0; c < copies; ++c) f(c);
-  const int calls = copies * ((min_calls + copies - 1) / copies);
-  std::vector<double> times;
-  for (int i = 0; i < runs; ++i) {
-    cuda_ok(cudaEventRecord(start, stream), "record");
-    for (int n = 0; n < calls; ++n) f(n % copies);
-    cuda_ok(cudaEventRecord(stop, stream), "record");
-    cuda_ok(cudaEventSynchronize(stop), "sync");
-    float ms = 0;
-    cuda_ok(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-    times.push_back(ms * 1000.0 / calls);
-  }
-  std::sort(times.begin(), times.end());
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return times[times.size() / 2];
 }
 
 // Median of `runs` timings of one call of f() in microseconds, after one warm-up call.
