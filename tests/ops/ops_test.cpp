@@ -210,7 +210,8 @@ TEST_F(CudaOps, MatmulEveryFormatAndOddShape) {
 // would have (matmul.cu): only matrices of thousands of rows take the 2- and 4-row kernels, and
 // an x that is not 16-byte aligned (here a view one float into its buffer) takes the scalar loads.
 // (HFQ4 picks by warps: 2050 rows take 2 per warp, 4100 and 8453 take 4; 4100 rows of 8448 k, a
-// grid of about one wave with long rows, take 4 steps of loads in flight instead of 2.)
+// grid of about one wave with long rows on a GPU of 86+ SMs such as the H200, take 4 steps of
+// loads in flight instead of 2.)
 TEST_F(CudaOps, MatmulSingleInputRowsPerWarpAndUnalignedX) {
   for (DType type : kWeightTypes) {
     if (!has_quant_format(type)) continue;

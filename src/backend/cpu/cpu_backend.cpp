@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <string>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
