@@ -493,35 +493,43 @@ TEST_F(CudaOps, FusedAddRmsNormAndRmsNormRope) {
 
 // The residual update (one kernel on CUDA) against the CPU's default, which runs the ops it
 // replaces: one or two branch terms (normed or raw), the merge norm, the layer scalar, and up to
-// four norms of the new h with scales; strided views for h and a norm output. Widths take every
-// kernel: 1, 2, 4 and 8 elements per thread in registers (64, 1536, 2816, 5376) and the row
-// from memory (9000).
+// four norms of the new h with scales; strided views for h and a norm output. Gains all bf16, all
+// f32 (the register kernel's two forms), or mixed with a Q8_0 merge gain and an f16 norm gain
+// (the kernel that reads the row from memory). Widths take every kernel: in registers 4 elements
+// per thread (64), 8 (1536, 2560, 2816, 4096) and 12 (5376); from memory (7000, 9000).
 TEST_F(CudaOps, ResidualUpdateMatchesTheOpsItReplaces) {
   struct Case {
     int n_terms;
     bool normed, merge, scalar;
     int n_norms;
+    DType gains = DType::bf16;  // q8_0: the merge gain Q8_0 (where the width allows), norm 2's f16, others bf16
   };
-  const Case cases[] = {{1, true, false, false, 3}, {2, true, true, true, 1},    {1, false, false, false, 1},
-                        {1, true, false, true, 0},  {2, false, false, false, 4}, {1, true, true, false, 2}};
+  const Case cases[] = {{1, true, false, false, 3},         {2, true, true, true, 1},
+                        {1, false, false, false, 1},        {1, true, false, true, 0},
+                        {2, false, false, false, 4},        {1, true, true, false, 2},
+                        {2, true, true, true, 4, DType::f32}, {2, true, true, true, 3, DType::q8_0}};
   for (const Case& c : cases)
     for (int64_t rows : {1, 5})
-      for (int64_t cols : {64, 1536, 2816, 4096, 5376, 7000, 9000}) {
+      for (int64_t cols : {64, 1536, 2560, 2816, 4096, 5376, 7000, 9000}) {
         const std::string what = "residual_update terms=" + std::to_string(c.n_terms) +
                                  " normed=" + std::to_string(c.normed) + " merge=" + std::to_string(c.merge) +
                                  " scalar=" + std::to_string(c.scalar) + " norms=" + std::to_string(c.n_norms) +
-                                 " rows=" + std::to_string(rows) + " cols=" + std::to_string(cols);
+                                 " gains=" + std::string(dtype_name(c.gains)) + " rows=" + std::to_string(rows) +
+                                 " cols=" + std::to_string(cols);
+        const bool mixed = c.gains == DType::q8_0;
+        const DType plain = mixed ? DType::bf16 : c.gains;
         Twin h_wide = twin_random(DType::f32, {rows, 2 * cols}, 2.0f);
         Tensor h_cpu = h_wide.cpu.narrow(1, cols, cols), h_gpu = h_wide.gpu.narrow(1, cols, cols);
         std::vector<Twin> xs, ws, outs, out_ws;
         for (int t = 0; t < c.n_terms; ++t) {
           xs.push_back(twin_random(DType::f32, {rows, cols}, 3.0f));
-          ws.push_back(twin_random(t == 0 ? DType::bf16 : DType::f32, {cols}));
+          ws.push_back(twin_random(plain, {cols}));
         }
-        Twin merge_w = twin_random(DType::bf16, {cols}), scalar = twin_random(DType::bf16, {1}, 2.0f);
+        const DType merge_type = mixed && cols % 32 == 0 ? DType::q8_0 : plain;  // Q8_0: whole 32-blocks
+        Twin merge_w = twin_random(merge_type, {cols}), scalar = twin_random(plain, {1}, 2.0f);
         for (int n = 0; n < c.n_norms; ++n) {  // norm 1 writes the right half of a wider tensor
           outs.push_back(n == 1 ? twin_random(DType::f32, {rows, 2 * cols}) : twin_output(DType::f32, {rows, cols}));
-          out_ws.push_back(twin_random(DType::bf16, {cols}));
+          out_ws.push_back(twin_random(mixed && n == 2 ? DType::f16 : plain, {cols}));
         }
         auto run = [&](Backend& b, bool gpu) {
           std::vector<ResidualTerm> terms;

@@ -150,51 +150,88 @@ __global__ void residual_update_kernel(ResidualUpdateArgs a) {
   }
 }
 
-// The gain factor apply_gain multiplies by at column i (1 past the row or without a gain): loaded
-// up front, so a pass after a reduction multiplies by a register instead of waiting for memory.
-__device__ __forceinline__ float gain_factor(const void* weight, DType weight_type, Gain gain, int64_t i,
-                                             int64_t cols) {
-  if (gain == Gain::none || i >= cols) return 1.0f;
-  const float w = load_weight(static_cast<const uint8_t*>(weight), i, weight_type);
-  return gain == Gain::one_plus_weight ? 1.0f + w : w;
+// Element i of a norm gain row stored as G (float: f32, uint16_t: bf16 bits).
+template <typename G>
+__device__ __forceinline__ float plain_gain(const void* weight, int i) {
+  if constexpr (sizeof(G) == 4)
+    return __ldg(static_cast<const float*>(weight) + i);
+  else
+    return bf16_bits_to_float(__ldg(static_cast<const unsigned short*>(weight) + i));
 }
 
-// residual_update_kernel with the row in registers (kPer elements per thread, rows of up to
-// kPer * blockDim.x). Gains are weights, which no kernel writes, so before enter_kernel() (while
-// the previous kernel still runs) every gain row is pulled into L2 and the terms' and the merge's
-// gains are loaded into registers; after the wait, the terms and h are loaded at once, and all
-// output norms' gains are loaded before the first output is stored (a store could alias a later
-// norm's gain as far as the compiler knows, which serialised one memory round trip per norm).
-// Measured on the H200 (ncu, 26B-A4B, 2816 columns) before the prefetch: 11.3 us per update with
-// every gain loaded after the wait, one round trip per pass. Same arithmetic as
-// residual_update_kernel: v * gain is apply_gain's product.
-template <int kPer>
-__global__ void __launch_bounds__(1024) residual_update_registers_kernel(ResidualUpdateArgs a, L2Spans gains) {
-  const int64_t row = blockIdx.x, cols = a.cols;
-  const int64_t threads = blockDim.x;
-  prefetch_spans_l2(gains);
-  float term_gain[kMaxResidualTerms][kPer], merge_gain[kPer];
+// The factors apply_gain multiplies by at this thread's columns threadIdx.x + j * blockDim.x: 1
+// past the row or without a gain (x * 1 is x exactly).
+template <int kPer, typename G>
+__device__ __forceinline__ void load_gain_factors(float (&f)[kPer], bool used, const void* weight, Gain gain,
+                                                  int cols) {
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) f[j] = 1.0f;
+  if (!used || gain == Gain::none) return;
+  const bool one_plus = gain == Gain::one_plus_weight;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
-    const int64_t i = threadIdx.x + j * threads;
-#pragma unroll
-    for (int t = 0; t < kMaxResidualTerms; ++t)
-      term_gain[t][j] = t < a.n_terms && a.terms[t].normed
-                            ? gain_factor(a.terms[t].weight, a.terms[t].weight_type, a.terms[t].gain, i, cols)
-                            : 1.0f;
-    merge_gain[j] = a.merge ? gain_factor(a.merge_weight, a.merge_type, a.merge_gain, i, cols) : 1.0f;
+    const int i = threadIdx.x + j * blockDim.x;
+    if (i < cols) {
+      const float w = plain_gain<G>(weight, i);
+      f[j] = one_plus ? 1.0f + w : w;
+    }
   }
-  const float scalar = a.scalar ? load_weight(static_cast<const uint8_t*>(a.scalar), 0, a.scalar_type) : 1.0f;
+}
+
+// pow(mean + eps, -0.5) of a row's sum of squares, as rms_inverse.
+__device__ __forceinline__ float rms_inverse_of_sum(float sum_sq, int cols, float eps) {
+  return powf(sum_sq / static_cast<float>(cols) + eps, -0.5f);
+}
+
+// residual_update_kernel with the row in registers: kPer elements per thread over at most
+// kMaxThreads, every gain a row of G. Small code on purpose: at batch 1 the update is one block
+// that runs once per step, its instructions fetched cold. The form before (every gain through
+// load_weight's run-time switch over all formats, inlined per gain and element: 104 KB of code
+// for 4 elements per thread over 1024 threads) spent ~5 us per update in the replayed step (H200;
+// a launch that only waits cost < 1 us of it; ncu: "no instruction" the most sampled stall). This
+// one (34 KB for 8 per thread) took decode 334 -> 366 tok/s on Qwen3.5-4B, 288 -> 316 on Gemma 4
+// 26B-A4B and 77.8 -> 87.6 on the 31B; a first cut with these block sizes but the gains' format
+// still switched at run time (58 KB) gained nothing. Gains are weights, which no kernel writes, so
+// they are loaded into registers before enter_kernel(), while the previous kernel still runs;
+// after the wait come only the terms, h, at most four reductions and the stores. What differs
+// from residual_update_kernel is the order of roundings where a gain is 1 (x * inv * 1 for
+// x * inv, within the op harness's budget). Columns are int: rows of at most 12 * 448.
+template <int kPer, int kMaxThreads, typename G>
+__global__ void __launch_bounds__(kMaxThreads) residual_update_registers_kernel(ResidualUpdateArgs a, L2Spans gains) {
+  const int cols = static_cast<int>(a.cols), threads = blockDim.x;
+  prefetch_spans_l2(gains);
+  float term_gain[kMaxResidualTerms][kPer], merge_gain[kPer], norm_gain[kMaxStreamNorms][kPer];
+#pragma unroll
+  for (int t = 0; t < kMaxResidualTerms; ++t)
+    load_gain_factors<kPer, G>(term_gain[t], t < a.n_terms && a.terms[t].normed, a.terms[t].weight, a.terms[t].gain,
+                               cols);
+  load_gain_factors<kPer, G>(merge_gain, a.merge, a.merge_weight, a.merge_gain, cols);
+  // The output norms' gains too, where registers allow (12 per thread: after the h pass, overlapping
+  // the last reduction).
+  constexpr bool kNormGainsEarly = kPer <= 8;
+  auto load_norm_gains = [&] {
+#pragma unroll
+    for (int n = 0; n < kMaxStreamNorms; ++n)
+      load_gain_factors<kPer, G>(norm_gain[n], n < a.n_norms, a.norms[n].weight, a.norms[n].gain, cols);
+  };
+  if constexpr (kNormGainsEarly) load_norm_gains();
+  const float scalar = a.scalar ? plain_gain<G>(a.scalar, 0) : 1.0f;
   enter_kernel();
   float x[kMaxResidualTerms][kPer], h[kPer];
+  float* h_row = a.h + blockIdx.x * a.h_stride;
+#pragma unroll
+  for (int t = 0; t < kMaxResidualTerms; ++t) {
+    const float* x_row = t < a.n_terms ? a.terms[t].x + blockIdx.x * a.terms[t].stride : nullptr;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = threadIdx.x + j * threads;
+      x[t][j] = x_row && i < cols ? x_row[i] : 0.0f;
+    }
+  }
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
-    const int64_t i = threadIdx.x + j * threads;
-    const bool in_row = i < cols;
-#pragma unroll
-    for (int t = 0; t < kMaxResidualTerms; ++t)
-      x[t][j] = in_row && t < a.n_terms ? a.terms[t].x[row * a.terms[t].stride + i] : 0.0f;
-    h[j] = in_row ? a.h[row * a.h_stride + i] : 0.0f;
+    const int i = threadIdx.x + j * threads;
+    h[j] = i < cols ? h_row[i] : 0.0f;
   }
   float inv[kMaxResidualTerms];
 #pragma unroll
@@ -204,62 +241,74 @@ __global__ void __launch_bounds__(1024) residual_update_registers_kernel(Residua
       float sq = 0.0f;
 #pragma unroll
       for (int j = 0; j < kPer; ++j) sq += x[t][j] * x[t][j];
-      inv[t] = powf(block_sum(sq) / static_cast<float>(cols) + a.eps, -0.5f);
+      inv[t] = rms_inverse_of_sum(block_sum(sq), cols, a.eps);
     }
   }
   float branch_sq = 0.0f;  // the branch (normed terms summed) replaces x[0]
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
-    float sum = 0.0f;
-#pragma unroll
-    for (int t = 0; t < kMaxResidualTerms; ++t) {
-      if (t >= a.n_terms) break;
-      const float v = a.terms[t].normed && a.terms[t].gain != Gain::none ? x[t][j] * inv[t] * term_gain[t][j]
-                      : a.terms[t].normed                                ? x[t][j] * inv[t]
-                                                                         : x[t][j];
-      sum = t == 0 ? v : sum + v;
-    }
+    float sum = x[0][j] * inv[0] * term_gain[0][j];
+    if (a.n_terms > 1) sum = sum + x[1][j] * inv[1] * term_gain[1][j];
     x[0][j] = sum;  // 0 past the row: every term is
     branch_sq += sum * sum;
   }
-  float merge_inv = 1.0f;
-  if (a.merge) merge_inv = powf(block_sum(branch_sq) / static_cast<float>(cols) + a.eps, -0.5f);
+  const float merge_inv = a.merge ? rms_inverse_of_sum(block_sum(branch_sq), cols, a.eps) : 1.0f;
   float h_sq = 0.0f;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
-    const int64_t i = threadIdx.x + j * threads;
-    if (i >= cols) continue;
-    float v = x[0][j];
-    if (a.merge) v = a.merge_gain != Gain::none ? v * merge_inv * merge_gain[j] : v * merge_inv;
-    float updated = h[j] + v;
+    const int i = threadIdx.x + j * threads;
+    float updated = h[j] + x[0][j] * merge_inv * merge_gain[j];
     if (a.scalar) updated = updated * scalar;
-    h[j] = updated;
-    a.h[row * a.h_stride + i] = updated;
-    h_sq += updated * updated;
+    h[j] = i < cols ? updated : 0.0f;
+    if (i < cols) h_row[i] = updated;
+    h_sq += h[j] * h[j];
   }
   if (a.n_norms == 0) return;
-  float norm_gain[kMaxStreamNorms][kPer];
-#pragma unroll
-  for (int n = 0; n < kMaxStreamNorms; ++n)
-#pragma unroll
-    for (int j = 0; j < kPer; ++j)
-      norm_gain[n][j] = n < a.n_norms ? gain_factor(a.norms[n].weight, a.norms[n].weight_type, a.norms[n].gain,
-                                                    threadIdx.x + j * threads, cols)
-                                      : 1.0f;
-  const float h_inv = powf(block_sum(h_sq) / static_cast<float>(cols) + a.eps, -0.5f);
+  if constexpr (!kNormGainsEarly) load_norm_gains();
+  const float h_inv = rms_inverse_of_sum(block_sum(h_sq), cols, a.eps);
 #pragma unroll
   for (int n = 0; n < kMaxStreamNorms; ++n) {
     if (n >= a.n_norms) break;
-    const StreamNormArgs& norm = a.norms[n];
+    float* out = a.norms[n].out + blockIdx.x * a.norms[n].stride;
+    const float scale = a.norms[n].scale;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
-      const int64_t i = threadIdx.x + j * threads;
-      if (i >= cols) continue;
-      float v = norm.gain != Gain::none ? h[j] * h_inv * norm_gain[n][j] : h[j] * h_inv;
-      if (norm.scale != 1.0f) v = v * norm.scale;
-      norm.out[row * norm.stride + i] = v;
+      const int i = threadIdx.x + j * threads;
+      if (i < cols) out[i] = h[j] * h_inv * norm_gain[n][j] * scale;
     }
   }
+}
+
+// Whether every gain the update reads (and the layer scalar) is a row of one format the register
+// kernel takes, f32 or bf16, and which (f32 where there are no gains); others, and mixed formats,
+// take residual_update_kernel.
+bool common_plain_gain_type(const ResidualUpdateArgs& a, DType* common) {
+  bool seen = false, plain = true;
+  *common = DType::f32;
+  auto see = [&](DType t) {
+    plain = plain && (t == DType::f32 || t == DType::bf16) && (!seen || t == *common);
+    *common = t;
+    seen = true;
+  };
+  for (int t = 0; t < a.n_terms; ++t)
+    if (a.terms[t].normed && a.terms[t].gain != Gain::none) see(a.terms[t].weight_type);
+  if (a.merge && a.merge_gain != Gain::none) see(a.merge_type);
+  for (int n = 0; n < a.n_norms; ++n)
+    if (a.norms[n].gain != Gain::none) see(a.norms[n].weight_type);
+  if (a.scalar) see(a.scalar_type);
+  return plain;
+}
+
+// The register kernel with kPer elements per thread: the fewest whole warps that hold the row.
+template <int kPer, int kMaxThreads>
+cudaError_t launch_residual_update_registers(const ResidualUpdateArgs& a, DType gain_type, const L2Spans& gains,
+                                             cudaStream_t stream) {
+  const int64_t warps = (a.cols + kPer * kWarp - 1) / (kPer * kWarp);
+  const dim3 grid(static_cast<unsigned>(a.rows)), block(static_cast<unsigned>(warps * kWarp));
+  if (gain_type == DType::bf16)
+    return launch_kernel(residual_update_registers_kernel<kPer, kMaxThreads, uint16_t>, grid, block, 0, stream, a,
+                         gains);
+  return launch_kernel(residual_update_registers_kernel<kPer, kMaxThreads, float>, grid, block, 0, stream, a, gains);
 }
 
 }  // namespace
@@ -307,9 +356,6 @@ cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t str
   if (a.n_terms <= 0 || a.n_terms > kMaxResidualTerms || a.n_norms < 0 || a.n_norms > kMaxStreamNorms)
     return cudaErrorInvalidValue;
   if (a.rows == 0) return cudaSuccess;
-  const int threads = norm_threads(a.cols);
-  const unsigned rows = static_cast<unsigned>(a.rows);
-  const int64_t per_thread = (a.cols + threads - 1) / threads;
   L2Spans gains;  // every gain row the update reads, and the layer scalar
   for (int t = 0; t < a.n_terms; ++t)
     if (a.terms[t].normed && a.terms[t].gain != Gain::none)
@@ -318,12 +364,15 @@ cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t str
   for (int n = 0; n < a.n_norms; ++n)
     if (a.norms[n].gain != Gain::none) add_l2_span(gains, a.norms[n].weight, row_bytes(a.norms[n].weight_type, a.cols));
   if (a.scalar) add_l2_span(gains, a.scalar, row_bytes(a.scalar_type, 1));
-  if (per_thread <= 1) return launch_kernel(residual_update_registers_kernel<1>, rows, threads, 0, stream, a, gains);
-  if (per_thread <= 2) return launch_kernel(residual_update_registers_kernel<2>, rows, threads, 0, stream, a, gains);
-  if (per_thread <= 4) return launch_kernel(residual_update_registers_kernel<4>, rows, threads, 0, stream, a, gains);
-  if (per_thread <= 6) return launch_kernel(residual_update_registers_kernel<6>, rows, threads, 0, stream, a, gains);
-  if (per_thread <= 8) return launch_kernel(residual_update_registers_kernel<8>, rows, threads, 0, stream, a, gains);
-  return launch_kernel(residual_update_kernel, rows, threads, 0, stream, a);  // wider rows: from memory
+  // Up to 8 elements per thread over up to 512 threads, then 12 (the 31B's 5376 columns in 14
+  // warps); wider rows, and gains in other formats, from memory.
+  DType gain_type;
+  if (common_plain_gain_type(a, &gain_type)) {
+    if (a.cols <= 4 * 128) return launch_residual_update_registers<4, 128>(a, gain_type, gains, stream);
+    if (a.cols <= 8 * 512) return launch_residual_update_registers<8, 512>(a, gain_type, gains, stream);
+    if (a.cols <= 12 * 448) return launch_residual_update_registers<12, 448>(a, gain_type, gains, stream);
+  }
+  return launch_kernel(residual_update_kernel, static_cast<unsigned>(a.rows), norm_threads(a.cols), 0, stream, a);
 }
 
 }  // namespace fl::cuda
