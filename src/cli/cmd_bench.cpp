@@ -1,7 +1,9 @@
 // fireline bench: prefill and decode speed of a model (a file, or a synthetic model with the
 // shapes of a published one), with the memory-bandwidth roofline it is measured against.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -15,6 +17,7 @@
 #include "cli/model_arg.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "core/thread_pool.h"
 #include "model/model.h"
 #include "model/synthetic.h"
 #include "model/tensor_parallel.h"
@@ -33,7 +36,7 @@ struct BenchOptions {
   int gen_tokens = 64;
   int64_t context = 4096;
   int runs = 3;
-  double bandwidth_gbs = 4250.0;  // measured H200 device-to-device copy bandwidth (DESIGN §8)
+  double bandwidth_gbs = 0.0;  // --bandwidth; 0: the device's (see roofline_bandwidth)
   bool json = false;
   bool profile = false;
   int batch = 1;
@@ -82,6 +85,58 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// The host's memory read bandwidth, GB/s: the thread pool (--threads) sums a 256 MiB buffer, each
+// thread its share, best of three passes (the buffer is written first, so page faults are not
+// timed). The CPU backend's decode streams the mapped weights through the same threads, so this is
+// the bandwidth its roofline is measured against.
+double measure_host_read_gbs() {
+  constexpr size_t kWords = (size_t{256} << 20) / sizeof(uint64_t);
+  std::vector<uint64_t> buffer(kWords);
+  ThreadPool& pool = ThreadPool::global();
+  pool.parallel_for(static_cast<int64_t>(kWords), [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) buffer[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
+  });
+  std::atomic<uint64_t> total{0};  // consumed below, so the sums cannot be dropped
+  double best_s = 0.0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pool.parallel_for(static_cast<int64_t>(kWords), [&](int64_t begin, int64_t end) {
+      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // four chains: the loop waits on memory, not on adds
+      int64_t i = begin;
+      for (; i + 4 <= end; i += 4) {
+        s0 += buffer[static_cast<size_t>(i)];
+        s1 += buffer[static_cast<size_t>(i + 1)];
+        s2 += buffer[static_cast<size_t>(i + 2)];
+        s3 += buffer[static_cast<size_t>(i + 3)];
+      }
+      for (; i < end; ++i) s0 += buffer[static_cast<size_t>(i)];
+      total.fetch_add(s0 + s1 + s2 + s3, std::memory_order_relaxed);
+    });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (pass == 0 || s < best_s) best_s = s;
+  }
+  const uint64_t words = kWords;  // each pass sums 0 .. kWords - 1
+  if (total.load() != 3 * (words * (words - 1) / 2)) fail("bench: the host bandwidth probe summed wrongly");
+  return static_cast<double>(kWords * sizeof(uint64_t)) / best_s / 1e9;
+}
+
+// The bandwidth the roofline divides by, GB/s, and where it comes from: --bandwidth; on the CPU
+// its measured read bandwidth (a GPU's 4250 would make every CPU ratio ~0 %); on a GPU the
+// H200's measured device-to-device copy bandwidth (DESIGN §8), which the targets are set against.
+struct RooflineBandwidth {
+  double gbs;
+  std::string source;
+};
+RooflineBandwidth roofline_bandwidth(const BenchOptions& opt, Device device) {
+  if (opt.bandwidth_gbs > 0.0) return {opt.bandwidth_gbs, "--bandwidth"};
+  if (device == Device::cpu) {
+    const int threads = ThreadPool::global().size();
+    return {measure_host_read_gbs(),
+            fmt::format("measured read bandwidth of this CPU, {} thread{}", threads, threads == 1 ? "" : "s")};
+  }
+  return {4250.0, "the H200's measured copy bandwidth"};
+}
+
 void run_bench(const BenchOptions& opt) {
   if (opt.model.empty() == opt.like.empty()) fail("bench needs a MODEL or --like NAME (not both)");
   const std::string ranks_backend = check_tensor_parallel_flags(opt.tp, opt.ep, opt.backend);
@@ -89,6 +144,9 @@ void run_bench(const BenchOptions& opt) {
   auto start = std::chrono::steady_clock::now();
   const BackendOptions backend_options = backend_options_from_flags(opt.precision);
   auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend, backend_options);
+  const auto probe_start = std::chrono::steady_clock::now();
+  const RooflineBandwidth bandwidth = roofline_bandwidth(opt, backend->device());  // before the model fills memory
+  start += std::chrono::steady_clock::now() - probe_start;  // the probe is not loading
   // The CPU has no tensor cores: it computes in f32 whatever the option.
   const std::string_view precision = backend->device() == Device::cpu
                                          ? std::string_view("f32")
@@ -224,7 +282,7 @@ void run_bench(const BenchOptions& opt) {
 
   const DecodeTraffic traffic = model->decode_traffic(opt.context, kv);
   const double bytes = traffic.total();
-  const double roofline = opt.bandwidth_gbs * 1e9 / bytes;
+  const double roofline = bandwidth.gbs * 1e9 / bytes;
   const double prefill = median(prefill_tps), decode = median(decode_tps);
   if (opt.json) {
     nlohmann::json j = {{"model", source->path()},
@@ -243,7 +301,8 @@ void run_bench(const BenchOptions& opt) {
                         {"decode_ms_per_token", 1000.0 / decode},
                         {"bytes_per_token",
                          {{"weights", traffic.weight_bytes}, {"kv", traffic.kv_bytes}, {"state", traffic.state_bytes}}},
-                        {"bandwidth_gbs", opt.bandwidth_gbs},
+                        {"bandwidth_gbs", bandwidth.gbs},
+                        {"bandwidth_source", bandwidth.source},
                         {"roofline_tok_s", roofline},
                         {"roofline_ratio", decode / roofline},
                         {"runs", opt.runs}};
@@ -259,13 +318,17 @@ void run_bench(const BenchOptions& opt) {
   out += fmt::format("model     {} on {} (KV {}, tensor cores {}), loaded in {:.1f} s\n", source->path(), backend_name,
                      opt.kv, precision, load_s);
   out += fmt::format("prefill   {:>10.1f} tok/s   ({} tokens, median of {})\n", prefill, opt.prompt_tokens, opt.runs);
-  out += fmt::format("decode    {:>10.1f} tok/s   ({:.2f} ms/token at context {}, {} tokens, median of {}, graph replay)\n",
-                     decode, 1000.0 / decode, opt.context, opt.gen_tokens, opt.runs);
+  // The CPU backend's capture() re-runs the ops: its "replay" is the eager path with the token
+  // picked by the sampler op.
+  out += fmt::format("decode    {:>10.1f} tok/s   ({:.2f} ms/token at context {}, {} tokens, median of {}{})\n", decode,
+                     1000.0 / decode, opt.context, opt.gen_tokens, opt.runs,
+                     backend->device() == Device::cpu ? "" : ", graph replay");
   out += fmt::format("  eager   {:>10.1f} tok/s   (the same, launched op by op)\n", decode_eager);
   const std::string state =
       traffic.state_bytes > 0 ? fmt::format(" + {:.3f} GB recurrent state", traffic.state_bytes / 1e9) : "";
-  out += fmt::format("roofline  {:>10.1f} tok/s   ({:.3f} GB weights + {:.3f} GB KV{} per token at {:.0f} GB/s)\n",
-                     roofline, traffic.weight_bytes / 1e9, traffic.kv_bytes / 1e9, state, opt.bandwidth_gbs);
+  out += fmt::format("roofline  {:>10.1f} tok/s   ({:.3f} GB weights + {:.3f} GB KV{} per token at {:.0f} GB/s: {})\n",
+                     roofline, traffic.weight_bytes / 1e9, traffic.kv_bytes / 1e9, state, bandwidth.gbs,
+                     bandwidth.source);
   out += fmt::format("ratio     {:>10.1f} %      of the decode roofline{}\n", 100.0 * decode / roofline,
                      opt.tp > 1 ? " (bytes of one rank's part: the ranks read theirs in parallel)" : "");
   if (opt.batch > 1)
@@ -306,7 +369,8 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   cmd->add_option("--runs", opt->runs, "Timed runs after one warm-up; the median is reported (default 3)")
       ->check(CLI::Range(1, 1000));
-  cmd->add_option("--bandwidth", opt->bandwidth_gbs, "Memory bandwidth for the roofline, GB/s (default 4250: H200)")
+  cmd->add_option("--bandwidth", opt->bandwidth_gbs,
+                  "Memory bandwidth for the roofline, GB/s (default: 4250, the H200's, on a GPU; measured on the CPU)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", opt->json, "Print the results as JSON");
   cmd->add_option("--batch", opt->batch, "Also decode this many sequences together and report the total rate (default 1: off)")

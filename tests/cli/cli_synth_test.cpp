@@ -152,6 +152,35 @@ TEST(CliSynth, BenchReportsThePrecisionAndRefusesUnknownOnes) {
   }
 }
 
+// The roofline's bandwidth is the device's: on the CPU its measured read bandwidth (the H200's 4250
+// GB/s made every CPU ratio ~0 %), or --bandwidth; the JSON says which, and the roofline is the
+// bytes per token over it. The CPU's decode line does not claim a graph replay.
+TEST(CliSynth, BenchRooflineUsesTheCpusMeasuredBandwidth) {
+  const std::string common =
+      "bench --like tiny-gemma4-moe --format q8 --context 32 --prompt-tokens 8 --gen-tokens 4 --runs 1 --backend cpu";
+  auto measured = fireline(common + " --json");
+  ASSERT_EQ(measured.exit_code, 0) << measured.err;
+  const json j = json::parse(measured.out);
+  EXPECT_EQ(j["bandwidth_source"].get<std::string>().rfind("measured read bandwidth of this CPU", 0), 0u)
+      << j["bandwidth_source"];
+  const double gbs = j["bandwidth_gbs"].get<double>();
+  EXPECT_GT(gbs, 0.1);
+  EXPECT_LT(gbs, 4250.0);  // no host reads at an H200's rate
+  const json& bytes = j["bytes_per_token"];
+  const double per_token = bytes["weights"].get<double>() + bytes["kv"].get<double>() + bytes["state"].get<double>();
+  EXPECT_NEAR(j["roofline_tok_s"].get<double>(), gbs * 1e9 / per_token, 1e-6 * gbs * 1e9 / per_token);
+  auto given = fireline(common + " --bandwidth 100 --json");
+  ASSERT_EQ(given.exit_code, 0) << given.err;
+  const json g = json::parse(given.out);
+  EXPECT_EQ(g["bandwidth_source"], "--bandwidth");
+  EXPECT_EQ(g["bandwidth_gbs"].get<double>(), 100.0);
+  auto text = fireline(common + " --bandwidth 100");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("per token at 100 GB/s: --bandwidth)"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("graph replay"), std::string::npos) << text.out;
+  EXPECT_NE(fireline(common + " --bandwidth 0").exit_code, 0);
+}
+
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }
 
 // --tokenizer DIR embeds a tokenizer and chat template: the synthetic model then chats (random
