@@ -101,11 +101,14 @@ TEST(CliSynth, ShowTpSummarisesTheParallelPlan) {
   EXPECT_NE(qwen.err.find("covers Gemma 4 so far"), std::string::npos) << qwen.err;
 }
 
+// A quick bench of a tiny synthetic model, for the tests of bench's options.
+const std::string kTinyBench =
+    "bench --like tiny-gemma4-moe --format q8 --context 32 --prompt-tokens 8 --gen-tokens 4 --runs 1";
+
 // bench --tp N: the split model (model/tensor_parallel.h) as CPU threads; what the machine cannot
 // give (GPUs) is a clear error.
 TEST(CliSynth, BenchTpRunsTheSplitModelOnCpuThreads) {
-  const std::string common =
-      "bench --like tiny-gemma4-moe --format q8 --context 32 --prompt-tokens 8 --gen-tokens 4 --runs 1";
+  const std::string& common = kTinyBench;
   auto r = fireline(common + " --backend cpu --tp 2 --batch 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const json j = json::parse(r.out);
@@ -133,8 +136,7 @@ TEST(CliSynth, BenchTpRunsTheSplitModelOnCpuThreads) {
 // --precision names the GPU's tensor-core activations: bench reports what ran (the CPU computes
 // in f32 whatever is asked), and a value that is not a precision is refused before anything loads.
 TEST(CliSynth, BenchReportsThePrecisionAndRefusesUnknownOnes) {
-  const std::string common =
-      "bench --like tiny-gemma4-moe --format q8 --context 32 --prompt-tokens 8 --gen-tokens 4 --runs 1 --backend cpu";
+  const std::string common = kTinyBench + " --backend cpu";
   for (const char* asked : {"", " --precision bf16", " --precision f32"}) {
     auto r = fireline(common + asked + " --json");
     ASSERT_EQ(r.exit_code, 0) << asked << ": " << r.err;
@@ -156,8 +158,7 @@ TEST(CliSynth, BenchReportsThePrecisionAndRefusesUnknownOnes) {
 // GB/s made every CPU ratio ~0 %), or --bandwidth; the JSON says which, and the roofline is the
 // bytes per token over it. The CPU's decode line does not claim a graph replay.
 TEST(CliSynth, BenchRooflineUsesTheCpusMeasuredBandwidth) {
-  const std::string common =
-      "bench --like tiny-gemma4-moe --format q8 --context 32 --prompt-tokens 8 --gen-tokens 4 --runs 1 --backend cpu";
+  const std::string common = kTinyBench + " --backend cpu";
   auto measured = fireline(common + " --json");
   ASSERT_EQ(measured.exit_code, 0) << measured.err;
   const json j = json::parse(measured.out);
