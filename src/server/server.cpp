@@ -121,68 +121,79 @@ void Server::send_error(httplib::Response& res, const ApiError& error) {
   res.set_content(error_body(error), "application/json");
 }
 
+bool Server::refuse_before_body(const httplib::Request& req, httplib::Response& res) {
+  // Each refusal here comes before the body is read, so the connection closes after it: where
+  // the request ends is unknown (or its body is not wanted).
+  auto refuse_and_close = [&](const ApiError& error) {
+    HttpServer::close_after_response();
+    send_error(res, error);
+    res.set_header("Connection", "close");
+    return true;
+  };
+  // Framing the library would get wrong (RFC 9112 6.1, 6.3): it reads a body by the first of
+  // several Content-Length headers and by Content-Length under a Transfer-Encoding it does not
+  // decode, so the rest of the bytes would be read as a next request (request smuggling behind
+  // a proxy that frames the message differently).
+  auto refuse_framing = [&](const std::string& message) {
+    return refuse_and_close(ApiError(400, "invalid_request_error", message));
+  };
+  const size_t lengths = req.get_header_value_count("Content-Length");
+  for (size_t i = 1; i < lengths; ++i)
+    if (req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length"))
+      return refuse_framing("the request has several Content-Length headers that differ");
+  if (req.has_header("Transfer-Encoding")) {
+    const std::string te = req.get_header_value("Transfer-Encoding");
+    if (req.get_header_value_count("Transfer-Encoding") != 1 || strcasecmp(te.c_str(), "chunked") != 0)
+      return refuse_framing("Transfer-Encoding '" + te + "' is not supported; send the body chunked or with Content-Length");
+    if (lengths > 0) return refuse_framing("the request has both Transfer-Encoding and Content-Length");
+  }
+  // A POST without either has, by RFC 9112 6.3, no body; the library would instead read until
+  // the client closes or the read timeout passes (10 s of a client waiting for nothing). Every
+  // POST route takes a JSON body, so say what is missing at once.
+  if (req.method == "POST" && lengths == 0 && !req.has_header("Transfer-Encoding"))
+    return refuse_and_close(ApiError(411, "invalid_request_error",
+                                     "the request has no Content-Length (or chunked Transfer-Encoding); every POST "
+                                     "route takes a JSON body"));
+  if (req.has_header("Content-Length")) {
+    const std::string value = req.get_header_value("Content-Length");
+    const bool digits =
+        !value.empty() && value.size() <= 19 && value.find_first_not_of("0123456789") == std::string::npos;
+    if (!digits) return refuse_framing("Content-Length is not a byte count: " + value);
+    if (std::stoull(value) > config_.max_body_bytes)
+      return refuse_and_close(ApiError(
+          413, "invalid_request_error",
+          fmt::format("request body ({} bytes) is larger than the limit of {} bytes", value, config_.max_body_bytes),
+          {}, "request_too_large"));
+  }
+  if (config_.api_key.empty() || req.path == "/health") return false;
+  const std::string header = req.get_header_value("Authorization");
+  const std::string expected = "Bearer " + config_.api_key;
+  if (same_secret(header, expected)) return false;
+  // Closed after it too: a keep-alive client's body, left unread, was parsed as its next request
+  // (whose answer was then "400 malformed HTTP request").
+  return refuse_and_close(ApiError(
+      401, "authentication_error",
+      header.empty() ? "missing API key: send it as 'Authorization: Bearer KEY'" : "invalid API key", {},
+      "invalid_api_key"));
+}
+
 void Server::install_routes() {
   http_.set_payload_max_length(config_.max_body_bytes);
 
   // Runs after the headers and before the body is read: refuse oversized bodies by their
   // Content-Length without reading them, then check the API key (every route but /health).
   http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    // Each refusal here comes before the body is read, so the connection closes after it: where
-    // the request ends is unknown (or its body is not wanted).
-    auto refuse_and_close = [&](const ApiError& error) {
-      HttpServer::close_after_response();
-      send_error(res, error);
-      res.set_header("Connection", "close");
-      return httplib::Server::HandlerResponse::Handled;
-    };
-    // Framing the library would get wrong (RFC 9112 6.1, 6.3): it reads a body by the first of
-    // several Content-Length headers and by Content-Length under a Transfer-Encoding it does not
-    // decode, so the rest of the bytes would be read as a next request (request smuggling behind
-    // a proxy that frames the message differently).
-    auto refuse_framing = [&](const std::string& message) {
-      return refuse_and_close(ApiError(400, "invalid_request_error", message));
-    };
     // Range is ignored (RFC 9110 14.2 allows it): the library would otherwise cut a POST's answer,
     // or an error body, to the asked bytes (206, or a 4xx whose body is not whole JSON).
     const_cast<httplib::Request&>(req).ranges.clear();  // the library's own Request, not const
-    const size_t lengths = req.get_header_value_count("Content-Length");
-    for (size_t i = 1; i < lengths; ++i)
-      if (req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length"))
-        return refuse_framing("the request has several Content-Length headers that differ");
-    if (req.has_header("Transfer-Encoding")) {
-      const std::string te = req.get_header_value("Transfer-Encoding");
-      if (req.get_header_value_count("Transfer-Encoding") != 1 || strcasecmp(te.c_str(), "chunked") != 0)
-        return refuse_framing("Transfer-Encoding '" + te +
-                              "' is not supported; send the body chunked or with Content-Length");
-      if (lengths > 0) return refuse_framing("the request has both Transfer-Encoding and Content-Length");
-    }
-    // A POST without either has, by RFC 9112 6.3, no body; the library would instead read until
-    // the client closes or the read timeout passes (10 s of a client waiting for nothing). Every
-    // POST route takes a JSON body, so say what is missing at once.
-    if (req.method == "POST" && lengths == 0 && !req.has_header("Transfer-Encoding"))
-      return refuse_and_close(ApiError(411, "invalid_request_error",
-                                       "the request has no Content-Length (or chunked Transfer-Encoding); every POST "
-                                       "route takes a JSON body"));
-    if (req.has_header("Content-Length")) {
-      const std::string value = req.get_header_value("Content-Length");
-      const bool digits =
-          !value.empty() && value.size() <= 19 && value.find_first_not_of("0123456789") == std::string::npos;
-      if (!digits) return refuse_framing("Content-Length is not a byte count: " + value);
-      if (std::stoull(value) > config_.max_body_bytes)
-        return refuse_and_close(ApiError(
-            413, "invalid_request_error",
-            fmt::format("request body ({} bytes) is larger than the limit of {} bytes", value, config_.max_body_bytes),
-            {}, "request_too_large"));
-    }
-    if (config_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string header = req.get_header_value("Authorization");
-    const std::string expected = "Bearer " + config_.api_key;
-    if (same_secret(header, expected)) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res,
-               ApiError(401, "authentication_error",
-                        header.empty() ? "missing API key: send it as 'Authorization: Bearer KEY'" : "invalid API key",
-                        {}, "invalid_api_key"));
-    return httplib::Server::HandlerResponse::Handled;
+    return refuse_before_body(req, res) ? httplib::Server::HandlerResponse::Handled
+                                        : httplib::Server::HandlerResponse::Unhandled;
+  });
+  // Expect: 100-continue: the library answers "100 Continue" before the pre-routing handler runs,
+  // which invited a body that was then refused (413, 401) and dropped. The same checks answer
+  // first: a refusal goes out in place of the 100.
+  http_.set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
+    return refuse_before_body(req, res) ? res.status : 100;
   });
 
   // Errors raised by the library itself (unknown route, body too large, bad request line) come

@@ -66,6 +66,9 @@ class Server {
 
  private:
   void install_routes();
+  // The checks made on a request's head before its body is read (framing, size, API key): true
+  // when it is refused, with `res` holding the error.
+  bool refuse_before_body(const httplib::Request& req, httplib::Response& res);
   void handle_chat(const httplib::Request& req, httplib::Response& res);
   void handle_completion(const httplib::Request& req, httplib::Response& res);
   // Submits and answers: SSE when `stream`, else one JSON body.
