@@ -144,7 +144,8 @@ bool Server::refuse_before_body(const httplib::Request& req, httplib::Response& 
   if (req.has_header("Transfer-Encoding")) {
     const std::string te = req.get_header_value("Transfer-Encoding");
     if (req.get_header_value_count("Transfer-Encoding") != 1 || strcasecmp(te.c_str(), "chunked") != 0)
-      return refuse_framing("Transfer-Encoding '" + te + "' is not supported; send the body chunked or with Content-Length");
+      return refuse_framing("Transfer-Encoding '" + te +
+                            "' is not supported; send the body chunked or with Content-Length");
     if (lengths > 0) return refuse_framing("the request has both Transfer-Encoding and Content-Length");
   }
   // A POST without either has, by RFC 9112 6.3, no body; the library would instead read until

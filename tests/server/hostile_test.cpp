@@ -216,43 +216,39 @@ TEST(ServeHostile, ExpectContinueIsRefusedBeforeTheBodyWhenItWouldBe) {
   config.max_body_bytes = 64 * 1024;
   config.api_key = "sesame";
   TestServer s(config);
-  auto ask = [&](const std::string& headers) {
+  const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n";
+  const std::string body = chat_body("hi").dump();
+  auto exchange = [&](const std::string& request) {  // everything the server sends until it closes
     int fd = connect_local(s.port());
     EXPECT_GE(fd, 0);
-    send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 "Expect: 100-continue\r\n" + headers + "\r\n");
-    const std::string reply = read_until_closed(fd, milliseconds(3000));  // no body sent: the server must answer
+    send_all(fd, request);
+    const std::string reply = read_until_closed(fd, milliseconds(3000));
     ::close(fd);
     return reply;
   };
-  const std::string too_big = ask("Authorization: Bearer sesame\r\nContent-Length: 99999999\r\n");
+  // No body sent: the server must answer the head alone.
+  const std::string too_big =
+      exchange(head + "Expect: 100-continue\r\nAuthorization: Bearer sesame\r\nContent-Length: 99999999\r\n\r\n");
   EXPECT_EQ(too_big.rfind("HTTP/1.1 413", 0), 0u) << too_big;
   EXPECT_NE(too_big.find("request_too_large"), std::string::npos) << too_big;
-  const std::string no_key = ask("Content-Length: 10\r\n");
+  const std::string no_key = exchange(head + "Expect: 100-continue\r\nContent-Length: 10\r\n\r\n");
   EXPECT_EQ(no_key.rfind("HTTP/1.1 401", 0), 0u) << no_key;
   EXPECT_NE(no_key.find("missing API key"), std::string::npos) << no_key;
 
   // Without Expect, a refused request's body is not read: the connection closes after the 401,
   // so the body is never parsed as a next request (a keep-alive client's next request got "400
   // malformed HTTP request" for it).
-  const std::string sent = chat_body("hi").dump();
-  int keep = connect_local(s.port());
-  ASSERT_GE(keep, 0);
-  send_all(keep, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                 "Authorization: Bearer wrong\r\nContent-Length: " +
-                     std::to_string(sent.size()) + "\r\n\r\n" + sent + "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
-  const std::string refused = read_until_closed(keep, milliseconds(3000));
-  ::close(keep);
+  const std::string refused = exchange(head + "Authorization: Bearer wrong\r\nContent-Length: " +
+                                       std::to_string(body.size()) + "\r\n\r\n" + body +
+                                       "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
   EXPECT_EQ(refused.rfind("HTTP/1.1 401", 0), 0u) << refused;
   EXPECT_NE(refused.find("Connection: close"), std::string::npos) << refused;
   EXPECT_EQ(refused.find("HTTP/1.1 400"), std::string::npos) << refused;
 
   // Within the limit and with the key: "100 Continue", then the body, then the answer.
-  const std::string body = chat_body("hi").dump();
   int fd = connect_local(s.port());
   ASSERT_GE(fd, 0);
-  send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-               "Authorization: Bearer sesame\r\nExpect: 100-continue\r\nConnection: close\r\nContent-Length: " +
+  send_all(fd, head + "Authorization: Bearer sesame\r\nExpect: 100-continue\r\nConnection: close\r\nContent-Length: " +
                    std::to_string(body.size()) + "\r\n\r\n");
   std::string interim;
   char c;

@@ -7,12 +7,16 @@
 namespace fl::cuda {
 namespace {
 
-// transformers: x * pow(mean(x^2) + eps, -0.5), then * gain
+// transformers: x * pow(mean(x^2) + eps, -0.5), then * gain. The factor from a row's sum of
+// squares:
+__device__ __forceinline__ float rms_inverse_of_sum(float sum_sq, int64_t cols, float eps) {
+  return powf(sum_sq / static_cast<float>(cols) + eps, -0.5f);
+}
+// ... and from the row, its squares summed across the block.
 __device__ __forceinline__ float rms_inverse(const float* src, int64_t cols, float eps) {
   float sum_sq = 0.0f;
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) sum_sq += src[i] * src[i];
-  sum_sq = block_sum(sum_sq);
-  return powf(sum_sq / static_cast<float>(cols) + eps, -0.5f);
+  return rms_inverse_of_sum(block_sum(sum_sq), cols, eps);
 }
 
 __device__ __forceinline__ float apply_gain(float v, const uint8_t* weight, DType weight_type, Gain gain, int64_t i) {
@@ -124,7 +128,7 @@ __global__ void residual_update_kernel(ResidualUpdateArgs a) {
     branch_sq += sum * sum;
   }
   float merge_inv = 1.0f;
-  if (a.merge) merge_inv = powf(block_sum(branch_sq) / static_cast<float>(cols) + a.eps, -0.5f);
+  if (a.merge) merge_inv = rms_inverse_of_sum(block_sum(branch_sq), cols, a.eps);
   const float scalar = a.scalar ? load_weight(static_cast<const uint8_t*>(a.scalar), 0, a.scalar_type) : 1.0f;
   float* h = a.h + row * a.h_stride;
   float h_sq = 0.0f;
@@ -138,7 +142,7 @@ __global__ void residual_update_kernel(ResidualUpdateArgs a) {
     h_sq += updated * updated;
   }
   if (a.n_norms == 0) return;
-  const float h_inv = powf(block_sum(h_sq) / static_cast<float>(cols) + a.eps, -0.5f);
+  const float h_inv = rms_inverse_of_sum(block_sum(h_sq), cols, a.eps);
   for (int n = 0; n < a.n_norms; ++n) {
     const StreamNormArgs& norm = a.norms[n];
     float* out = norm.out + row * norm.stride;
@@ -176,11 +180,6 @@ __device__ __forceinline__ void load_gain_factors(float (&f)[kPer], bool used, c
       f[j] = one_plus ? 1.0f + w : w;
     }
   }
-}
-
-// pow(mean + eps, -0.5) of a row's sum of squares, as rms_inverse.
-__device__ __forceinline__ float rms_inverse_of_sum(float sum_sq, int cols, float eps) {
-  return powf(sum_sq / static_cast<float>(cols) + eps, -0.5f);
 }
 
 // residual_update_kernel with the row in registers: kPer elements per thread over at most
@@ -279,24 +278,15 @@ __global__ void __launch_bounds__(kMaxThreads) residual_update_registers_kernel(
   }
 }
 
-// Whether every gain the update reads (and the layer scalar) is a row of one format the register
-// kernel takes, f32 or bf16, and which (f32 where there are no gains); others, and mixed formats,
-// take residual_update_kernel.
-bool common_plain_gain_type(const ResidualUpdateArgs& a, DType* common) {
-  bool seen = false, plain = true;
-  *common = DType::f32;
-  auto see = [&](DType t) {
-    plain = plain && (t == DType::f32 || t == DType::bf16) && (!seen || t == *common);
-    *common = t;
-    seen = true;
-  };
+// Calls f(weight, format, elements) for every gain row the update reads, and the layer scalar.
+template <typename Fn>
+void for_each_gain(const ResidualUpdateArgs& a, Fn&& f) {
   for (int t = 0; t < a.n_terms; ++t)
-    if (a.terms[t].normed && a.terms[t].gain != Gain::none) see(a.terms[t].weight_type);
-  if (a.merge && a.merge_gain != Gain::none) see(a.merge_type);
+    if (a.terms[t].normed && a.terms[t].gain != Gain::none) f(a.terms[t].weight, a.terms[t].weight_type, a.cols);
+  if (a.merge && a.merge_gain != Gain::none) f(a.merge_weight, a.merge_type, a.cols);
   for (int n = 0; n < a.n_norms; ++n)
-    if (a.norms[n].gain != Gain::none) see(a.norms[n].weight_type);
-  if (a.scalar) see(a.scalar_type);
-  return plain;
+    if (a.norms[n].gain != Gain::none) f(a.norms[n].weight, a.norms[n].weight_type, a.cols);
+  if (a.scalar) f(a.scalar, a.scalar_type, int64_t{1});
 }
 
 // The register kernel with kPer elements per thread: the fewest whole warps that hold the row.
@@ -356,18 +346,20 @@ cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t str
   if (a.n_terms <= 0 || a.n_terms > kMaxResidualTerms || a.n_norms < 0 || a.n_norms > kMaxStreamNorms)
     return cudaErrorInvalidValue;
   if (a.rows == 0) return cudaSuccess;
-  L2Spans gains;  // every gain row the update reads, and the layer scalar
-  for (int t = 0; t < a.n_terms; ++t)
-    if (a.terms[t].normed && a.terms[t].gain != Gain::none)
-      add_l2_span(gains, a.terms[t].weight, row_bytes(a.terms[t].weight_type, a.cols));
-  if (a.merge && a.merge_gain != Gain::none) add_l2_span(gains, a.merge_weight, row_bytes(a.merge_type, a.cols));
-  for (int n = 0; n < a.n_norms; ++n)
-    if (a.norms[n].gain != Gain::none) add_l2_span(gains, a.norms[n].weight, row_bytes(a.norms[n].weight_type, a.cols));
-  if (a.scalar) add_l2_span(gains, a.scalar, row_bytes(a.scalar_type, 1));
+  // Every gain row (and the layer scalar) pulled into L2; the register kernel takes them when they
+  // share one format it reads, f32 or bf16 (f32 where there are none).
+  L2Spans gains;
+  bool seen = false, plain = true;
+  DType gain_type = DType::f32;
+  for_each_gain(a, [&](const void* weight, DType type, int64_t elements) {
+    add_l2_span(gains, weight, row_bytes(type, elements));
+    plain = plain && (type == DType::f32 || type == DType::bf16) && (!seen || type == gain_type);
+    gain_type = type;
+    seen = true;
+  });
   // Up to 8 elements per thread over up to 512 threads, then 12 (the 31B's 5376 columns in 14
-  // warps); wider rows, and gains in other formats, from memory.
-  DType gain_type;
-  if (common_plain_gain_type(a, &gain_type)) {
+  // warps); wider rows, and gains in other or mixed formats, from memory.
+  if (plain) {
     if (a.cols <= 4 * 128) return launch_residual_update_registers<4, 128>(a, gain_type, gains, stream);
     if (a.cols <= 8 * 512) return launch_residual_update_registers<8, 512>(a, gain_type, gains, stream);
     if (a.cols <= 12 * 448) return launch_residual_update_registers<12, 448>(a, gain_type, gains, stream);
