@@ -1,8 +1,9 @@
 // Decode attention alone on the H200, at the attention shapes of the published models: one query
 // token over a Q8_0 KV cache at 4k and 32k context, through the plan the CUDA backend uses
 // (cuda::plan_attention) and through the alternatives it chose against: the SIMT kernel split
-// along the context (one block per query head) and the tensor-core kernel with a block per KV
-// head's query group, at several split counts. Each time includes the merge of the splits.
+// along the context (one block per query head), the tensor-core kernel with a block per KV
+// head's query group, and the decode kernel by KV head (attention_decode.cu), at several split
+// counts. Each time includes the merge of the splits.
 // Prints microseconds per call (and of the merge alone) and the KV bytes' rate; `--json` adds one
 // JSON object per line. --shape / --context / --variant pick cases (for a profiler), --iters the
 // timed calls per case. --batch N times batched decode instead: N sequences, each one query row at
@@ -151,7 +152,8 @@ int main(int argc, char** argv) {
       const double kv_bytes = 2.0 * batch * visible * s.n_kv_heads * row_bytes;
       const int64_t max_keys = rows + 1;
       const fl::cuda::AttentionPlan plan = fl::cuda::plan_attention(batch, s.n_heads, s.n_kv_heads, s.head_dim,
-                                                                    max_keys, batch > 1, prop.multiProcessorCount);
+                                                                    max_keys, batch > 1, prop.multiProcessorCount,
+                                                                    fl::DType::q8_0);
 
       fl::cuda::AttentionArgs a;
       a.out = out;
@@ -187,8 +189,9 @@ int main(int argc, char** argv) {
         bool group;
         int splits;
         int pieces = 3;  // the tensor-core kernel's bf16 pieces per value (3: f32-exact, as decode runs)
+        bool by_kv_head = false;
       };
-      std::vector<Variant> variants = {{"plan", plan.group_queries, plan.n_splits}};
+      std::vector<Variant> variants = {{"plan", plan.group_queries, plan.n_splits, 3, plan.by_kv_head}};
       const int64_t heads = static_cast<int64_t>(batch) * s.n_heads, kv_heads = static_cast<int64_t>(batch) * s.n_kv_heads;
       const int simt_splits = static_cast<int>(std::clamp<int64_t>((8 * prop.multiProcessorCount + heads - 1) / heads, 1,
                                                                    std::max<int64_t>(1, max_keys / 16)));
@@ -208,8 +211,17 @@ int main(int argc, char** argv) {
           if (batch > 1 && per_sm == 1) variants.push_back({"group 1/SM bf16", true, splits, 1});
         }
       }
+      if (fl::cuda::decode_by_kv_head_applies(s.n_heads, s.n_kv_heads, s.head_dim, fl::DType::q8_0)) {
+        const int64_t tile = fl::cuda::decode_by_kv_head_tile_keys(), tiles = (max_keys + tile - 1) / tile;
+        for (int per_sm : {1, 2, 3, 4, 8}) {
+          const int splits = static_cast<int>(std::clamp<int64_t>((per_sm * prop.multiProcessorCount + kv_heads - 1) / kv_heads,
+                                                                  1, std::min<int64_t>(tiles, max_splits)));
+          variants.push_back({fmt::format("kv-head {}/SM", per_sm), false, splits, 3, true});
+        }
+      }
       for (const Variant& v : variants) {
         if (!only_variant.empty() && only_variant != v.path) continue;
+        a.by_kv_head = v.by_kv_head;
         a.group_queries = v.group;
         a.n_splits = v.splits;
         a.pieces = v.pieces;

@@ -662,7 +662,8 @@ TEST_F(CudaOps, EmbedScaleAddActivationsSoftcap) {
 // caches must agree byte for byte and the outputs within the sum budget.
 // Steps of >= 16 tokens run the tensor-core kernel (attention_mma.cu), whose f32-exact piece
 // products keep the same budget; so do shorter steps of head dims in 64s with >= 4 query heads
-// per KV head, a block per query row and KV head, split along the context; the rest the SIMT
+// per KV head, a block per query row and KV head, split along the context; one decode row over a
+// Q8_0 cache with D = 256 or 512 the kernel by KV head (attention_decode.cu); the rest the SIMT
 // kernel (split along the context).
 TEST_F(CudaOps, AttentionAndKvWriteAcrossRingRollovers) {
   struct Case {
@@ -682,7 +683,12 @@ TEST_F(CudaOps, AttentionAndKvWriteAcrossRingRollovers) {
       // window inside one step, a step continuing a cached prefix across the window, partial
       // query tiles, D = 512 in 16-key tiles; D = 72 is not a multiple of 16 (the SIMT kernel)
       {256, 16, 8, 64, 0, 100}, {256, 16, 8, 1024, 1000, 70}, {512, 16, 2, 0, 0, 130}, {512, 8, 2, 0, 45, 40},
-      {128, 8, 2, 0, 5, 64},    {80, 4, 4, 16, 20, 31},   {72, 4, 2, 0, 3, 20}};
+      {128, 8, 2, 0, 5, 64},    {80, 4, 4, 16, 20, 31},   {72, 4, 2, 0, 3, 20},
+      // one decode row over a Q8_0 cache takes the kernel by KV head (attention_decode.cu) for head
+      // dims 256 and 512: 4 heads per KV head (Qwen3.5-4B), 1 head, 2 heads of 512 in a window
+      // whose ring wraps inside a tile, 16 heads at 1, 2 and 33 keys (no tile, a partial one)
+      {256, 16, 4, 0, 500, 1},  {256, 8, 8, 0, 100, 1},   {512, 16, 8, 100, 1500, 1}, {256, 16, 1, 0, 1, 1},
+      {256, 16, 1, 0, 32, 1}};
   for (DType cache_type : {DType::f32, DType::bf16, DType::q8_0}) {
     if (!has_quant_format(cache_type)) continue;
     for (const Case& c : cases) {
@@ -1283,37 +1289,59 @@ TEST(AttentionPlan, KernelAndSplitsForThePublishedShapes) {
   using cuda::plan_attention;
   // Gemma 4 sliding layers (2 query heads per KV head, window 1024): SIMT, one wave of ~2 blocks
   // per SM (16 heads x 17 splits), however long the context.
-  expect_plan(plan_attention(1, 16, 8, 256, 1025, false, sms), false, 17, "sliding");
+  expect_plan(plan_attention(1, 16, 8, 256, 1025, false, sms, DType::bf16), false, 17, "sliding");
   // No window, 2 heads per KV head, 32k keys: at least one split per 512 keys, but no more
   // than 8 blocks per SM.
-  expect_plan(plan_attention(1, 16, 8, 256, 32769, false, sms), false, 65, "32k, 2-head groups");
+  expect_plan(plan_attention(1, 16, 8, 256, 32769, false, sms, DType::bf16), false, 65, "32k, 2-head groups");
   // Head dims not in 64s stay on the SIMT kernel.
-  EXPECT_FALSE(plan_attention(1, 16, 2, 72, 4097, false, sms).group_queries);
+  EXPECT_FALSE(plan_attention(1, 16, 2, 72, 4097, false, sms, DType::bf16).group_queries);
   // Prefill-sized steps: the tensor-core kernel by token tiles, never split.
-  expect_plan(plan_attention(100, 16, 8, 256, 1124, false, sms), false, 1, "prefill");
+  expect_plan(plan_attention(100, 16, 8, 256, 1124, false, sms, DType::bf16), false, 1, "prefill");
   // Batched rows: 3 rows of 8-head groups fill too few SMs for a block per (sequence, KV head)
   // and stay on the SIMT kernel, with twice the splits that make 8 blocks per SM; so do 2-head
   // groups (64 rows x 16 heads: 2 x 2 splits).
-  expect_plan(plan_attention(3, 16, 2, 512, 4097, true, sms), false, 44, "3 batched rows");
-  expect_plan(plan_attention(64, 16, 8, 256, 1025, true, sms), false, 4, "64 batched rows, 2-head groups");
+  expect_plan(plan_attention(3, 16, 2, 512, 4097, true, sms, DType::bf16), false, 44, "3 batched rows");
+  expect_plan(plan_attention(64, 16, 8, 256, 1025, true, sms, DType::bf16), false, 4, "64 batched rows, 2-head groups");
   // No rows: one unsplit launch (launch_attention returns at once).
-  expect_plan(plan_attention(0, 16, 2, 512, 4097, false, sms), false, 1, "no rows");
+  expect_plan(plan_attention(0, 16, 2, 512, 4097, false, sms, DType::bf16), false, 1, "no rows");
   // The tensor-core cases: HIP builds have no mma.sync and plan the SIMT kernel there.
   if (!cuda::flash_decode_applies(16, 2, 512)) {
-    EXPECT_FALSE(plan_attention(1, 16, 2, 512, 4097, false, sms).group_queries);
+    EXPECT_FALSE(plan_attention(1, 16, 2, 512, 4097, false, sms, DType::bf16).group_queries);
     return;
   }
   // Gemma 4 global layers (8 heads per KV head, D = 512, 16-key tiles): by query group, two
   // blocks per SM (2 KV heads x 132 splits).
-  expect_plan(plan_attention(1, 16, 2, 512, 4097, false, sms), true, 132, "global");
+  expect_plan(plan_attention(1, 16, 2, 512, 4097, false, sms, DType::bf16), true, 132, "global");
   // Qwen3.5-4B (4 heads per KV head, D = 256): by group, 4 x 66 blocks.
-  expect_plan(plan_attention(1, 16, 4, 256, 4097, false, sms), true, 66, "4-head groups");
+  expect_plan(plan_attention(1, 16, 4, 256, 4097, false, sms, DType::bf16), true, 66, "4-head groups");
   // A short cache: never more splits than tiles (17 keys = 2 tiles of 16).
-  expect_plan(plan_attention(1, 16, 2, 512, 17, false, sms), true, 2, "short cache");
+  expect_plan(plan_attention(1, 16, 2, 512, 17, false, sms, DType::bf16), true, 2, "short cache");
   // Batched rows of 8-head groups: a block per (sequence, KV head) once those fill half the SMs,
   // split to one block per SM (64 x 2 KV heads: 2 splits; 200 x 2: unsplit).
-  expect_plan(plan_attention(64, 16, 2, 512, 4097, true, sms), true, 2, "64 batched rows, 8-head groups");
-  expect_plan(plan_attention(200, 16, 2, 512, 4097, true, sms), true, 1, "200 batched rows, 8-head groups");
+  expect_plan(plan_attention(64, 16, 2, 512, 4097, true, sms, DType::bf16), true, 2, "64 batched rows, 8-head groups");
+  expect_plan(plan_attention(200, 16, 2, 512, 4097, true, sms, DType::bf16), true, 1, "200 batched rows, 8-head groups");
+
+  // Q8_0 caches (what the models run with): decode rows of head dims 256 and 512 take the kernel
+  // by KV head, split to ~2 blocks per SM for one sequence and ~4 for batched rows, whole 32-key
+  // tiles, never more splits than tiles. Other caches, head dims and prompts keep the plans above.
+  if (!cuda::decode_by_kv_head_applies(16, 2, 512, DType::q8_0)) return;  // HIP: no cp.async
+  auto expect_by_kv_head = [](const cuda::AttentionPlan& p, int n_splits, const char* what) {
+    EXPECT_TRUE(p.by_kv_head) << what;
+    EXPECT_FALSE(p.group_queries) << what;
+    EXPECT_EQ(p.n_splits, n_splits) << what;
+  };
+  expect_by_kv_head(plan_attention(1, 16, 8, 256, 1025, false, sms, DType::q8_0), 33, "q8_0 sliding (33 tiles)");
+  expect_by_kv_head(plan_attention(1, 16, 2, 512, 4097, false, sms, DType::q8_0), 129, "q8_0 global (129 tiles)");
+  expect_by_kv_head(plan_attention(1, 16, 2, 512, 32769, false, sms, DType::q8_0), 132, "q8_0 global at 32k");
+  expect_by_kv_head(plan_attention(1, 16, 4, 256, 4097, false, sms, DType::q8_0), 66, "q8_0 4-head groups");
+  expect_by_kv_head(plan_attention(1, 32, 16, 256, 1025, false, sms, DType::q8_0), 17, "q8_0 31B sliding");
+  expect_by_kv_head(plan_attention(64, 16, 8, 256, 1025, true, sms, DType::q8_0), 2, "q8_0 64 rows sliding");
+  expect_by_kv_head(plan_attention(64, 16, 2, 512, 4097, true, sms, DType::q8_0), 5, "q8_0 64 rows global");
+  EXPECT_FALSE(plan_attention(1, 16, 2, 128, 4097, false, sms, DType::q8_0).by_kv_head) << "D = 128";
+  EXPECT_FALSE(plan_attention(1, 12, 2, 256, 4097, false, sms, DType::q8_0).by_kv_head) << "6 heads per KV head";
+  EXPECT_FALSE(plan_attention(1, 16, 1, 512, 4097, false, sms, DType::q8_0).by_kv_head) << "16 heads of 512";
+  EXPECT_FALSE(plan_attention(3, 16, 2, 512, 4097, false, sms, DType::q8_0).by_kv_head) << "3 tokens of one sequence";
+  EXPECT_FALSE(plan_attention(100, 16, 8, 256, 1124, false, sms, DType::q8_0).by_kv_head) << "prefill";
 }
 
 }  // namespace

@@ -366,10 +366,24 @@ __global__ void kv_write_kernel(uint8_t* k_cache, uint8_t* v_cache, uint8_t* con
 }  // namespace
 
 AttentionPlan plan_attention(int64_t n_tokens, int n_heads, int n_kv_heads, int head_dim, int64_t max_keys,
-                             bool per_row, int sm_count) {
+                             bool per_row, int sm_count, DType cache_type) {
   AttentionPlan plan;
   if (n_tokens <= 0 || n_heads <= 0 || sm_count <= 0) return plan;
   if (!per_row && flash_attention_applies(n_tokens, head_dim)) return plan;  // prefill: never split
+  if ((per_row || n_tokens == 1) && decode_by_kv_head_applies(n_heads, n_kv_heads, head_dim, cache_type)) {
+    // Decode over a Q8_0 cache: a block per (row, KV head) and split, split along the context to
+    // about 2 blocks per SM for one sequence and 4 for batched rows, in whole tiles.
+    // attention_bench on the H200 (us at 4k, incl. merge; blocks per SM 1 / 2 / 4): one sequence,
+    // Gemma 4 26B global 26.7 / 22.8 / 22.8 (129 tiles), 31B global 46.9 / 32.5 / 39.3, Qwen3.5-4B
+    // 18.3 / 13.9 / 14.2; 64 batched rows, 26B sliding 218 / 218 / 160, 26B global 830 / 685 /
+    // 734, 31B global 1952 / 1654 / 1362.
+    const int64_t blocks_per_sm = per_row ? 4 : 2;
+    const int64_t tile = decode_by_kv_head_tile_keys();
+    const int64_t blocks = n_tokens * n_kv_heads, tiles = std::max<int64_t>(1, (max_keys + tile - 1) / tile);
+    plan.by_kv_head = true;
+    plan.n_splits = static_cast<int>(std::clamp<int64_t>((blocks_per_sm * sm_count + blocks - 1) / blocks, 1, tiles));
+    return plan;
+  }
   const int64_t group = n_kv_heads > 0 ? n_heads / n_kv_heads : 0;
   if (flash_decode_applies(n_heads, n_kv_heads, head_dim)) {
     const int64_t tile = flash_decode_tile_keys(head_dim);
@@ -434,7 +448,10 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
       (a.n_splits > 1 && !a.partial))
     return cudaErrorInvalidValue;
   cudaError_t err = cudaErrorInvalidValue;
-  if (a.group_queries || (a.n_splits == 1 && !a.k_row_caches && flash_attention_applies(a.n_tokens, a.head_dim))) {
+  if (a.by_kv_head) {
+    err = launch_attention_by_kv_head(a, stream);
+  } else if (a.group_queries ||
+             (a.n_splits == 1 && !a.k_row_caches && flash_attention_applies(a.n_tokens, a.head_dim))) {
     err = launch_flash_attention(a, stream);
   } else {
     dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_heads), static_cast<unsigned>(a.n_splits));

@@ -33,6 +33,9 @@ struct AttentionArgs {
   // Decode (the tensor-core kernel): a block's query rows are one query row's query heads of one
   // KV head, so the group's K/V rows are read once for all its heads (plan_attention sets it).
   bool group_queries = false;
+  // Decode rows over a Q8_0 cache (attention_decode.cu): a block per (query row, KV head, split)
+  // reading the KV head's rows once for its query heads from shared memory (plan_attention sets it).
+  bool by_kv_head = false;
   int n_splits = 1;          // blocks along the context per (token, head), or per (token, KV head) with group_queries
   float* partial = nullptr;  // [T, n_heads, n_splits, head_dim + 2] when n_splits > 1
   // bf16 pieces per Q, K, P and V value in the tensor-core kernel: 3 (the f32 products) or 1
@@ -43,8 +46,9 @@ struct AttentionArgs {
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
 };
-// Runs the tensor-core kernel (attention_mma.cu) for prefill-sized steps (flash_attention_applies,
-// n_splits == 1) and for group_queries, else the SIMT kernel; either way split along the context
+// Runs the decode kernel by KV head for by_kv_head (attention_decode.cu), the tensor-core kernel
+// (attention_mma.cu) for prefill-sized steps (flash_attention_applies, n_splits == 1) and for
+// group_queries, else the SIMT kernel; either way split along the context
 // when n_splits > 1, with a merge of the splits after.
 cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream);
 // The merge alone (launch_attention runs it after split kernels): out from partial.
@@ -57,6 +61,11 @@ bool flash_attention_applies(int64_t n_tokens, int64_t head_dim);
 // Keys per tile of that kernel (a split takes whole tiles).
 int64_t flash_decode_tile_keys(int64_t head_dim);
 cudaError_t launch_flash_attention(const AttentionArgs& args, cudaStream_t stream);
+// The decode kernel by KV head (attention_decode.cu): one query row per sequence (n_tokens == 1,
+// or per-row caches), a Q8_0 cache, head dims 256 and 512, 1-16 query heads per KV head (powers of
+// two); the keys of a split walked in tiles of decode_by_kv_head_tile_keys(). CUDA builds only.
+int64_t decode_by_kv_head_tile_keys();
+cudaError_t launch_attention_by_kv_head(const AttentionArgs& args, cudaStream_t stream);
 // The bf16 prompt kernel (attention_flash_bf16.cu): pieces == 1, one sequence's prompt of a shape
 // the tensor-core kernel takes (flash_attention_applies), whose shared memory fits the current
 // device (D = 512: Hopper). It gathers the keys the step sees into bf16 scratch first:

@@ -618,8 +618,9 @@ class CudaBackend final : public Backend {
     const int64_t fresh = row_tables ? 1 : T;
     const int64_t max_keys = (p.window > 0 ? std::min<int64_t>(p.window, cache.n_rows() + fresh) : cache.n_rows()) + fresh;
     const cuda::AttentionPlan plan = cuda::plan_attention(T, p.n_heads, p.n_kv_heads, static_cast<int>(D), max_keys,
-                                                          row_tables != nullptr, sm_count_);
+                                                          row_tables != nullptr, sm_count_, cache.k.dtype);
     a.group_queries = plan.group_queries;
+    a.by_kv_head = plan.by_kv_head;
     a.n_splits = plan.n_splits;
     // The prompt's tensor-core attention takes the backend's precision; a lone decode row (the
     // group kernel) stays f32, as decode does everywhere.

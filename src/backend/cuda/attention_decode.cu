@@ -1,0 +1,389 @@
+// Decode attention by KV head over a Q8_0 cache: one query row's G query heads of one KV head
+// read each cached K and V row once, from shared memory, for head dims 256 and 512 (Gemma 4,
+// Qwen3.5). It replaces, for decode rows, the SIMT kernel (one block per query head: the group's
+// rows read G times) and the tensor-core group kernel (prefill's template: 150 KB of code, 255
+// registers, ~4700 instructions per warp and 32-key tile; 53 us for a Gemma 4 26B global layer at
+// 4k, where its 8.9 MB of K/V take 2 us at the H200's bandwidth).
+//
+// Work split (flash decoding): grid = (query row x KV head, split). A block takes a contiguous run
+// of the row's visible keys and walks its cached part in tiles of kTileKeys keys: the tile's raw K
+// and V rows (34-byte Q8_0 blocks) are copied to shared memory by cp.async, the next tile's copy in
+// flight while this one is used. Per tile, with 4 warps:
+//   scores   warp w takes head-dim slab w % kSlabs (128 elements, 4 per lane) of every head, for
+//            every kKeySets-th key; a transposed butterfly sums kKeysAtOnce keys x G heads over
+//            the warp at once (9 shuffles for 8 values, where one warp_sum each took 40), and the
+//            slabs' sums meet in shared memory;
+//   softmax  warp w owns heads w, w + 4, ...: lane j holds key j's score (kTileKeys is 32), keeps
+//            the running max and sum, and writes p and the rescale factor of the running output;
+//   values   warp w adds p * V for its slab's 4 elements per lane, all G heads, its keys.
+// The step's own key (an f32 row, not yet in the cache) seeds the running softmax of the block
+// whose run ends at it. Output: normalised (one split) or a partial (values, max, sum) per query
+// head that attention_merge_kernel combines, in the SIMT kernel's layout.
+//
+// The numbers are the f32 ones up to summation order: q is scaled first, each 32-element block's
+// dot is taken over the int8 codes and multiplied by the block's scale, exp is expf.
+#include <cfloat>
+
+#include "backend/cuda/attention.cuh"
+#include "backend/cuda/device_common.cuh"
+#if !defined(FIRELINE_GPU_HIP)
+#include "backend/cuda/mma_sync.cuh"  // cp.async
+#endif
+
+namespace fl::cuda {
+
+#if !defined(FIRELINE_GPU_HIP)
+namespace {
+
+constexpr int kDecodeWarps = 4;
+constexpr int kDecodeThreads = kDecodeWarps * 32;
+constexpr int kTileKeys = 32;  // one key per lane in the softmax step
+static_assert(kWarp == 32, "the lane layout below is for 32-lane warps");
+
+constexpr int log2_of(int n) { return n <= 1 ? 0 : 1 + log2_of(n / 2); }
+
+// Sums each of N values (N a power of two <= 32) over the warp: the first log2(N) exchanges halve
+// the values a lane carries (it keeps the half its lane bit selects, plus its partner's share of
+// that half), then a plain reduction. Value i ends in lane i * (32 / N) (and its neighbours up
+// to the next such lane). N - 1 + 5 - log2(N) shuffles in all.
+template <int N>
+__device__ __forceinline__ float warp_sums_transposed(float (&v)[N]) {
+  static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "N is a power of two up to 32");
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int stage = 0; stage < log2_of(N); ++stage) {
+    const int width = N >> stage, offset = 16 >> stage;
+    const bool upper = lane & offset;
+#pragma unroll
+    for (int i = 0; i < width / 2; ++i) {
+      const float keep = upper ? v[i + width / 2] : v[i];
+      const float send = upper ? v[i] : v[i + width / 2];
+      v[i] = keep + gpu::shfl_xor(send, offset);
+    }
+  }
+  float r = v[0];
+#pragma unroll
+  for (int offset = 16 >> log2_of(N); offset > 0; offset /= 2) r += gpu::shfl_xor(r, offset);
+  return r;
+}
+
+// Four int8 codes (one word) as exact floats: the xor makes them offset binary, a byte permute
+// sets each under the exponent of 2^23 and a subtract leaves the code (RawChunk<q8_0>'s trick).
+__device__ __forceinline__ void decode_codes4(uint32_t word, float (&c)[4]) {
+  word ^= 0x80808080u;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) c[i] = __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7650u + i)) - 8388736.0f;
+}
+
+// Where a lane's 4 elements of a Q8_0 row are: element d0 = 128 * slab + 4 * lane lies in block
+// b = d0 / 32 at byte 34 b + 2 + 4 (lane % 8): word-aligned for odd b, 2 bytes past a word for
+// even b (34-byte blocks), so the codes come from two words and a funnel shift.
+struct LaneSlice {
+  int word;   // first word holding the codes
+  int shift;  // bits to shift the word pair right: 0 or 16
+  int scale;  // byte offset of the block's f16 scale
+  __device__ LaneSlice(int slab, int lane) {
+    const int b = slab * 4 + lane / 8, byte = 34 * b + 2 + 4 * (lane % 8);
+    word = byte / 4;
+    shift = (byte % 4) * 8;
+    scale = 34 * b;
+  }
+  // The codes (as floats) and the scale of this lane's 4 elements of a row in shared memory.
+  __device__ __forceinline__ float load(const uint8_t* row, float (&c)[4]) const {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(row);
+    decode_codes4(__funnelshift_r(words[word], words[word + 1], shift), c);
+    return f16_bits_to_float(*reinterpret_cast<const uint16_t*>(row + scale));
+  }
+};
+
+template <int D, int G>
+struct DecodeLayout {
+  static constexpr int kRowBytes = D / 32 * 34;
+  static constexpr int kSlabs = D / 128;                  // warps across the head dim
+  static constexpr int kKeySets = kDecodeWarps / kSlabs;  // warps across a tile's keys
+  static constexpr int kKeysAtOnce = G >= 8 ? 1 : 8 / G;  // keys per transposed sum: 8 values (16 for G = 16)
+  static constexpr int kHeadsPerWarp = (G + kDecodeWarps - 1) / kDecodeWarps;  // softmax owners
+  static constexpr int kTileBytes = 2 * kTileKeys * kRowBytes;                 // K rows, then V rows
+  // shared memory: 2 tiles | score parts [kSlabs][G][kTileKeys] | p [kTileKeys][G] | factor [G]
+  static constexpr size_t kSmemBytes = 2 * kTileBytes + sizeof(float) * (kSlabs * G * kTileKeys + kTileKeys * G + G);
+  static_assert(D % 256 == 0 && kSlabs <= kDecodeWarps, "head dims 256 and 512");
+  static_assert(kRowBytes % 16 == 0, "rows copied in 16-byte pieces");
+  static_assert(kTileKeys % (kKeySets * kKeysAtOnce) == 0, "whole key steps per tile");
+  // the key sets' outputs meet in the tile buffers at the end
+  static_assert((kKeySets - 1) * G * D * sizeof(float) <= 2 * kTileBytes, "merge space");
+};
+
+// Copies the K and V rows of keys first_key .. first_key + rows - 1 (ring rows first_row on,
+// wrapping at cache_rows) into a tile buffer, 16 bytes per copy, and commits the group.
+template <int kRowBytes>
+__device__ __forceinline__ void copy_tile(uint8_t* tile, const uint8_t* k_rows, const uint8_t* v_rows,
+                                          int64_t first_row, int rows, int64_t cache_rows, int64_t row_stride) {
+  constexpr int kPieces = kRowBytes / 16, kUnits = 2 * kTileKeys * kPieces;
+  // Not unrolled: unrolled, the compiler kept every copy's addresses in registers across tiles
+  // (164 registers for D = 512 and 2 heads; 17 copies per thread and tile).
+#pragma unroll 1
+  for (int step = 0; step < (kUnits + kDecodeThreads - 1) / kDecodeThreads; ++step) {
+    const int i = step * kDecodeThreads + static_cast<int>(threadIdx.x);
+    const int which = i / (kTileKeys * kPieces), r = (i / kPieces) % kTileKeys, piece = i % kPieces;
+    if (i < kUnits && r < rows) {
+      int64_t row = first_row + r;
+      if (row >= cache_rows) row -= cache_rows;
+      cp_async_16(tile + (which * kTileKeys + r) * kRowBytes + piece * 16,
+                  (which ? v_rows : k_rows) + row * row_stride + piece * 16);
+    }
+  }
+  cp_async_commit();
+}
+
+template <int D, int G>
+__global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(AttentionArgs a) {
+  using L = DecodeLayout<D, G>;
+  extern __shared__ __align__(16) uint8_t smem[];
+  float* score_parts = reinterpret_cast<float*>(smem + 2 * L::kTileBytes);  // [kSlabs][G][kTileKeys]
+  float* probs = score_parts + L::kSlabs * G * kTileKeys;                   // [kTileKeys][G]
+  float* factor = probs + kTileKeys * G;                                    // [G]
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int slab = warp % L::kSlabs, key_set = warp / L::kSlabs;
+  const int t = blockIdx.x / a.n_kv_heads, kv = blockIdx.x % a.n_kv_heads;
+  const bool per_row = a.k_row_caches != nullptr;
+  const int64_t query_pos = per_row ? a.positions[t] : a.positions[0] + t;
+  const int64_t first = a.window > 0 ? max(int64_t{0}, query_pos - a.window + 1) : 0;
+  const int64_t n_visible = query_pos - first + 1;
+  const int64_t chunk = (n_visible + a.n_splits - 1) / a.n_splits;
+  const int64_t begin = first + blockIdx.y * chunk;
+  const int64_t end = min(begin + chunk, query_pos + 1);
+  const int64_t n_cached = max(int64_t{0}, min(end, query_pos) - begin);  // keys before the step's own
+  const bool has_fresh = begin <= query_pos && query_pos < end;
+  const int n_tiles = static_cast<int>((n_cached + kTileKeys - 1) / kTileKeys);
+  const int64_t row_stride = static_cast<int64_t>(a.n_kv_heads) * a.cache_row_bytes;
+  const uint8_t* k_rows = (per_row ? a.k_row_caches[t] : a.k_cache) + kv * a.cache_row_bytes;
+  const uint8_t* v_rows = (per_row ? a.v_row_caches[t] : a.v_cache) + kv * a.cache_row_bytes;
+  const int64_t first_row = n_cached > 0 ? begin % a.cache_rows : 0;
+  // Earlier steps wrote these rows: an L2 hint for the first tile while the previous kernel runs
+  // (launch.cuh: no real read of another kernel's output before enter_kernel()).
+  for (int i = threadIdx.x; i < 2 * min(n_cached, int64_t{kTileKeys}) * ((L::kRowBytes + 127) / 128);
+       i += kDecodeThreads) {
+    const int per_row_lines = (L::kRowBytes + 127) / 128, r = i / (2 * per_row_lines), part = i % (2 * per_row_lines);
+    int64_t row = first_row + r;
+    if (row >= a.cache_rows) row -= a.cache_rows;
+    const uint8_t* base = (part < per_row_lines ? k_rows : v_rows) + row * row_stride;
+    prefetch_l2(base + min((part % per_row_lines) * 128, L::kRowBytes - 1));
+  }
+  enter_kernel();
+  if (n_tiles > 0)
+    copy_tile<L::kRowBytes>(smem, k_rows, v_rows, first_row, static_cast<int>(min(n_cached, int64_t{kTileKeys})),
+                            a.cache_rows, row_stride);
+
+  // This warp's slab of each head's query, scaled: [G][4]. (q, the fresh rows and out are read and
+  // written element by element: once per block, and views of any alignment are allowed.)
+  const int d0 = slab * 128 + lane * 4;
+  const int64_t q_head0 = static_cast<int64_t>(t) * a.n_heads + static_cast<int64_t>(kv) * G;
+  float q[G][4];
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) q[h][e] = a.q[(q_head0 + h) * D + d0 + e] * a.scale;
+  }
+  // The running softmax of the heads this warp owns (h = warp + 4 i), seeded by the fresh key.
+  const int64_t fresh = (static_cast<int64_t>(t) * a.n_kv_heads + kv) * D;  // this row's fresh K / V
+  float m_run[L::kHeadsPerWarp], l_run[L::kHeadsPerWarp];
+#pragma unroll
+  for (int i = 0; i < L::kHeadsPerWarp; ++i) {
+    const int h = warp + kDecodeWarps * i;
+    m_run[i] = -FLT_MAX;
+    l_run[i] = 0.0f;
+    if (h < G && has_fresh) {
+      const float* qh = a.q + (q_head0 + h) * D;
+      float dot = 0.0f;
+      for (int d = lane; d < D; d += 32) dot += qh[d] * a.scale * a.k_new[fresh + d];
+      m_run[i] = warp_sum(dot);
+      l_run[i] = 1.0f;
+    }
+  }
+  // The output of this warp's slab and keys, [G][4]: the fresh value row (p = 1) in key set 0.
+  float acc[G][4];
+  {
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (has_fresh && key_set == 0)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[e] = a.v_new[fresh + d0 + e];
+#pragma unroll
+    for (int h = 0; h < G; ++h)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[h][e] = v[e];
+  }
+
+  const LaneSlice slice(slab, lane);
+  for (int tile = 0; tile < n_tiles; ++tile) {
+    const int rows = static_cast<int>(min(int64_t{kTileKeys}, n_cached - static_cast<int64_t>(tile) * kTileKeys));
+    cp_async_wait<0>();
+    __syncthreads();  // this tile has landed, and every warp is done with the other buffer
+    if (tile + 1 < n_tiles) {
+      int64_t next_row = first_row + static_cast<int64_t>(tile + 1) * kTileKeys;
+      if (next_row >= a.cache_rows) next_row -= a.cache_rows;  // first_row < cache_rows, tiles < cache_rows
+      copy_tile<L::kRowBytes>(
+          smem + ((tile + 1) & 1) * L::kTileBytes, k_rows, v_rows, next_row,
+          static_cast<int>(min(int64_t{kTileKeys}, n_cached - static_cast<int64_t>(tile + 1) * kTileKeys)),
+          a.cache_rows, row_stride);
+    }
+    const uint8_t* k_tile = smem + (tile & 1) * L::kTileBytes;
+    const uint8_t* v_tile = k_tile + kTileKeys * L::kRowBytes;
+
+    // Scores: this slab's share of q . k for kKeysAtOnce keys x G heads per transposed sum. Keys
+    // past `rows` read stale bytes; their sums are never read.
+    constexpr int kValues = L::kKeysAtOnce * G, kLanesPerValue = 32 / kValues;
+    for (int j0 = key_set * L::kKeysAtOnce; j0 < rows; j0 += L::kKeySets * L::kKeysAtOnce) {
+      float s[kValues];
+#pragma unroll
+      for (int u = 0; u < L::kKeysAtOnce; ++u) {
+        float c[4];
+        const float scale = slice.load(k_tile + (j0 + u) * L::kRowBytes, c);
+#pragma unroll
+        for (int h = 0; h < G; ++h)
+          s[u * G + h] = scale * (q[h][0] * c[0] + q[h][1] * c[1] + q[h][2] * c[2] + q[h][3] * c[3]);
+      }
+      const float sum = warp_sums_transposed<kValues>(s);
+      if (lane % kLanesPerValue == 0) {
+        const int value = lane / kLanesPerValue, u = value / G, h = value % G;
+        score_parts[(slab * G + h) * kTileKeys + j0 + u] = sum;
+      }
+    }
+    __syncthreads();
+
+    // Softmax: lane j takes key j of each head this warp owns.
+#pragma unroll
+    for (int i = 0; i < L::kHeadsPerWarp; ++i) {
+      const int h = warp + kDecodeWarps * i;
+      if (h >= G) break;
+      float s = -FLT_MAX;
+      if (lane < rows) {
+        s = 0.0f;
+#pragma unroll
+        for (int sl = 0; sl < L::kSlabs; ++sl) s += score_parts[(sl * G + h) * kTileKeys + lane];
+      }
+      const float m_new = fmaxf(m_run[i], warp_max(s));
+      const float p = lane < rows ? expf(s - m_new) : 0.0f;
+      const float f = expf(m_run[i] - m_new);
+      l_run[i] = l_run[i] * f + warp_sum(p);
+      m_run[i] = m_new;
+      probs[lane * G + h] = p;
+      if (lane == 0) factor[h] = f;
+    }
+    __syncthreads();
+
+    // Values: rescale the running output, then add p * v over this warp's keys.
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      const float f = factor[h];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[h][e] *= f;
+    }
+#pragma unroll 2
+    for (int j = key_set; j < rows; j += L::kKeySets) {
+      float c[4];
+      const float scale = slice.load(v_tile + j * L::kRowBytes, c);
+#pragma unroll
+      for (int h = 0; h < G; ++h) {
+        const float w = probs[j * G + h] * scale;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[h][e] += w * c[e];
+      }
+    }
+  }
+
+  // The key sets' outputs meet in the (now idle) tile buffers; each owner warp publishes its
+  // heads' max and sum.
+  float* merged = reinterpret_cast<float*>(smem);  // [kKeySets - 1][G][D]
+  float* head_max = factor;                        // reuses [G]: every warp is past the last tile
+  float* head_sum = probs;
+  __syncthreads();
+  if (key_set > 0)
+#pragma unroll
+    for (int h = 0; h < G; ++h)
+      *reinterpret_cast<float4*>(merged + ((key_set - 1) * G + h) * D + d0) =
+          make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+#pragma unroll
+  for (int i = 0; i < L::kHeadsPerWarp; ++i) {
+    const int h = warp + kDecodeWarps * i;
+    if (h < G && lane == 0) head_max[h] = m_run[i], head_sum[h] = l_run[i];
+  }
+  __syncthreads();
+  if (key_set != 0) return;
+#pragma unroll
+  for (int h = 0; h < G; ++h) {
+#pragma unroll
+    for (int other = 1; other < L::kKeySets; ++other) {
+      const float4 v = *reinterpret_cast<const float4*>(merged + ((other - 1) * G + h) * D + d0);
+      acc[h][0] += v.x, acc[h][1] += v.y, acc[h][2] += v.z, acc[h][3] += v.w;
+    }
+    const int64_t head = q_head0 + h;
+    if (a.n_splits == 1) {
+      const float inv = 1.0f / head_sum[h];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) a.out[head * D + d0 + e] = acc[h][e] * inv;
+    } else {
+      float* part = a.partial + (head * a.n_splits + blockIdx.y) * (D + 2);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) part[d0 + e] = acc[h][e];
+      if (slab == 0 && lane == 0) part[D] = head_max[h], part[D + 1] = head_sum[h];
+    }
+  }
+}
+
+template <int D, int G>
+cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
+  constexpr size_t smem = DecodeLayout<D, G>::kSmemBytes;
+  auto kernel = attention_decode_kernel<D, G>;
+  const cudaError_t err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  const dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_kv_heads), static_cast<unsigned>(a.n_splits));
+  return launch_kernel(kernel, grid, kDecodeThreads, smem, stream, a);
+}
+
+template <int D>
+cudaError_t launch_decode_group(const AttentionArgs& a, cudaStream_t stream) {
+  switch (a.n_heads / a.n_kv_heads) {
+    case 1: return launch_decode<D, 1>(a, stream);
+    case 2: return launch_decode<D, 2>(a, stream);
+    case 4: return launch_decode<D, 4>(a, stream);
+    case 8: return launch_decode<D, 8>(a, stream);
+    case 16:
+      if constexpr (D * 16 <= 4096) return launch_decode<D, 16>(a, stream);
+      return cudaErrorInvalidValue;
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+bool decode_by_kv_head_applies(int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, DType cache_type) {
+  if (cache_type != DType::q8_0 || (head_dim != 256 && head_dim != 512) || n_kv_heads <= 0 || n_heads % n_kv_heads)
+    return false;
+  // G x 4 query and G x 4 output registers per lane: 16 heads of 512 spill
+  const int64_t group = n_heads / n_kv_heads;
+  return (group == 1 || group == 2 || group == 4 || group == 8 || group == 16) && group * head_dim <= 4096;
+}
+
+int64_t decode_by_kv_head_tile_keys() { return kTileKeys; }
+
+cudaError_t launch_attention_by_kv_head(const AttentionArgs& a, cudaStream_t stream) {
+  if (!decode_by_kv_head_applies(a.n_heads, a.n_kv_heads, a.head_dim, a.cache_type) || a.n_splits < 1 ||
+      (a.n_splits > 1 && !a.partial) || (!a.k_row_caches && a.n_tokens != 1))
+    return cudaErrorInvalidValue;
+  // cp.async copies 16-byte pieces: rows of 272 and 544 bytes keep them aligned from an aligned base
+  if (!a.k_row_caches && ((reinterpret_cast<uintptr_t>(a.k_cache) | reinterpret_cast<uintptr_t>(a.v_cache)) % 16))
+    return cudaErrorMisalignedAddress;
+  return a.head_dim == 256 ? launch_decode_group<256>(a, stream) : launch_decode_group<512>(a, stream);
+}
+
+#else  // HIP: no cp.async; decode keeps the SIMT kernel
+
+bool decode_by_kv_head_applies(int64_t, int64_t, int64_t, DType) { return false; }
+int64_t decode_by_kv_head_tile_keys() { return 0; }
+cudaError_t launch_attention_by_kv_head(const AttentionArgs&, cudaStream_t) { return cudaErrorInvalidValue; }
+
+#endif
+
+}  // namespace fl::cuda
