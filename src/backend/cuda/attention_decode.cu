@@ -10,9 +10,9 @@
 // and V rows (34-byte Q8_0 blocks) are copied to shared memory by cp.async, the next tile's copy in
 // flight while this one is used. Per tile, with 4 warps:
 //   scores   warp w takes head-dim slab w % kSlabs (128 elements, 4 per lane) of every head, for
-//            every kKeySets-th key; a transposed butterfly sums kKeysAtOnce keys x G heads over
-//            the warp at once (9 shuffles for 8 values, where one warp_sum each took 40), and the
-//            slabs' sums meet in shared memory;
+//            every kKeySets-th key; a transposed butterfly sums kKeysAtOnce keys x G heads (32
+//            values) over the warp at once (31 shuffles, where a warp_sum each took 160), and
+//            the slabs' sums meet in shared memory;
 //   softmax  warp w owns heads w, w + 4, ...: lane j holds key j's score (kTileKeys is 32), keeps
 //            the running max and sum, and writes p and the rescale factor of the running output;
 //   values   warp w adds p * V for its slab's 4 elements per lane, all G heads, its keys.
@@ -40,30 +40,31 @@ constexpr int kDecodeThreads = kDecodeWarps * 32;
 constexpr int kTileKeys = 32;  // one key per lane in the softmax step
 static_assert(kWarp == 32, "the lane layout below is for 32-lane warps");
 
-constexpr int log2_of(int n) { return n <= 1 ? 0 : 1 + log2_of(n / 2); }
-
 // Sums each of N values (N a power of two <= 32) over the warp: the first log2(N) exchanges halve
 // the values a lane carries (it keeps the half its lane bit selects, plus its partner's share of
 // that half), then a plain reduction. Value i ends in lane i * (32 / N) (and its neighbours up
-// to the next such lane). N - 1 + 5 - log2(N) shuffles in all.
+// to the next such lane). N - 1 + 5 - log2(N) shuffles in all. Written as a recursion on the
+// width so that every index is a constant (a loop over the levels put the values in local memory).
+template <int kWidth, int kOffset, int N>
+__device__ __forceinline__ void halve_values(float (&v)[N], int lane) {
+  if constexpr (kWidth > 1) {
+    const bool upper = lane & kOffset;
+#pragma unroll
+    for (int i = 0; i < kWidth / 2; ++i) {
+      const float keep = upper ? v[i + kWidth / 2] : v[i];
+      const float send = upper ? v[i] : v[i + kWidth / 2];
+      v[i] = keep + gpu::shfl_xor(send, kOffset);
+    }
+    halve_values<kWidth / 2, kOffset / 2>(v, lane);
+  }
+}
 template <int N>
 __device__ __forceinline__ float warp_sums_transposed(float (&v)[N]) {
   static_assert(N >= 1 && N <= 32 && (N & (N - 1)) == 0, "N is a power of two up to 32");
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int stage = 0; stage < log2_of(N); ++stage) {
-    const int width = N >> stage, offset = 16 >> stage;
-    const bool upper = lane & offset;
-#pragma unroll
-    for (int i = 0; i < width / 2; ++i) {
-      const float keep = upper ? v[i + width / 2] : v[i];
-      const float send = upper ? v[i] : v[i + width / 2];
-      v[i] = keep + gpu::shfl_xor(send, offset);
-    }
-  }
+  halve_values<N, 16>(v, threadIdx.x % 32);
   float r = v[0];
 #pragma unroll
-  for (int offset = 16 >> log2_of(N); offset > 0; offset /= 2) r += gpu::shfl_xor(r, offset);
+  for (int offset = 16 / N; offset > 0; offset /= 2) r += gpu::shfl_xor(r, offset);
   return r;
 }
 
@@ -101,11 +102,17 @@ struct DecodeLayout {
   static constexpr int kRowBytes = D / 32 * 34;
   static constexpr int kSlabs = D / 128;                  // warps across the head dim
   static constexpr int kKeySets = kDecodeWarps / kSlabs;  // warps across a tile's keys
-  static constexpr int kKeysAtOnce = G >= 8 ? 1 : 8 / G;  // keys per transposed sum: 8 values (16 for G = 16)
+  // Keys per transposed sum: 32 values (keys x heads) fill the warp, so one butterfly of 5 levels
+  // sums several keys and its shuffles overlap; a key at a time (8 values for G = 8) left each
+  // warp a chain of ~200 cycles per key.
+  static constexpr int kKeysAtOnce = 32 / G < kTileKeys / kKeySets ? 32 / G : kTileKeys / kKeySets;
+  // score parts [kSlabs][G][kScoreStride]: the butterfly's lane u * G + h stores key j0 + u of
+  // head h, banks h * kKeysAtOnce + u, all distinct
+  static constexpr int kScoreStride = kTileKeys + kKeysAtOnce;
   static constexpr int kHeadsPerWarp = (G + kDecodeWarps - 1) / kDecodeWarps;  // softmax owners
   static constexpr int kTileBytes = 2 * kTileKeys * kRowBytes;                 // K rows, then V rows
   // shared memory: 2 tiles | score parts [kSlabs][G][kTileKeys] | p [kTileKeys][G] | factor [G]
-  static constexpr size_t kSmemBytes = 2 * kTileBytes + sizeof(float) * (kSlabs * G * kTileKeys + kTileKeys * G + G);
+  static constexpr size_t kSmemBytes = 2 * kTileBytes + sizeof(float) * (kSlabs * G * kScoreStride + kTileKeys * G + G);
   static_assert(D % 256 == 0 && kSlabs <= kDecodeWarps, "head dims 256 and 512");
   static_assert(kRowBytes % 16 == 0, "rows copied in 16-byte pieces");
   static_assert(kTileKeys % (kKeySets * kKeysAtOnce) == 0, "whole key steps per tile");
@@ -139,8 +146,8 @@ template <int D, int G>
 __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(AttentionArgs a) {
   using L = DecodeLayout<D, G>;
   extern __shared__ __align__(16) uint8_t smem[];
-  float* score_parts = reinterpret_cast<float*>(smem + 2 * L::kTileBytes);  // [kSlabs][G][kTileKeys]
-  float* probs = score_parts + L::kSlabs * G * kTileKeys;                   // [kTileKeys][G]
+  float* score_parts = reinterpret_cast<float*>(smem + 2 * L::kTileBytes);  // [kSlabs][G][kScoreStride]
+  float* probs = score_parts + L::kSlabs * G * L::kScoreStride;             // [kTileKeys][G]
   float* factor = probs + kTileKeys * G;                                    // [G]
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -246,7 +253,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
       const float sum = warp_sums_transposed<kValues>(s);
       if (lane % kLanesPerValue == 0) {
         const int value = lane / kLanesPerValue, u = value / G, h = value % G;
-        score_parts[(slab * G + h) * kTileKeys + j0 + u] = sum;
+        score_parts[(slab * G + h) * L::kScoreStride + j0 + u] = sum;
       }
     }
     __syncthreads();
@@ -260,7 +267,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
       if (lane < rows) {
         s = 0.0f;
 #pragma unroll
-        for (int sl = 0; sl < L::kSlabs; ++sl) s += score_parts[(sl * G + h) * kTileKeys + lane];
+        for (int sl = 0; sl < L::kSlabs; ++sl) s += score_parts[(sl * G + h) * L::kScoreStride + lane];
       }
       const float m_new = fmaxf(m_run[i], warp_max(s));
       const float p = lane < rows ? expf(s - m_new) : 0.0f;
@@ -279,7 +286,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[h][e] *= f;
     }
-#pragma unroll 2
+#pragma unroll 4
     for (int j = key_set; j < rows; j += L::kKeySets) {
       float c[4];
       const float scale = slice.load(v_tile + j * L::kRowBytes, c);
