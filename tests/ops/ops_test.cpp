@@ -688,7 +688,7 @@ TEST_F(CudaOps, AttentionAndKvWriteAcrossRingRollovers) {
       // dims 256 and 512: 4 heads per KV head (Qwen3.5-4B), 1 head, 2 heads of 512 in a window
       // whose ring wraps inside a tile, 16 heads at 1, 2 and 33 keys (no tile, a partial one)
       {256, 16, 4, 0, 500, 1},  {256, 8, 8, 0, 100, 1},   {512, 16, 8, 100, 1500, 1}, {256, 16, 1, 0, 1, 1},
-      {256, 16, 1, 0, 32, 1}};
+      {256, 16, 1, 0, 32, 1},   {512, 8, 8, 0, 300, 1},   {512, 16, 4, 0, 300, 1}};
   for (DType cache_type : {DType::f32, DType::bf16, DType::q8_0}) {
     if (!has_quant_format(cache_type)) continue;
     for (const Case& c : cases) {
@@ -796,14 +796,18 @@ TEST_F(CudaOps, AttentionRowsOneLaunchForManySequences) {
     int64_t D;
     int n_heads, n_kv, window, n_seqs;
   };
-  // 7 sequences take the SIMT kernel split along the context; 70 sequences of 8 query heads per
-  // KV head (Gemma 4's global shape, D = 512; Qwen3.5-35B-A3B's, D = 256) the tensor-core kernel,
-  // one block per sequence and KV head, with or without a window; 40 such sequences the same
-  // kernel split in two along the context (80 blocks for the H200's 132 SMs).
+  // f32 caches: 7 sequences take the SIMT kernel split along the context; 70 sequences of 8 query
+  // heads per KV head (Gemma 4's global shape, D = 512; Qwen3.5-35B-A3B's, D = 256) the
+  // tensor-core kernel, one block per sequence and KV head, with or without a window; 40 such
+  // sequences the same kernel split in two along the context (80 blocks for the H200's 132 SMs).
+  // Q8_0 caches of head dims 256 and 512 take the kernel by KV head at ~4 blocks per SM: 70
+  // sequences of 2-head groups in a 100-key window are one split each of up to 4 tiles, their
+  // ring wrapping inside the split.
   for (DType cache_type : {DType::f32, DType::q8_0})
     for (const Case& c :
          {Case{256, 16, 8, 64, 7}, Case{512, 16, 2, 0, 7}, Case{16, 4, 1, 8, 7}, Case{512, 16, 2, 0, 70},
-          Case{512, 16, 2, 100, 70}, Case{256, 16, 2, 0, 70}, Case{512, 16, 2, 0, 40}, Case{256, 16, 2, 100, 40}}) {
+          Case{512, 16, 2, 100, 70}, Case{256, 16, 2, 0, 70}, Case{512, 16, 2, 0, 40}, Case{256, 16, 2, 100, 40},
+          Case{256, 16, 8, 100, 70}}) {
       SCOPED_TRACE(std::string(dtype_name(cache_type)) + " D=" + std::to_string(c.D) + " window=" +
                    std::to_string(c.window) + " sequences=" + std::to_string(c.n_seqs));
       std::vector<int64_t> pasts = {0, 5, 63, 64, 65, 200, 333};

@@ -134,7 +134,8 @@ __device__ __forceinline__ void copy_tile(uint8_t* tile, const uint8_t* k_rows, 
     const int which = i / (kTileKeys * kPieces), r = (i / kPieces) % kTileKeys, piece = i % kPieces;
     if (i < kUnits && r < rows) {
       int64_t row = first_row + r;
-      if (row >= cache_rows) row -= cache_rows;
+      if (row >= cache_rows) row -= cache_rows;     // a split's keys are fewer than the ring's rows
+      if (row >= cache_rows) row = cache_rows - 1;  // (or a position past a linear cache: stay inside)
       cp_async_16(tile + (which * kTileKeys + r) * kRowBytes + piece * 16,
                   (which ? v_rows : k_rows) + row * row_stride + piece * 16);
     }
@@ -228,7 +229,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
     __syncthreads();  // this tile has landed, and every warp is done with the other buffer
     if (tile + 1 < n_tiles) {
       int64_t next_row = first_row + static_cast<int64_t>(tile + 1) * kTileKeys;
-      if (next_row >= a.cache_rows) next_row -= a.cache_rows;  // first_row < cache_rows, tiles < cache_rows
+      if (next_row >= a.cache_rows) next_row -= a.cache_rows;  // copy_tile keeps any row inside the cache
       copy_tile<L::kRowBytes>(
           smem + ((tile + 1) & 1) * L::kTileBytes, k_rows, v_rows, next_row,
           static_cast<int>(min(int64_t{kTileKeys}, n_cached - static_cast<int64_t>(tile + 1) * kTileKeys)),
@@ -379,7 +380,9 @@ cudaError_t launch_attention_by_kv_head(const AttentionArgs& a, cudaStream_t str
   if (!decode_by_kv_head_applies(a.n_heads, a.n_kv_heads, a.head_dim, a.cache_type) || a.n_splits < 1 ||
       (a.n_splits > 1 && !a.partial) || (!a.k_row_caches && a.n_tokens != 1))
     return cudaErrorInvalidValue;
-  // cp.async copies 16-byte pieces: rows of 272 and 544 bytes keep them aligned from an aligned base
+  // cp.async copies 16-byte pieces: packed rows of 272 and 544 bytes keep them aligned from an
+  // aligned base
+  if (a.cache_row_bytes != a.head_dim / 32 * 34) return cudaErrorInvalidValue;
   if (!a.k_row_caches && ((reinterpret_cast<uintptr_t>(a.k_cache) | reinterpret_cast<uintptr_t>(a.v_cache)) % 16))
     return cudaErrorMisalignedAddress;
   return a.head_dim == 256 ? launch_decode_group<256>(a, stream) : launch_decode_group<512>(a, stream);
