@@ -11,6 +11,7 @@
 #include <cfloat>
 
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_prefetch.cuh"
 #include "backend/cuda/device_common.cuh"
 
 namespace fl::cuda {
@@ -152,20 +153,6 @@ __device__ __forceinline__ void attend_keys(int64_t b, int64_t e, int D, float s
         if (chunk_start(c, lane) < D) chunk_axpy(vr[u][c], p, acc[c]);
     }
     m = m_new;
-  }
-}
-
-// Pulls the cached K and V rows of keys [b, e) (KV head g's slice of each row) into L2, the
-// block's threads taking the rows' 128-byte lines in turn.
-__device__ __forceinline__ void prefetch_cached_keys(const uint8_t* k_cache, const uint8_t* v_cache, int64_t b,
-                                                     int64_t e, int64_t cache_rows, int64_t row_stride,
-                                                     int64_t row_bytes) {
-  const int64_t lines = (row_bytes + 127) / 128 + 1;  // a row may straddle one more line than its size
-  for (int64_t i = threadIdx.x; i < (e - b) * 2 * lines; i += blockDim.x) {
-    const int64_t key = b + i / (2 * lines), part = i % (2 * lines);
-    const uint8_t* row = (part < lines ? k_cache : v_cache) + (key % cache_rows) * row_stride;
-    const int64_t offset = (part % lines) * 128;
-    prefetch_l2(row + (offset < row_bytes ? offset : row_bytes - 1));
   }
 }
 

@@ -25,6 +25,7 @@
 #include <cfloat>
 
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/attention_prefetch.cuh"
 #include "backend/cuda/device_common.cuh"
 #if !defined(FIRELINE_GPU_HIP)
 #include "backend/cuda/mma_sync.cuh"  // cp.async
@@ -111,7 +112,7 @@ struct DecodeLayout {
   static constexpr int kScoreStride = kTileKeys + kKeysAtOnce;
   static constexpr int kHeadsPerWarp = (G + kDecodeWarps - 1) / kDecodeWarps;  // softmax owners
   static constexpr int kTileBytes = 2 * kTileKeys * kRowBytes;                 // K rows, then V rows
-  // shared memory: 2 tiles | score parts [kSlabs][G][kTileKeys] | p [kTileKeys][G] | factor [G]
+  // shared memory: 2 tiles | score parts [kSlabs][G][kScoreStride] | p [kTileKeys][G] | factor [G]
   static constexpr size_t kSmemBytes = 2 * kTileBytes + sizeof(float) * (kSlabs * G * kScoreStride + kTileKeys * G + G);
   static_assert(D % 256 == 0 && kSlabs <= kDecodeWarps, "head dims 256 and 512");
   static_assert(kRowBytes % 16 == 0, "rows copied in 16-byte pieces");
@@ -168,16 +169,9 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
   const uint8_t* k_rows = (per_row ? a.k_row_caches[t] : a.k_cache) + kv * a.cache_row_bytes;
   const uint8_t* v_rows = (per_row ? a.v_row_caches[t] : a.v_cache) + kv * a.cache_row_bytes;
   const int64_t first_row = n_cached > 0 ? begin % a.cache_rows : 0;
-  // Earlier steps wrote these rows: an L2 hint for the first tile while the previous kernel runs
-  // (launch.cuh: no real read of another kernel's output before enter_kernel()).
-  for (int i = threadIdx.x; i < 2 * min(n_cached, int64_t{kTileKeys}) * ((L::kRowBytes + 127) / 128);
-       i += kDecodeThreads) {
-    const int per_row_lines = (L::kRowBytes + 127) / 128, r = i / (2 * per_row_lines), part = i % (2 * per_row_lines);
-    int64_t row = first_row + r;
-    if (row >= a.cache_rows) row -= a.cache_rows;
-    const uint8_t* base = (part < per_row_lines ? k_rows : v_rows) + row * row_stride;
-    prefetch_l2(base + min((part % per_row_lines) * 128, L::kRowBytes - 1));
-  }
+  // Earlier steps wrote these rows: the first tile's pulled into L2 while the previous kernel runs.
+  prefetch_cached_keys(k_rows, v_rows, begin, begin + min(n_cached, int64_t{kTileKeys}), a.cache_rows, row_stride,
+                       a.cache_row_bytes);
   enter_kernel();
   if (n_tiles > 0)
     copy_tile<L::kRowBytes>(smem, k_rows, v_rows, first_row, static_cast<int>(min(n_cached, int64_t{kTileKeys})),
