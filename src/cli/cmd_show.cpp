@@ -31,14 +31,7 @@ struct ShowOptions {
 
 // The tensor/expert-parallel plan over `tp` GPUs, with each weight's format as stored.
 nlohmann::ordered_json parallel_summary(const ModelSource& source, int tp, bool ep) {
-  const auto* gemma = std::get_if<Gemma4Config>(&source.config().arch);
-  if (!gemma) fail("--tp: the parallel plan covers Gemma 4 so far, not {}", source.config().architecture);
-  const std::string prefix = find_weight_prefix(source, "embed_tokens.weight").value_or("");
-  const ParallelPlan plan = plan_gemma4_parallel(*gemma, {tp, ep}, [&](const std::string& name, const std::vector<int64_t>&) {
-    const std::optional<Tensor> t = source.find(prefix + name);
-    if (!t) fail("{}: the model has no tensor {}", source.path(), prefix + name);
-    return t->dtype;
-  });
+  const ParallelPlan plan = plan_model_parallel(source.config(), {tp, ep}, source_weight_formats(source));
   nlohmann::ordered_json j;
   j["gpus"] = tp;
   j["expert_parallel"] = ep;

@@ -101,6 +101,9 @@ struct Qwen35Config {
   int num_experts_per_tok = 0;
   int moe_intermediate_size = 0;
   int shared_expert_intermediate_size = 0;
+  // One rank of a model split with --ep (model/rank_source.h): its experts are [expert_first,
+  // expert_first + expert_count) of every layer's; 0 = all of them.
+  int expert_first = 0, expert_count = 0;
   std::vector<int> eos_token_ids;
 
   int conv_channels() const { return 2 * linear_num_key_heads * linear_key_head_dim + linear_num_value_heads * linear_value_head_dim; }

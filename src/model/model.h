@@ -152,4 +152,9 @@ MemoryPlan plan_model_memory(const ModelSource& source, const LoadOptions& optio
 // memory plan exceeds the backend's free memory (with the numbers and what to reduce).
 std::unique_ptr<Model> load_model(const ModelSource& source, Backend& backend, const LoadOptions& options = {});
 
+class Communicator;
+// One rank of a model split with --tp (model/tensor_parallel.h) from its rank source
+// (model/rank_source.h), by the source's architecture; `comm` adds up the ranks' partial sums.
+std::unique_ptr<Model> make_rank_model(std::unique_ptr<ModelSource> rank_source, Backend& backend, Communicator& comm);
+
 }  // namespace fl

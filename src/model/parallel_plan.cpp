@@ -4,7 +4,10 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "io/model_source.h"
 #include "model/gemma4.h"
+#include "model/qwen35.h"
+#include "model/weight_loader.h"
 
 namespace fl {
 namespace {
@@ -39,9 +42,15 @@ int64_t tensor_bytes(DType dtype, const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+std::vector<std::pair<int64_t, int64_t>> shard_runs(const TensorShard& shard, int rank) {
+  if (!shard.runs.empty()) return shard.runs.at(rank);
+  return {{shard.begin.at(rank), shard.end.at(rank)}};
+}
+
 std::vector<int64_t> shard_shape(const TensorShard& shard, int rank) {
   std::vector<int64_t> shape = shard.shape;
-  const int64_t n = shard.end.at(rank) - shard.begin.at(rank);
+  int64_t n = 0;
+  for (auto [b, e] : shard_runs(shard, rank)) n += e - b;
   switch (shard.split) {
     case ShardSplit::replicated: break;
     case ShardSplit::rows:  // of a matrix; an expert stack splits by whole experts
@@ -51,9 +60,63 @@ std::vector<int64_t> shard_shape(const TensorShard& shard, int rank) {
   return shape;
 }
 
+namespace {
+
+int check_ranks(const ParallelOptions& options) {
+  if (options.tensor_parallel < 1) fail("--tp {}: the number of GPUs must be at least 1", options.tensor_parallel);
+  return options.tensor_parallel;
+}
+
+// Per rank, the shared heads (attention's KV heads, a DeltaNet layer's key heads) that its
+// heads read: `heads` heads (heads % N == 0) read `shared` ones in groups of heads / shared.
+// Dealt out when they divide; when there are fewer than ranks, each rank holds the one its heads
+// share (so a group must not straddle ranks). Empty when neither works.
+std::vector<std::pair<int64_t, int64_t>> shared_head_ranges(int64_t heads, int64_t shared, int N) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  const int64_t per_rank = heads / N;
+  if (shared % N == 0) {
+    for (int r = 0; r < N; ++r) out.push_back({r * (shared / N), (r + 1) * (shared / N)});
+  } else if (N % shared == 0 && (heads / shared) % per_rank == 0) {
+    const int64_t group = heads / shared;
+    for (int r = 0; r < N; ++r) out.push_back({r * per_rank / group, r * per_rank / group + 1});
+  }
+  return out;
+}
+
+// Layer l's MLP intermediate of width I dealt out in units of `block` (the down projection's
+// block, so its column split falls on block boundaries); the last rank takes the padded tail.
+std::vector<std::pair<int64_t, int64_t>> split_mlp_in_blocks(int64_t I, int64_t block, int N, int64_t l) {
+  const int64_t units = (I + block - 1) / block;
+  if (units < N)
+    fail("--tp {}: layer {}'s MLP width {} is {} blocks of {} weights, fewer than one per GPU", N, l, I, units, block);
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (auto [u0, u1] : deal(units, N)) out.push_back({u0 * block, std::min(u1 * block, I)});
+  return out;
+}
+
+// A weight spec's entry, in the format it will have, not split yet.
+TensorShard unsplit(const WeightSpec& spec, const WeightFormatOf& format_of) {
+  TensorShard t;
+  t.name = spec.name;
+  t.shape = spec.shape;
+  t.dtype = format_of(spec.name, spec.shape);
+  return t;
+}
+
+// Appends `t` with its per-rank ranges (none: replicated) and counts its bytes on each rank.
+void add_shard(ParallelPlan& plan, TensorShard t, const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+  for (int r = 0; r < plan.ranks; ++r) {
+    t.begin.push_back(t.split == ShardSplit::replicated ? 0 : ranges.at(r).first);
+    t.end.push_back(t.split == ShardSplit::replicated ? 0 : ranges.at(r).second);
+  }
+  for (int r = 0; r < plan.ranks; ++r) plan.rank_bytes[r] += tensor_bytes(t.dtype, shard_shape(t, r));
+  plan.tensors.push_back(std::move(t));
+}
+
+}  // namespace
+
 ParallelPlan plan_gemma4_parallel(const Gemma4Config& c, const ParallelOptions& options, const WeightFormatOf& format_of) {
-  const int N = options.tensor_parallel;
-  if (N < 1) fail("--tp {}: the number of GPUs must be at least 1", N);
+  const int N = check_ranks(options);
   if (c.num_heads % N) fail("--tp {}: the model's {} query heads do not divide into {} equal parts", N, c.num_heads, N);
   if (options.expert_parallel && c.enable_moe_block && c.num_experts < N)
     fail("--ep over {} GPUs: the model has only {} experts", N, c.num_experts);
@@ -70,26 +133,14 @@ ParallelPlan plan_gemma4_parallel(const Gemma4Config& c, const ParallelOptions& 
     const int64_t I = c.layers[l].intermediate_size;
     const std::string down = "layers." + std::to_string(l) + ".mlp.down_proj.weight";
     const int64_t block = dtype_traits(format_of(down, {c.hidden_size, I})).block_elems;
-    const int64_t units = (I + block - 1) / block;
-    if (units < N)
-      fail("--tp {}: layer {}'s MLP width {} is {} blocks of {} weights, fewer than one per GPU", N, l, I, units, block);
-    for (auto [u0, u1] : deal(units, N)) mlp_split[l].push_back({u0 * block, std::min(u1 * block, I)});
+    mlp_split[l] = split_mlp_in_blocks(I, block, N, static_cast<int64_t>(l));
   }
 
   for (const WeightSpec& spec : gemma4_weight_specs(c)) {
-    TensorShard t;
-    t.name = spec.name;
-    t.shape = spec.shape;
-    t.dtype = format_of(spec.name, spec.shape);
+    TensorShard t = unsplit(spec, format_of);
     const int l = layer_of(spec.name);
     const Gemma4LayerConfig* lc = l >= 0 ? &c.layers.at(l) : nullptr;
-    auto each_rank = [&](auto range_of) {
-      for (int r = 0; r < N; ++r) {
-        auto [b, e] = range_of(r);
-        t.begin.push_back(b);
-        t.end.push_back(e);
-      }
-    };
+    std::vector<std::pair<int64_t, int64_t>> ranges;
     if (N == 1) {
       // nothing splits
     } else if (ends_with(spec.name, "self_attn.q_proj.weight") || ends_with(spec.name, "self_attn.o_proj.weight")) {
@@ -98,60 +149,181 @@ ParallelPlan plan_gemma4_parallel(const Gemma4Config& c, const ParallelOptions& 
       if (t.split == ShardSplit::columns && heads_per_rank * D % block)
         fail("--tp {}: layer {}'s o_proj would be cut inside its {}-weight blocks ({} heads of {} per GPU)", N, l, block,
              heads_per_rank, D);
-      each_rank([&](int r) { return std::pair<int64_t, int64_t>{r * heads_per_rank * D, (r + 1) * heads_per_rank * D}; });
+      for (int r = 0; r < N; ++r) ranges.push_back({r * heads_per_rank * D, (r + 1) * heads_per_rank * D});
     } else if (ends_with(spec.name, "self_attn.k_proj.weight") || ends_with(spec.name, "self_attn.v_proj.weight")) {
       t.split = ShardSplit::rows;
       const int64_t D = lc->head_dim, nKV = lc->n_kv_heads;
-      if (nKV % N == 0) {
-        each_rank([&](int r) { return std::pair<int64_t, int64_t>{r * (nKV / N) * D, (r + 1) * (nKV / N) * D}; });
-      } else if (N % nKV == 0 && (c.num_heads / nKV) % heads_per_rank == 0) {
-        // Fewer KV heads than GPUs: each rank's query heads share one KV head, which it holds.
-        const int group = c.num_heads / static_cast<int>(nKV);
-        each_rank([&](int r) {
-          const int64_t kv = r * heads_per_rank / group;
-          return std::pair<int64_t, int64_t>{kv * D, (kv + 1) * D};
-        });
-      } else {
+      for (auto [h0, h1] : shared_head_ranges(c.num_heads, nKV, N)) ranges.push_back({h0 * D, h1 * D});
+      if (ranges.empty())
         fail("--tp {}: layer {} has {} KV heads, which neither divide into {} parts nor repeat evenly over {} GPUs", N,
              l, nKV, N, N);
-      }
     } else if (ends_with(spec.name, "mlp.gate_proj.weight") || ends_with(spec.name, "mlp.up_proj.weight") ||
                ends_with(spec.name, "mlp.down_proj.weight")) {
       t.split = ends_with(spec.name, "down_proj.weight") ? ShardSplit::columns : ShardSplit::rows;
-      each_rank([&](int r) { return mlp_split[l][r]; });
+      ranges = mlp_split[l];
     } else if (options.expert_parallel && (ends_with(spec.name, "experts.gate_up_proj") || ends_with(spec.name, "experts.down_proj"))) {
       t.split = ShardSplit::experts;
-      const auto experts = deal(c.num_experts, N);
-      each_rank([&](int r) { return experts[r]; });
+      ranges = deal(c.num_experts, N);
     }
-    if (t.split == ShardSplit::replicated) {
-      t.begin.assign(N, 0);
-      t.end.assign(N, 0);
-    }
-    for (int r = 0; r < N; ++r) plan.rank_bytes[r] += tensor_bytes(t.dtype, shard_shape(t, r));
-    plan.tensors.push_back(std::move(t));
+    add_shard(plan, std::move(t), ranges);
   }
   return plan;
+}
+
+ParallelPlan plan_qwen35_parallel(const Qwen35Config& c, const ParallelOptions& options,
+                                  const WeightFormatOf& format_of) {
+  const int N = check_ranks(options);
+  if (c.num_heads % N) fail("--tp {}: the model's {} query heads do not divide into {} equal parts", N, c.num_heads, N);
+  const int64_t nV = c.linear_num_value_heads, nK = c.linear_num_key_heads, dk = c.linear_key_head_dim,
+                dv = c.linear_value_head_dim, D = c.head_dim;
+  if (nV % N) fail("--tp {}: the model's {} linear-attention value heads do not divide into {} equal parts", N, nV, N);
+  if (options.expert_parallel && c.moe && c.num_experts < N)
+    fail("--ep over {} GPUs: the model has only {} experts", N, c.num_experts);
+
+  ParallelPlan plan;
+  plan.ranks = N;
+  plan.rank_bytes.assign(N, 0);
+  // After each mixer; after the feed-forward when it is split (a dense MLP, or experts with --ep).
+  plan.all_reduces_per_layer = N == 1 ? 0 : 1 + (!c.moe || options.expert_parallel ? 1 : 0);
+  const int64_t heads_per_rank = c.num_heads / N, values_per_rank = nV / N;
+  const auto kv_heads = shared_head_ranges(c.num_heads, c.num_kv_heads, N);
+  const auto key_heads = shared_head_ranges(nV, nK, N);
+  const bool has_linear = std::count(c.layer_types.begin(), c.layer_types.end(), AttentionType::linear) > 0;
+  const bool has_full = std::count(c.layer_types.begin(), c.layer_types.end(), AttentionType::linear) < c.num_layers;
+  if (N > 1 && has_full && kv_heads.empty())
+    fail("--tp {}: the model's {} KV heads neither divide into {} parts nor repeat evenly over {} GPUs", N,
+         c.num_kv_heads, N, N);
+  if (N > 1 && has_linear && key_heads.empty())
+    fail(
+        "--tp {}: the model's {} linear-attention key heads neither divide into {} parts nor repeat evenly over {} "
+        "GPUs",
+        N, nK, N, N);
+
+  for (const WeightSpec& spec : qwen35_weight_specs(c)) {
+    TensorShard t = unsplit(spec, format_of);
+    const int l = layer_of(spec.name);
+    const int64_t block = dtype_traits(t.dtype).block_elems;
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    // Rank r's value heads, and the ranges those make of a dimension `width` wide per head.
+    auto value_heads = [&](int64_t width) {
+      for (int r = 0; r < N; ++r) ranges.push_back({r * values_per_rank * width, (r + 1) * values_per_rank * width});
+    };
+    if (N == 1) {
+      // nothing splits
+    } else if (ends_with(spec.name, "linear_attn.in_proj_qkv.weight") ||
+               ends_with(spec.name, "linear_attn.conv1d.weight")) {
+      // Channels [Q of every key head | K of every key head | V of every value head]: the rank's
+      // three runs.
+      t.split = ShardSplit::rows;
+      for (int r = 0; r < N; ++r) {
+        const auto [k0, k1] = key_heads[r];
+        const int64_t v0 = r * values_per_rank, v1 = v0 + values_per_rank;
+        t.runs.push_back({{k0 * dk, k1 * dk},
+                          {nK * dk + k0 * dk, nK * dk + k1 * dk},
+                          {2 * nK * dk + v0 * dv, 2 * nK * dk + v1 * dv}});
+        ranges.push_back({k0 * dk, 2 * nK * dk + v1 * dv});
+      }
+    } else if (ends_with(spec.name, "linear_attn.in_proj_z.weight")) {
+      t.split = ShardSplit::rows;
+      value_heads(dv);
+    } else if (ends_with(spec.name, "linear_attn.in_proj_b.weight") ||
+               ends_with(spec.name, "linear_attn.in_proj_a.weight") || ends_with(spec.name, "linear_attn.A_log") ||
+               ends_with(spec.name, "linear_attn.dt_bias")) {
+      t.split = ShardSplit::rows;
+      value_heads(1);
+    } else if (ends_with(spec.name, "linear_attn.out_proj.weight")) {
+      t.split = ShardSplit::columns;
+      if (values_per_rank * dv % block)
+        fail("--tp {}: layer {}'s out_proj would be cut inside its {}-weight blocks ({} value heads of {} per GPU)", N,
+             l, block, values_per_rank, dv);
+      value_heads(dv);
+    } else if (ends_with(spec.name, "self_attn.q_proj.weight")) {
+      t.split = ShardSplit::rows;  // per head: D query rows, then D gate rows
+      for (int r = 0; r < N; ++r) ranges.push_back({r * heads_per_rank * 2 * D, (r + 1) * heads_per_rank * 2 * D});
+    } else if (ends_with(spec.name, "self_attn.o_proj.weight")) {
+      t.split = ShardSplit::columns;
+      if (heads_per_rank * D % block)
+        fail("--tp {}: layer {}'s o_proj would be cut inside its {}-weight blocks ({} heads of {} per GPU)", N, l,
+             block, heads_per_rank, D);
+      for (int r = 0; r < N; ++r) ranges.push_back({r * heads_per_rank * D, (r + 1) * heads_per_rank * D});
+    } else if (ends_with(spec.name, "self_attn.k_proj.weight") || ends_with(spec.name, "self_attn.v_proj.weight")) {
+      t.split = ShardSplit::rows;
+      for (auto [h0, h1] : kv_heads) ranges.push_back({h0 * D, h1 * D});
+    } else if (ends_with(spec.name, "mlp.gate_proj.weight") || ends_with(spec.name, "mlp.up_proj.weight") ||
+               ends_with(spec.name, "mlp.down_proj.weight")) {
+      // The dense MLP, in units of this layer's down projection's block.
+      t.split = ends_with(spec.name, "down_proj.weight") ? ShardSplit::columns : ShardSplit::rows;
+      const int64_t I = c.intermediate_size;
+      const std::string down = "layers." + std::to_string(l) + ".mlp.down_proj.weight";
+      const int64_t down_block = dtype_traits(format_of(down, {c.hidden_size, I})).block_elems;
+      ranges = split_mlp_in_blocks(I, down_block, N, l);
+    } else if (options.expert_parallel &&
+               (ends_with(spec.name, "mlp.experts.gate_up_proj") || ends_with(spec.name, "mlp.experts.down_proj"))) {
+      t.split = ShardSplit::experts;
+      ranges = deal(c.num_experts, N);
+    }
+    add_shard(plan, std::move(t), ranges);
+  }
+  return plan;
+}
+
+ParallelPlan plan_model_parallel(const ModelConfig& config, const ParallelOptions& options,
+                                 const WeightFormatOf& format_of) {
+  if (const auto* gemma = std::get_if<Gemma4Config>(&config.arch))
+    return plan_gemma4_parallel(*gemma, options, format_of);
+  return plan_qwen35_parallel(std::get<Qwen35Config>(config.arch), options, format_of);
+}
+
+bool has_routed_experts(const ModelConfig& config) {
+  if (const auto* gemma = std::get_if<Gemma4Config>(&config.arch)) return gemma->enable_moe_block;
+  return std::get<Qwen35Config>(config.arch).moe;
+}
+
+WeightFormatOf source_weight_formats(const ModelSource& source) {
+  const std::string prefix = find_weight_prefix(source, "embed_tokens.weight").value_or("");
+  return [&source, prefix](const std::string& name, const std::vector<int64_t>&) {
+    std::optional<Tensor> t = source.find(prefix + name);
+    if (!t) t = source.find(name);  // lm_head.weight sits outside the model prefix
+    if (!t && (ends_with(name, "experts.gate_up_proj") || ends_with(name, "experts.down_proj"))) {
+      // stored per expert: expert 0's part (the loader refuses experts of mixed formats)
+      const std::string base = prefix + name.substr(0, name.rfind('.') + 1) + "0.";
+      t = source.find(base + (ends_with(name, "gate_up_proj") ? "gate_proj.weight" : "down_proj.weight"));
+    }
+    if (!t) fail("{}: missing tensor '{}{}'", source.path(), prefix, name);
+    return t->dtype;
+  };
 }
 
 std::vector<uint8_t> extract_shard(const TensorShard& shard, int rank, const uint8_t* data) {
   const std::vector<int64_t> shape = shard_shape(shard, rank);
   std::vector<uint8_t> out(static_cast<size_t>(tensor_bytes(shard.dtype, shape)));
+  const DTypeTraits& traits = dtype_traits(shard.dtype);
   const int64_t K = shard.shape.back(), row = row_bytes(shard.dtype, K);
-  const int64_t b = shard.begin.at(rank), e = shard.end.at(rank);
   switch (shard.split) {
     case ShardSplit::replicated:
       std::memcpy(out.data(), data, out.size());
       break;
     case ShardSplit::rows:
     case ShardSplit::experts: {
-      // Rows of a matrix, or whole experts of a stack [E, out, in]: a contiguous run of units.
-      const int64_t unit = shard.split == ShardSplit::experts ? shard.shape[1] * row : row;
-      std::memcpy(out.data(), data + b * unit, static_cast<size_t>((e - b) * unit));
+      // Runs of whole slices along dim 0: rows of a matrix (or of [C, 1, k] conv taps), elements of
+      // a vector, whole experts of a stack [E, out, in].
+      int64_t unit = row;
+      if (shard.shape.size() == 1) {
+        if (traits.block_elems != 1)
+          fail("{}: a {} vector cannot be split by element", shard.name, dtype_name(shard.dtype));
+        unit = traits.block_bytes;
+      }
+      for (size_t i = 1; i + 1 < shard.shape.size(); ++i) unit *= shard.shape[i];
+      uint8_t* at = out.data();
+      for (auto [b, e] : shard_runs(shard, rank)) {
+        std::memcpy(at, data + b * unit, static_cast<size_t>((e - b) * unit));
+        at += (e - b) * unit;
+      }
       break;
     }
     case ShardSplit::columns: {
-      const DTypeTraits& traits = dtype_traits(shard.dtype);
+      if (!shard.runs.empty()) fail("{}: a column split of several runs", shard.name);
+      const int64_t b = shard.begin.at(rank), e = shard.end.at(rank);
       if (b % traits.block_elems) fail("{}: column split at {} is inside a block of {}", shard.name, b, traits.block_elems);
       const int64_t first = b / traits.block_elems * traits.block_bytes, piece = row_bytes(shard.dtype, e - b);
       int64_t rows = 1;

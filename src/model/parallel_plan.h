@@ -7,6 +7,13 @@
 // contiguous blocks, and the expert block's output is all-reduced too. Embeddings, the LM head,
 // norms and routers are replicated.
 //
+// Qwen3.5's Gated DeltaNet layers split the same way by head: a rank owns whole value heads (their
+// rows of in_proj_z/b/a, A_log, dt_bias, out_proj's columns) and the key heads those read; its
+// rows of the fused in_proj_qkv (and the conv taps of those channels) are three runs, its Q, K and
+// V heads. Its MoE block (routed experts and the shared expert) stays whole on every rank unless
+// --ep deals the routed experts out: a split shared expert would save each rank a few hundred KB
+// per layer but cost an all-reduce per layer, which at decode takes longer than reading them.
+//
 // Quantized rows are packed in blocks along K (HFQ4: 256 or 128 weights per block), so a column
 // split of o_proj / down_proj can only cut at block boundaries: the plan splits the MLP
 // intermediate in units of the down projection's block, which makes shards unequal when I / N is
@@ -18,12 +25,14 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
 #include "io/hf_config.h"
-
 namespace fl {
+
+class ModelSource;
 
 enum class ShardSplit {
   replicated,  // every rank holds the whole tensor
@@ -38,6 +47,10 @@ struct TensorShard {
   DType dtype = DType::f32;     // the format the split was planned for
   ShardSplit split = ShardSplit::replicated;
   std::vector<int64_t> begin, end;  // per rank: the [begin, end) range along the split dim
+  // A rows split whose rank part is several runs of the split dim, in order (Qwen3.5's fused
+  // in_proj_qkv and conv taps: the rank's Q, K and V heads); empty when the part is [begin, end),
+  // else begin/end are the first run's start and the last run's end.
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> runs;
 };
 
 struct ParallelOptions {
@@ -60,6 +73,22 @@ using WeightFormatOf = std::function<DType(const std::string& name, const std::v
 // than ranks).
 ParallelPlan plan_gemma4_parallel(const Gemma4Config& config, const ParallelOptions& options,
                                   const WeightFormatOf& format_of);
+// Likewise for Qwen3.5 (value heads or linear key heads that do not split evenly are errors too).
+ParallelPlan plan_qwen35_parallel(const Qwen35Config& config, const ParallelOptions& options,
+                                  const WeightFormatOf& format_of);
+// The plan for whichever architecture `config` is.
+ParallelPlan plan_model_parallel(const ModelConfig& config, const ParallelOptions& options,
+                                 const WeightFormatOf& format_of);
+// Whether the architecture has routed experts for --ep to deal out.
+bool has_routed_experts(const ModelConfig& config);
+
+// Each tensor's format as `source` stores it, by weight-spec name (under the source's model
+// prefix; lm_head.weight outside it). A fused expert stack the source holds per expert
+// (mlp.experts.{e}.{gate,up,down}_proj.weight) has expert 0's format. Fails naming a missing tensor.
+WeightFormatOf source_weight_formats(const ModelSource& source);
+
+// Rank `rank`'s [begin, end) runs along the split dim: `runs[rank]`, or the one range.
+std::vector<std::pair<int64_t, int64_t>> shard_runs(const TensorShard& shard, int rank);
 
 // The bytes of rank `rank`'s part of a packed tensor `data` (the layout of core/dtype.h: rows of
 // ceil(K / block) blocks), as a contiguous tensor of the shard's shape.

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/communicator.h"
 #include "core/error.h"
 #include "model/batched_decode.h"
 #include "model/decode_graph.h"
@@ -105,6 +106,15 @@ class Qwen35Model final : public Model {
       }
     }
     inv_freq_ = make_inv_freq();
+  }
+
+  // One rank of a model split with --tp (model/rank_source.h): the rank's shards come from
+  // `rank_source`, which the model keeps, and `comm` adds up the partial sums of out_proj /
+  // o_proj, the dense MLP's down_proj and (with --ep) the routed experts.
+  Qwen35Model(std::unique_ptr<ModelSource> rank_source, Backend& backend, Communicator& comm)
+      : Qwen35Model(*rank_source, backend) {
+    rank_source_ = std::move(rank_source);
+    comm_ = &comm;
   }
 
   const ModelConfig& config() const override { return source_config_; }
@@ -339,6 +349,7 @@ class Qwen35Model final : public Model {
     b.rms_norm(heads, heads, &layer.mixer_norm, NormGain::weight, c_.rms_norm_eps);
     b.gated_activation(heads, z.reshape({T * nV, dv}), heads, Activation::silu);
     b.matmul(out, core.reshape({T, nV * dv}), layer.out_proj);
+    if (comm_) comm_->all_reduce_sum(out);  // a rank's value heads' share of out_proj: the sum over ranks
   }
 
   // ---- gated full attention: x [T, H] (normed) -> out [T, H]; appends K/V to each cache ----
@@ -381,6 +392,7 @@ class Qwen35Model final : public Model {
     }
     b.sigmoid_gate(attn, query_gate.narrow(2, D, D));
     b.matmul(out, attn.reshape({T, nH * D}), layer.o_proj);
+    if (comm_) comm_->all_reduce_sum(out);  // likewise for a rank's heads
   }
 
   // ---- feed-forward: x [T, H] (normed) -> out [T, H] ----
@@ -398,6 +410,7 @@ class Qwen35Model final : public Model {
     };
     if (!c_.moe) {
       swiglu(out, layer.gate_proj, layer.up_proj, layer.down_proj, c_.intermediate_size);
+      if (comm_) comm_->all_reduce_sum(out);  // a rank's slice of the intermediate
       return;
     }
     // Routed experts: softmax over all experts, top-k, renormalised (no per-expert scale).
@@ -407,7 +420,11 @@ class Qwen35Model final : public Model {
     Tensor expert_weights = arena.alloc(DType::f32, {T, K});
     Tensor expert_ids = arena.alloc(DType::i32, {T, K});
     b.moe_route(expert_weights, expert_ids, router_logits, nullptr);
+    // Expert parallel: every rank routes over all experts, runs its own and adds up the rest. The
+    // shared expert is whole on every rank (model/parallel_plan.h), so it is added after the sum.
+    if (c_.expert_count > 0) b.moe_keep_experts(expert_ids, expert_weights, c_.expert_first, c_.expert_count);
     b.moe_experts(out, x, layer.experts_gate_up, layer.experts_down, expert_ids, expert_weights, Activation::silu);
+    if (comm_ && c_.expert_count > 0) comm_->all_reduce_sum(out);
     // Shared expert, always on, scaled by sigmoid(w_gate . x).
     Tensor shared = arena.alloc(DType::f32, {T, H});
     swiglu(shared, layer.shared_gate_proj, layer.shared_up_proj, layer.shared_down_proj,
@@ -421,18 +438,19 @@ class Qwen35Model final : public Model {
   // Experts as fused stacks, from either checkpoint layout: mlp.experts.gate_up_proj [E, 2 I, H]
   // and mlp.experts.down_proj [E, H, I], or per expert mlp.experts.{e}.{gate,up,down}_proj.weight
   // ([I, H], [I, H], [H, I]), which are packed here into the fused form (whole rows are copied,
-  // so this works for every weight format: rows are packed independently).
+  // so this works for every weight format: rows are packed independently). An expert-parallel
+  // rank's stacks hold its own experts only (the router still scores all E).
   void load_experts(const ModelSource& source, WeightLoader& w, int64_t l, Qwen35Layer& layer) {
     const int64_t H = c_.hidden_size, E = c_.num_experts, I = c_.moe_intermediate_size,
-                  Is = c_.shared_expert_intermediate_size;
+                  Is = c_.shared_expert_intermediate_size, held = c_.expert_count > 0 ? c_.expert_count : E;
     const std::string p = layer_prefix(l) + "mlp.";
     layer.router = w.get(p + "gate.weight", {E, H});
     layer.shared_gate_proj = w.get(p + "shared_expert.gate_proj.weight", {Is, H});
     layer.shared_up_proj = w.get(p + "shared_expert.up_proj.weight", {Is, H});
     layer.shared_down_proj = w.get(p + "shared_expert.down_proj.weight", {H, Is});
     layer.shared_expert_gate = w.get(p + "shared_expert_gate.weight", {1, H});
-    layer.experts_gate_up = w.get_optional(p + "experts.gate_up_proj", {E, 2 * I, H});
-    layer.experts_down = w.get_optional(p + "experts.down_proj", {E, H, I});
+    layer.experts_gate_up = w.get_optional(p + "experts.gate_up_proj", {held, 2 * I, H});
+    layer.experts_down = w.get_optional(p + "experts.down_proj", {held, H, I});
     if (layer.experts_gate_up.data && layer.experts_down.data) return;
     if (layer.experts_gate_up.data || layer.experts_down.data)
       fail("{}: layer {} has only one of the fused expert tensors gate_up_proj and down_proj", source.path(), l);
@@ -440,10 +458,12 @@ class Qwen35Model final : public Model {
     layer.experts_down = stack_experts(source, w, p, {"down_proj"}, H, I);
   }
 
-  // [E, parts * rows, cols] from mlp.experts.{e}.{part}.weight [rows, cols], parts in order.
+  // [E, parts * rows, cols] from mlp.experts.{e}.{part}.weight [rows, cols], parts in order (E:
+  // the experts this model holds).
   Tensor stack_experts(const ModelSource& source, const WeightLoader& w, const std::string& p,
                        std::initializer_list<const char*> parts, int64_t rows, int64_t cols) {
-    const int64_t E = c_.num_experts, n_parts = static_cast<int64_t>(parts.size());
+    const int64_t E = c_.expert_count > 0 ? c_.expert_count : c_.num_experts,
+                  n_parts = static_cast<int64_t>(parts.size());
     std::optional<DType> dtype;
     std::vector<Tensor> pieces;
     for (int64_t e = 0; e < E; ++e)
@@ -490,6 +510,8 @@ class Qwen35Model final : public Model {
   std::vector<Qwen35Layer> layers_;
   std::unique_ptr<DeviceBuffer> inv_freq_storage_;
   std::vector<HostBuffer> stacked_experts_;
+  std::unique_ptr<ModelSource> rank_source_;  // one rank of a split model: its shards (CPU weights are views of them)
+  Communicator* comm_ = nullptr;              // one rank of a split model: the all-reduce
 };
 
 }  // namespace
@@ -596,6 +618,12 @@ MemoryPlan qwen35_memory_plan(const ModelSource& source, const LoadOptions& o) {
 
 std::unique_ptr<Model> make_qwen35_model(const ModelSource& source, Backend& backend) {
   return std::make_unique<Qwen35Model>(source, backend);
+}
+
+std::unique_ptr<Model> make_qwen35_rank_model(std::unique_ptr<ModelSource> rank_source, Backend& backend,
+                                              Communicator& comm) {
+  if (!rank_source) fail("make_qwen35_rank_model: no rank source");
+  return std::make_unique<Qwen35Model>(std::move(rank_source), backend, comm);
 }
 
 }  // namespace fl

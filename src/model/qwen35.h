@@ -9,7 +9,16 @@
 
 namespace fl {
 
+class Communicator;
+
 std::unique_ptr<Model> make_qwen35_model(const ModelSource& source, Backend& backend);
+
+// One rank of a model split with --tp (issue 10): built from the rank's source
+// (model/rank_source.h), which it keeps, on that rank's backend; `comm` (one per rank, living as
+// long as the model) adds up the ranks' partial outputs of each mixer, the dense MLP and, with
+// --ep, the routed experts: the plan's all-reduces per layer. Every rank's logits are the same bits.
+std::unique_ptr<Model> make_qwen35_rank_model(std::unique_ptr<ModelSource> rank_source, Backend& backend,
+                                              Communicator& comm);
 
 // Every tensor the Qwen3.5 model reads, with the shape the config implies; experts in the fused
 // form (mlp.experts.gate_up_proj [E, 2 I, H], mlp.experts.down_proj [E, H, I]). Checkpoints that

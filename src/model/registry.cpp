@@ -14,12 +14,13 @@ namespace {
 struct Architecture {
   std::function<std::unique_ptr<Model>(const ModelSource&, Backend&)> make;
   std::function<MemoryPlan(const ModelSource&, const LoadOptions&)> plan_memory;
+  std::function<std::unique_ptr<Model>(std::unique_ptr<ModelSource>, Backend&, Communicator&)> make_rank;
 };
 
 const Architecture& architecture_of(const ModelSource& source) {
   static const std::map<std::string, Architecture> kArchitectures = {
-      {"gemma4", {make_gemma4_model, gemma4_memory_plan}},
-      {"qwen35", {make_qwen35_model, qwen35_memory_plan}},
+      {"gemma4", {make_gemma4_model, gemma4_memory_plan, make_gemma4_rank_model}},
+      {"qwen35", {make_qwen35_model, qwen35_memory_plan, make_qwen35_rank_model}},
   };
   const std::string& arch = source.config().architecture;
   auto it = kArchitectures.find(arch);
@@ -120,6 +121,12 @@ std::unique_ptr<Model> load_model(const ModelSource& source, Backend& backend, c
     }
   }
   return arch.make(source, backend);
+}
+
+std::unique_ptr<Model> make_rank_model(std::unique_ptr<ModelSource> rank_source, Backend& backend, Communicator& comm) {
+  if (!rank_source) fail("make_rank_model: no rank source");
+  const Architecture& arch = architecture_of(*rank_source);
+  return arch.make_rank(std::move(rank_source), backend, comm);
 }
 
 }  // namespace fl

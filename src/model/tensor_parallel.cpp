@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "core/log.h"
-#include "model/gemma4.h"
+#include "model/parallel_plan.h"
 #include "model/rank_source.h"
 #include "model/weight_loader.h"
 
@@ -169,19 +169,11 @@ class TensorParallelModel final : public Model {
     const int N = options.tensor_parallel;
     if (static_cast<int>(backends.size()) != N || static_cast<int>(comms.size()) != N)
       fail("--tp {}: {} backends and {} communicators", N, backends.size(), comms.size());
-    if (!std::holds_alternative<Gemma4Config>(whole.config().arch))
-      fail("{}: only Gemma 4 models split over several devices so far", whole.path());
-    if (options.expert_parallel && !std::get<Gemma4Config>(whole.config().arch).enable_moe_block)
+    if (options.expert_parallel && !has_routed_experts(whole.config()))
       fail("--ep: {} has no mixture-of-experts block to deal out", whole.path());
-    const std::optional<std::string> prefix = find_weight_prefix(whole, "embed_tokens.weight");
-    if (!prefix) fail("{}: no embed_tokens.weight under any known prefix", whole.path());
-    auto format_of = [&](const std::string& name, const std::vector<int64_t>&) {
-      std::optional<Tensor> t = whole.find(*prefix + name);
-      if (!t) t = whole.find(name);  // lm_head.weight sits outside the model prefix
-      if (!t) fail("{}: missing tensor '{}{}'", whole.path(), *prefix, name);
-      return t->dtype;
-    };
-    const ParallelPlan plan = plan_gemma4_parallel(std::get<Gemma4Config>(whole.config().arch), options, format_of);
+    if (!find_weight_prefix(whole, "embed_tokens.weight"))
+      fail("{}: no embed_tokens.weight under any known prefix", whole.path());
+    const ParallelPlan plan = plan_model_parallel(whole.config(), options, source_weight_formats(whole));
     std::vector<std::unique_ptr<ModelSource>> sources;
     std::vector<Communicator*> comm_of;
     std::vector<Backend*> backend_of;
@@ -206,7 +198,7 @@ class TensorParallelModel final : public Model {
     // Each rank's model is built on its own thread, as every later call to its backend is made.
     threads_->run([&](int r) {
       Rank& rank = ranks_[static_cast<size_t>(r)];
-      rank.model = make_gemma4_rank_model(std::move(sources[static_cast<size_t>(r)]), *rank.backend, *rank.comm);
+      rank.model = make_rank_model(std::move(sources[static_cast<size_t>(r)]), *rank.backend, *rank.comm);
     });
     vocab_ = ranks_[0].model->vocab_size();
   }

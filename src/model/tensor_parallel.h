@@ -1,7 +1,8 @@
 #pragma once
 // A model split over N devices with --tp (issue 10), one thread per rank in this process: rank r
-// runs its part of the model (make_gemma4_rank_model on its shards, model/rank_source.h) on its
-// own backend and thread, and the ranks add up their partial sums through their communicators.
+// runs its part of the model (make_rank_model on its shards, model/rank_source.h: Gemma 4 or
+// Qwen3.5) on its own backend and thread, and the ranks add up their partial sums through their
+// communicators.
 // The result is an ordinary Model: every call runs on all ranks at once and answers with rank 0's
 // result, which every rank shares bit for bit. Input the ranks would refuse is refused before
 // they start. With --ep, other ranks' experts are run at weight 0 on a rank's first expert (no

@@ -1,6 +1,7 @@
 // The tensor/expert-parallel partition plan (model/parallel_plan.h), checked without GPUs: on
-// the published shapes, every head, intermediate column and expert lands on exactly one rank
-// (KV heads: on every rank that reads them), column splits fall on block boundaries, and bad
+// the published shapes (Gemma 4 and Qwen3.5), every head, intermediate column and expert lands on
+// exactly one rank (KV and key heads: on every rank that reads them), column splits fall on
+// block boundaries, and bad
 // splits are clear errors; on a small synthetic model, the shards multiplied rank by rank and
 // summed (what the all-reduce does) give the single-device result.
 #include <algorithm>
@@ -105,6 +106,115 @@ TEST(ParallelPlan, UnsplittableShapesAreClearErrors) {
   const ParallelPlan one = plan_gemma4_parallel(c, {1, true}, hf4);
   EXPECT_EQ(one.all_reduces_per_layer, 0);
   for (const TensorShard& t : one.tensors) EXPECT_EQ(t.split, ShardSplit::replicated) << t.name;
+}
+
+Qwen35Config qwen35_like(const std::string& like) {
+  return std::get<Qwen35Config>(make_synthetic_source({like, "hf4", 1, {}})->config().arch);
+}
+
+// Qwen3.5: a DeltaNet layer's value heads are dealt out with the key heads they read (in_proj_qkv
+// and the conv taps as three runs: Q, K, V channels), full-attention layers as Gemma's, the dense
+// MLP by blocks; the MoE block stays whole unless --ep deals out the routed experts.
+TEST(ParallelPlan, QwenShapesSplitValueHeadsWithTheirKeyHeads) {
+  for (const char* like : {"qwen3.5-4b", "qwen3.5-35b-a3b"})
+    for (int N : {2, 4, 8})
+      for (bool ep : {false, true}) {
+        SCOPED_TRACE(std::string(like) + " tp " + std::to_string(N) + (ep ? " ep" : ""));
+        const Qwen35Config c = qwen35_like(like);
+        const ParallelPlan plan =
+            plan_model_parallel(make_synthetic_source({like, "hf4", 1, {}})->config(), {N, ep}, hf4);
+        EXPECT_EQ(plan.all_reduces_per_layer, 1 + (!c.moe || ep ? 1 : 0));
+        const int64_t nV = c.linear_num_value_heads, nK = c.linear_num_key_heads, dk = c.linear_key_head_dim,
+                      dv = c.linear_value_head_dim, D = c.head_dim;
+        for (int l = 0; l < c.num_layers; ++l) {
+          const std::string p = "layers." + std::to_string(l) + ".";
+          if (c.layer_types[l] == AttentionType::linear) {
+            const TensorShard& z = find(plan, p + "linear_attn.in_proj_z.weight");
+            const TensorShard& out = find(plan, p + "linear_attn.out_proj.weight");
+            expect_partition(z, nV * dv);
+            expect_partition(find(plan, p + "linear_attn.A_log"), nV);
+            expect_partition(find(plan, p + "linear_attn.in_proj_b.weight"), nV);
+            EXPECT_EQ(out.split, ShardSplit::columns);
+            EXPECT_EQ(out.begin, z.begin);  // out_proj's columns are the rank's value heads
+            EXPECT_EQ(out.end, z.end);
+            const TensorShard& qkv = find(plan, p + "linear_attn.in_proj_qkv.weight");
+            EXPECT_EQ(find(plan, p + "linear_attn.conv1d.weight").runs, qkv.runs);
+            ASSERT_EQ(qkv.runs.size(), static_cast<size_t>(N));
+            std::vector<int> v_seen(static_cast<size_t>(nV * dv), 0);
+            for (int r = 0; r < N; ++r) {
+              const auto& runs = qkv.runs[r];
+              ASSERT_EQ(runs.size(), 3u);
+              // V: the rank's value heads, as in_proj_z's rows.
+              EXPECT_EQ(runs[2].first - 2 * nK * dk, z.begin[r]);
+              EXPECT_EQ(runs[2].second - 2 * nK * dk, z.end[r]);
+              for (int64_t i = runs[2].first; i < runs[2].second; ++i) ++v_seen.at(i - 2 * nK * dk);
+              // Q and K: the same key heads, whole, and exactly those the value heads read.
+              EXPECT_EQ(runs[1].first - nK * dk, runs[0].first);
+              EXPECT_EQ(runs[1].second - nK * dk, runs[0].second);
+              EXPECT_EQ(runs[0].first % dk, 0);
+              const int64_t first_v = z.begin[r] / dv, last_v = z.end[r] / dv - 1, group = nV / nK;
+              EXPECT_EQ(runs[0].first, first_v / group * dk);
+              EXPECT_EQ(runs[0].second, (last_v / group + 1) * dk);
+              EXPECT_EQ(out.begin[r] % dtype_traits(out.dtype).block_elems, 0) << "column split inside a block";
+            }
+            EXPECT_TRUE(std::all_of(v_seen.begin(), v_seen.end(), [](int n) { return n == 1; }));
+          } else {
+            const TensorShard& q = find(plan, p + "self_attn.q_proj.weight");
+            const TensorShard& o = find(plan, p + "self_attn.o_proj.weight");
+            expect_partition(q, c.num_heads * 2 * D);  // each head's query rows, then its gate rows
+            expect_partition(o, c.num_heads * D);
+            const TensorShard& k = find(plan, p + "self_attn.k_proj.weight");
+            const int group = c.num_heads / c.num_kv_heads;
+            for (int r = 0; r < N; ++r) {
+              EXPECT_EQ(o.begin[r] * 2, q.begin[r]);
+              EXPECT_EQ(k.begin[r], o.begin[r] / D / group * D);
+              EXPECT_EQ(k.end[r], ((o.end[r] / D - 1) / group + 1) * D);
+            }
+          }
+          if (c.moe) {
+            EXPECT_EQ(find(plan, p + "mlp.experts.gate_up_proj").split,
+                      ep ? ShardSplit::experts : ShardSplit::replicated);
+            if (ep) expect_partition(find(plan, p + "mlp.experts.down_proj"), c.num_experts);
+            EXPECT_EQ(find(plan, p + "mlp.shared_expert.down_proj.weight").split, ShardSplit::replicated);
+            EXPECT_EQ(find(plan, p + "mlp.gate.weight").split, ShardSplit::replicated);
+          } else {
+            const TensorShard& gate = find(plan, p + "mlp.gate_proj.weight");
+            const TensorShard& down = find(plan, p + "mlp.down_proj.weight");
+            expect_partition(gate, c.intermediate_size);
+            EXPECT_EQ(gate.begin, down.begin);
+            for (int r = 0; r < N; ++r) EXPECT_EQ(down.begin[r] % dtype_traits(down.dtype).block_elems, 0);
+          }
+        }
+        const auto [lo, hi] = std::minmax_element(plan.rank_bytes.begin(), plan.rank_bytes.end());
+        EXPECT_LT(static_cast<double>(*hi) / static_cast<double>(*lo), 1.05);
+      }
+}
+
+TEST(ParallelPlan, QwenUnsplittableShapesAreClearErrors) {
+  const Qwen35Config c = qwen35_like("qwen3.5-4b");
+  EXPECT_ERROR_HAS(plan_qwen35_parallel(c, {3, false}, hf4), "16 query heads do not divide into 3");
+  Qwen35Config odd_values = c;
+  odd_values.linear_num_value_heads = 24;
+  EXPECT_ERROR_HAS(plan_qwen35_parallel(odd_values, {16, false}, hf4),
+                   "24 linear-attention value heads do not divide into 16");
+  Qwen35Config odd_keys = c;
+  odd_keys.linear_num_key_heads = 8;  // 32 value heads over 16 GPUs: 2 each, in 8 groups of 4...
+  EXPECT_NO_THROW(plan_qwen35_parallel(odd_keys, {16, false}, hf4));  // ...each within one key head
+  odd_keys.linear_num_key_heads = 6;
+  odd_keys.linear_num_value_heads = 24;  // 6 value heads per GPU at --tp 4 straddle key heads of 4
+  EXPECT_ERROR_HAS(plan_qwen35_parallel(odd_keys, {4, false}, hf4), "6 linear-attention key heads neither divide");
+  Qwen35Config odd_kv = c;
+  odd_kv.num_kv_heads = 3;
+  EXPECT_ERROR_HAS(plan_qwen35_parallel(odd_kv, {4, false}, hf4), "3 KV heads neither divide into 4");
+  EXPECT_ERROR_HAS(plan_qwen35_parallel(qwen35_like("tiny-qwen35-moe"), {2, false}, hf4),
+                   "out_proj would be cut inside its 256-weight blocks");
+  Qwen35Config narrow_mlp = c;
+  narrow_mlp.intermediate_size = 512;  // 2 blocks of 256
+  EXPECT_ERROR_HAS(plan_qwen35_parallel(narrow_mlp, {4, false}, hf4), "fewer than one per GPU");
+  Qwen35Config few_experts = qwen35_like("qwen3.5-35b-a3b");
+  few_experts.num_experts = 4;
+  EXPECT_ERROR_HAS(plan_qwen35_parallel(few_experts, {8, true}, hf4), "only 4 experts");
+  EXPECT_NO_THROW(plan_qwen35_parallel(few_experts, {8, false}, hf4));  // experts whole on every GPU
 }
 
 // The plan's meaning, numerically: layer 0 of the tiny MoE model in Q8_0 (32-weight blocks: its

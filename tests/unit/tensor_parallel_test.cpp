@@ -1,15 +1,16 @@
 // The tensor-parallel forward (issue 10) on the CPU: N ranks as N threads, each with its own CPU
 // backend, its shards (model/rank_source.h) and a thread communicator, against the whole model on
-// one backend. The tiny MoE Gemma 4 in Q8_0 (32-weight blocks, so its 64-wide heads split) has
-// every layer kind: sliding layers whose 2 KV heads split over 2 ranks and repeat over 4, global
-// layers with K = V and 1 KV head on every rank, an MLP width of 11 blocks dealt 6 + 5 or
-// 3 + 3 + 3 + 2, and the expert block, replicated (--tp) or its 8 experts dealt out (--ep, a
-// third all-reduce). A prompt longer than the sliding window, then greedy decode steps.
+// one backend (Gemma 4 here; Qwen3.5 in the Qwen tests below). The tiny MoE Gemma 4 in Q8_0 (32-weight blocks, so its
+// 64-wide heads split) has every layer kind: sliding layers whose 2 KV heads split over 2 ranks and repeat over 4,
+// global layers with K = V and 1 KV head on every rank, an MLP width of 11 blocks dealt 6 + 5 or 3 + 3 + 3 + 2, and the
+// expert block, replicated (--tp) or its 8 experts dealt out (--ep, a third all-reduce). A prompt longer than the
+// sliding window, then greedy decode steps.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "backend/backend.h"
 #include "backend/communicator.h"
 #include "core/error.h"
+#include "io/model_source.h"
 #include "model/gemma4.h"
 #include "model/parallel_plan.h"
 #include "model/rank_source.h"
@@ -39,13 +41,13 @@ int32_t greedy(const float* logits, int vocab) {
   return static_cast<int32_t>(std::max_element(logits, logits + vocab) - logits);
 }
 
-Generated generate(Model& model) {
+Generated generate(Model& model, int prompt_tokens = kPromptTokens) {
   const int vocab = model.vocab_size();
   SequenceOptions options;
-  options.max_seq = 64;
+  options.max_seq = 128;
   auto seq = model.new_sequence(options);
-  std::vector<int32_t> prompt(kPromptTokens);
-  for (int i = 0; i < kPromptTokens; ++i) prompt[i] = (37 * i + 11) % vocab;
+  std::vector<int32_t> prompt(prompt_tokens);
+  for (int i = 0; i < prompt_tokens; ++i) prompt[i] = (37 * i + 11) % vocab;
   Generated run;
   run.logits.push_back(model.forward(*seq, prompt, LogitsMode::all));
   for (int step = 0; step < kDecodeSteps; ++step) {
@@ -58,14 +60,12 @@ Generated generate(Model& model) {
 }
 
 ParallelPlan plan_for(const ModelSource& source, int ranks, bool expert_parallel = false) {
-  const Gemma4Config& c = std::get<Gemma4Config>(source.config().arch);
-  return plan_gemma4_parallel(c, {ranks, expert_parallel}, [&](const std::string& name, const std::vector<int64_t>&) {
-    return source.find("model.language_model." + name)->dtype;
-  });
+  return plan_model_parallel(source.config(), {ranks, expert_parallel}, source_weight_formats(source));
 }
 
 // Every rank's run, the ranks on threads of their own.
-std::vector<Generated> generate_split(const ModelSource& whole, int ranks, bool expert_parallel) {
+std::vector<Generated> generate_split(const ModelSource& whole, int ranks, bool expert_parallel,
+                                      int prompt_tokens = kPromptTokens) {
   const ParallelPlan plan = plan_for(whole, ranks, expert_parallel);
   std::vector<std::unique_ptr<ModelSource>> sources;
   for (int r = 0; r < ranks; ++r) sources.push_back(make_rank_source(whole, plan, r));  // cut on this thread
@@ -77,8 +77,8 @@ std::vector<Generated> generate_split(const ModelSource& whole, int ranks, bool 
     threads.emplace_back([&, r] {
       try {
         std::unique_ptr<Backend> cpu = make_backend("cpu");
-        std::unique_ptr<Model> model = make_gemma4_rank_model(std::move(sources[r]), *cpu, *comms[r]);
-        runs[r] = generate(*model);
+        std::unique_ptr<Model> model = make_rank_model(std::move(sources[r]), *cpu, *comms[r]);
+        runs[r] = generate(*model, prompt_tokens);
       } catch (const Error& e) {
         errors[r] = e.what();
       }
@@ -88,15 +88,16 @@ std::vector<Generated> generate_split(const ModelSource& whole, int ranks, bool 
   return runs;
 }
 
-TEST(TensorParallel, RanksOnThreadsGiveTheOneDeviceTokensAndLogits) {
-  auto whole = make_synthetic_source({"tiny-gemma4-moe", "q8", 7, {}});
+// Every rank's run against one device's, at 2 and 4 ranks, with and without --ep.
+void expect_split_runs_match_one_device(const ModelSource& whole, int prompt_tokens, bool has_experts) {
   std::unique_ptr<Backend> cpu = make_backend("cpu");
-  const Generated one = generate(*make_gemma4_model(*whole, *cpu));
+  const Generated one = generate(*load_model(whole, *cpu), prompt_tokens);
   for (int ranks : {2, 4})
     for (bool ep : {false, true}) {
+      if (ep && !has_experts) continue;
       SCOPED_TRACE("--tp " + std::to_string(ranks) + (ep ? " --ep" : ""));
-      const std::vector<Generated> runs = generate_split(*whole, ranks, ep);
-      if (HasFailure()) return;
+      const std::vector<Generated> runs = generate_split(whole, ranks, ep, prompt_tokens);
+      if (::testing::Test::HasFailure()) return;
       // The all-reduce hands every rank the same sum, and everything after it is replicated.
       for (int r = 1; r < ranks; ++r) {
         EXPECT_EQ(runs[r].tokens, runs[0].tokens) << "rank " << r;
@@ -106,9 +107,10 @@ TEST(TensorParallel, RanksOnThreadsGiveTheOneDeviceTokensAndLogits) {
       }
       // Against one device: the same tokens, and logits within the reassociation of o_proj's and
       // down_proj's sums (a rank's partial sums added in rank order instead of one running sum
-      // over K) carried through the layers: measured at most 2.1e-5 of max |logit| (4 ranks, the
-      // prompt's forward; --ep the same), budget 1e-4. Without the MLP's all-reduce, or the expert
-      // block's with --ep, the logits are off by more than their size.
+      // over K) carried through the layers: measured at most 2.1e-5 of max |logit| (Gemma 4: 4
+      // ranks, the prompt's forward, --ep the same; Qwen3.5's tiny MoE 2.1e-5, its fixtures
+      // 1.8e-5), budget 1e-4. Without the MLP's all-reduce, or the expert block's with --ep, the
+      // logits are off by more than their size.
       EXPECT_EQ(runs[0].tokens, one.tokens);
       for (size_t i = 0; i < one.logits.size(); ++i) {
         ASSERT_EQ(runs[0].logits[i].size(), one.logits[i].size());
@@ -121,6 +123,34 @@ TEST(TensorParallel, RanksOnThreadsGiveTheOneDeviceTokensAndLogits) {
         EXPECT_GT(max_ref, 0.0f);
       }
     }
+}
+
+TEST(TensorParallel, RanksOnThreadsGiveTheOneDeviceTokensAndLogits) {
+  auto whole = make_synthetic_source({"tiny-gemma4-moe", "q8", 7, {}});
+  expect_split_runs_match_one_device(*whole, kPromptTokens, true);
+}
+
+// Qwen3.5 (tiny MoE, Q8_0): DeltaNet layers split by value head, 2 value heads of 64 per rank at
+// --tp 2 (their one key head each), 1 at --tp 4 with the 2 key heads each repeated over 2 ranks;
+// full-attention layers' 2 KV heads likewise; the routed experts whole on every rank, or dealt out
+// with --ep; the shared expert whole. A 70-token prompt crosses the delta rule's 64-token chunk,
+// then recurrent decode steps.
+TEST(TensorParallel, QwenRanksOnThreadsGiveTheOneDeviceTokensAndLogits) {
+  auto whole = make_synthetic_source({"tiny-qwen35-moe", "q8", 7, {}});
+  expect_split_runs_match_one_device(*whole, 70, true);
+}
+
+// The transformers-made fixtures (f32/bf16): the dense Qwen3.5 (its MLP split in 160 / N
+// columns), and the MoE stored per expert (text-only layout: a rank keeps its own experts' tensors
+// under --ep), whose single key head every rank holds.
+TEST(TensorParallel, QwenFixturesSplitLikeOneDevice) {
+  for (const char* name : {"qwen35-dense", "qwen35-moe-split"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = test::fixtures_dir() + "/" + name;
+    if (!std::filesystem::exists(dir + "/model.safetensors")) GTEST_SKIP() << name << " has not been generated";
+    auto whole = open_model_source(dir);
+    expect_split_runs_match_one_device(*whole, 70, std::string(name) != "qwen35-dense");
+  }
 }
 
 // The split model as an ordinary Model (one thread per rank, model/tensor_parallel.h).
