@@ -88,7 +88,7 @@ void Backend::moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_
     if (id[i] >= first && id[i] < first + count) {
       id[i] -= static_cast<int32_t>(first);
     } else {
-      id[i] = 0;
+      id[i] = -1;
       w[i] = 0.0f;
     }
   }

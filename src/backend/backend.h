@@ -221,14 +221,16 @@ class Backend {
 
   // Expert parallelism: a rank holds experts [first, first + count) of the stacks. In place, ids
   // [T, K] (i32) become indices into the rank's stack, and every pair whose expert is another
-  // rank's gets the rank's first expert with weights [T, K] (f32) 0: moe_experts over the rank's
-  // stack then adds only its own experts (the others contribute exact zeros). The default copies
-  // both to the host and back (which a captured graph cannot); a GPU does it in one kernel.
+  // rank's gets id -1 and weight [T, K] (f32) 0: moe_experts over the rank's stack then runs and
+  // adds only its own experts. The default copies both to the host and back (which a captured
+  // graph cannot); a GPU does it in one kernel.
   virtual void moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_t count);
 
   // out[t] = sum_j weights[t, j] * down[e] (act(gate_e x[t]) * up_e x[t]) with e = ids[t, j],
   // where gate_up[e] holds the gate rows then the up rows: [E, 2 I, H]; down [E, H, I].
-  // Experts are summed in ascending id order (as transformers' index_add loop does).
+  // Experts are summed in ascending id order (as transformers' index_add loop does). An id of -1
+  // (moe_keep_experts: another rank's expert) is a pair not run at all; other ids outside [0, E)
+  // are errors where the backend can see them (the CPU's), undefined on a GPU.
   virtual void moe_experts(Tensor out, const Tensor& x, const Tensor& gate_up, const Tensor& down,
                            const Tensor& ids, const Tensor& weights, Activation act) = 0;
 

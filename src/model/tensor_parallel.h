@@ -5,8 +5,8 @@
 // communicators.
 // The result is an ordinary Model: every call runs on all ranks at once and answers with rank 0's
 // result, which every rank shares bit for bit. Input the ranks would refuse is refused before
-// they start. With --ep, other ranks' experts are run at weight 0 on a rank's first expert (no
-// expert work saved yet: that needs moe_experts to skip them). A rank that fails aborts the
+// they start. With --ep, a rank runs only its own experts' pairs (moe_keep_experts marks the
+// others -1, which moe_experts skips). A rank that fails aborts the
 // communicators, so the others stop waiting and the call throws the first rank's error; the model
 // is unusable after that (as a device error leaves a single-device model).
 #include <memory>

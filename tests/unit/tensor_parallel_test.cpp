@@ -322,15 +322,40 @@ TEST(TensorParallel, AFaultingRankFailsTheCallInsteadOfHangingIt) {
   EXPECT_ERROR_HAS(split->new_sequence({}), "the split model stopped after a failure");
 }
 
-// The expert-parallel remap: a rank's own experts become indices into its stack, the others its
-// first expert at weight 0.
+// The expert-parallel remap: a rank's own experts become indices into its stack, the others id -1
+// at weight 0, which moe_experts skips (and any other id outside the stack is refused).
 TEST(TensorParallel, MoeKeepExpertsRemapsOwnAndZeroesForeignPairs) {
   std::unique_ptr<Backend> cpu = make_backend("cpu");
   std::vector<int32_t> ids = {0, 3, 4, 5, 7, 2};
   std::vector<float> w = {0.5f, 0.25f, 0.125f, 1.0f, 2.0f, 4.0f};
   cpu->moe_keep_experts(make_tensor(ids.data(), DType::i32, {3, 2}), make_tensor(w.data(), DType::f32, {3, 2}), 3, 3);
-  EXPECT_EQ(ids, (std::vector<int32_t>{0, 0, 1, 2, 0, 0}));
+  EXPECT_EQ(ids, (std::vector<int32_t>{-1, 0, 1, 2, -1, -1}));
   EXPECT_EQ(w, (std::vector<float>{0.0f, 0.25f, 0.125f, 1.0f, 0.0f, 0.0f}));
+  // moe_experts over the rank's 3 experts: token 2 (both pairs foreign) gets exact zeros, token 0
+  // its one own expert's output alone (as when the foreign pair is dropped), -2 is refused.
+  const int64_t H = 4, I = 2;
+  std::vector<float> gate_up(3 * 2 * I * H), down(3 * H * I), x(3 * H), out(3 * H, 7.0f);
+  for (size_t i = 0; i < gate_up.size(); ++i) gate_up[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  for (size_t i = 0; i < down.size(); ++i) down[i] = 0.2f * static_cast<float>(i % 5) - 0.4f;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.5f + 0.25f * static_cast<float>(i);
+  const Tensor gu = make_tensor(gate_up.data(), DType::f32, {3, 2 * I, H}), dn = make_tensor(down.data(), DType::f32, {3, H, I});
+  cpu->moe_experts(make_tensor(out.data(), DType::f32, {3, H}), make_tensor(x.data(), DType::f32, {3, H}), gu, dn,
+                   make_tensor(ids.data(), DType::i32, {3, 2}), make_tensor(w.data(), DType::f32, {3, 2}),
+                   Activation::silu);
+  for (int64_t c = 0; c < H; ++c) EXPECT_EQ(out[2 * H + c], 0.0f);
+  std::vector<int32_t> own_only = {0};
+  std::vector<float> own_weight = {0.25f}, alone(H);
+  cpu->moe_experts(make_tensor(alone.data(), DType::f32, {1, H}), make_tensor(x.data(), DType::f32, {1, H}), gu, dn,
+                   make_tensor(own_only.data(), DType::i32, {1, 1}), make_tensor(own_weight.data(), DType::f32, {1, 1}),
+                   Activation::silu);
+  for (int64_t c = 0; c < H; ++c) EXPECT_EQ(out[c], alone[c]);
+  EXPECT_NE(alone[0], 0.0f);
+  ids[0] = -2;
+  EXPECT_ERROR_HAS(cpu->moe_experts(make_tensor(out.data(), DType::f32, {3, H}), make_tensor(x.data(), DType::f32, {3, H}),
+                                    gu, dn, make_tensor(ids.data(), DType::i32, {3, 2}),
+                                    make_tensor(w.data(), DType::f32, {3, 2}), Activation::silu),
+                   "expert id -2 out of range");
+  ids[0] = -1;
   std::vector<float> f(6);
   EXPECT_ERROR_HAS(
       cpu->moe_keep_experts(make_tensor(f.data(), DType::f32, {3, 2}), make_tensor(w.data(), DType::f32, {3, 2}), 0, 1),

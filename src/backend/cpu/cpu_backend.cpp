@@ -388,6 +388,7 @@ class CpuBackend final : public Backend {
       for (int64_t j = 0; j < K; ++j) chosen.emplace_back(id.row<int32_t>(t)[j], w.row(t)[j]);
       std::sort(chosen.begin(), chosen.end());
       for (auto [e, weight] : chosen) {
+        if (e == -1) continue;  // another rank's expert (moe_keep_experts)
         if (e < 0 || e >= E) fail("moe_experts: expert id {} out of range [0, {})", e, E);
         Tensor xt = x.slice(t, t + 1);
         Tensor h_view = make_tensor(hidden.data(), DType::f32, {1, I2});

@@ -134,7 +134,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
   if (m_first >= M) return;
   for (int64_t g = blockIdx.y; g < a.n_inputs; g += gridDim.y) {
     const uint8_t* weight = matrix;
-    if (a.expert_ids) weight += static_cast<int64_t>(a.expert_ids[g]) * a.expert_bytes;
+    if (a.expert_ids) {
+      const int32_t expert = a.expert_ids[g];
+      if (expert < 0) continue;  // a pair another rank runs (--ep): nothing to compute or store
+      weight += static_cast<int64_t>(expert) * a.expert_bytes;
+    }
     const uint8_t* rows[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {  // rows past M re-read the last row and are not stored
@@ -261,7 +265,11 @@ __global__ void __launch_bounds__(kWarps* kWarp) matvec_hfq4_rows_kernel(MatvecA
   const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
   for (int64_t g = blockIdx.y; g < a.n_inputs; g += gridDim.y) {
     const uint8_t* weight = matrix;
-    if (a.expert_ids) weight += static_cast<int64_t>(a.expert_ids[g]) * a.expert_bytes;
+    if (a.expert_ids) {
+      const int32_t expert = a.expert_ids[g];
+      if (expert < 0) continue;  // a pair another rank runs (--ep): nothing to compute or store
+      weight += static_cast<int64_t>(expert) * a.expert_bytes;
+    }
     const uint8_t* rows[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r)  // rows past M re-read the last row and are not stored

@@ -141,7 +141,8 @@ __global__ void moe_route_warp_kernel(float* weights, int32_t* ids, const float*
   }
 }
 
-// out[t, c] = sum over the token's experts in ascending id order of weight * y[pair, c].
+// out[t, c] = sum over the token's experts in ascending id order of weight * y[pair, c]; pairs of
+// id -1 (another rank's expert, --ep) have no y row and are skipped.
 __global__ void moe_combine_kernel(float* out, int64_t out_stride, const float* y, const float* weights,
                                    const int32_t* ids, int64_t top_k, int64_t cols) {
   enter_kernel();
@@ -159,7 +160,7 @@ __global__ void moe_combine_kernel(float* out, int64_t out_stride, const float* 
   float sum = 0.0f;
   for (int64_t j = 0; j < top_k; ++j) {
     const int64_t pair = t * top_k + order[j];
-    sum += y[pair * cols + c] * weights[pair];
+    if (ids[pair] >= 0) sum += y[pair * cols + c] * weights[pair];
   }
   out[t * out_stride + c] = sum;
 }
@@ -173,7 +174,7 @@ __global__ void moe_keep_experts_kernel(int32_t* ids, float* weights, int64_t n,
     if (id >= first && id - first < count) {
       ids[i] = id - first;
     } else {
-      ids[i] = 0;
+      ids[i] = -1;
       weights[i] = 0.0f;
     }
   }
