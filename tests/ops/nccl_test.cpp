@@ -7,13 +7,15 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/backend.h"
 #include "backend/communicator.h"
 #include "backend/cuda/cuda_backend.h"
 #include "core/error.h"
-#include "model/gemma4.h"
+#include "model/model.h"
 #include "model/synthetic.h"
 #include "model/tensor_parallel.h"
 #include "util/test_util.h"
@@ -76,16 +78,18 @@ TEST_F(NcclCuda, OneRankAllReducesInPlaceAndRefusesWhatItCannotSend) {
 // the plain model's on the same GPU, through forward and through the captured decode graph. With
 // --ep the rank holds every expert and filters the routed pairs on the device each step
 // (moe_keep_experts' kernel, captured too).
-class NcclSplit : public NcclCuda, public ::testing::WithParamInterface<bool> {};
+// Gemma 4 and Qwen3.5 (whose rank also carries its DeltaNet state through the captured graph).
+class NcclSplit : public NcclCuda, public ::testing::WithParamInterface<std::tuple<const char*, bool>> {};
 
 TEST_P(NcclSplit, TheSplitModelOnAGpuRankGivesTheOneDeviceTokens) {
-  auto whole = make_synthetic_source({"tiny-gemma4-moe", "q8", 7, {}});
-  std::unique_ptr<Model> single = make_gemma4_model(*whole, *gpu_);
+  const auto [like, expert_parallel] = GetParam();
+  auto whole = make_synthetic_source({like, "q8", 7, {}});
+  std::unique_ptr<Model> single = load_model(*whole, *gpu_);
   std::vector<std::unique_ptr<Backend>> backends;
   backends.push_back(make_backend("cuda:0"));
   Backend* ranks[] = {backends[0].get()};
-  std::unique_ptr<Model> split = make_tensor_parallel_model(*whole, {1, GetParam()}, LoadOptions{}, std::move(backends),
-                                                            make_rank_communicators(ranks));
+  std::unique_ptr<Model> split = make_tensor_parallel_model(*whole, {1, expert_parallel}, LoadOptions{},
+                                                            std::move(backends), make_rank_communicators(ranks));
 
   SequenceOptions options;
   options.max_seq = 64;
@@ -113,8 +117,14 @@ TEST_P(NcclSplit, TheSplitModelOnAGpuRankGivesTheOneDeviceTokens) {
   }
   EXPECT_LE(worst, 1e-5f * std::max(1.0f, scale)) << "one rank's all-reduce changes nothing";
 }
-INSTANTIATE_TEST_SUITE_P(TensorAndExpertParallel, NcclSplit, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) { return info.param ? "ep" : "tp"; });
+INSTANTIATE_TEST_SUITE_P(TensorAndExpertParallel, NcclSplit,
+                         ::testing::Combine(::testing::Values("tiny-gemma4-moe", "tiny-qwen35-moe"), ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<const char*, bool>>& info) {
+                           std::string name =
+                               std::string(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_ep" : "_tp");
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace fl
