@@ -1,5 +1,6 @@
 // fireline logits MODEL --ids 2,105,... : prints the model's logits as JSON, so that anyone can
-// compare them with another implementation (transformers, llama.cpp, an earlier fireline).
+// compare them with another implementation (transformers, llama.cpp, an earlier fireline) or
+// with the same model split over several ranks (--tp N [--ep]; scripts/tp-check compares them).
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -13,12 +14,17 @@
 #include "cli/model_arg.h"
 #include "core/error.h"
 #include "model/model.h"
+#include "model/synthetic.h"
+#include "model/tensor_parallel.h"
 
 namespace fl::cli {
 namespace {
 
 struct LogitsOptions {
   std::string model;
+  std::string like, format = "hf4";  // a synthetic model instead (model/synthetic.h)
+  int tp = 1;                        // --tp: ranks of a tensor-parallel split
+  bool ep = false;
   std::string ids;  // as given: parse_token_ids reads it (CLI11 read "" as token 0 and clamped overflows)
   bool all_positions = false;
   int generate = 0;
@@ -63,8 +69,11 @@ void append_top(std::string& out, const float* row, int64_t n, int k) {
 void run_logits(const LogitsOptions& opt) {
   const std::vector<int32_t> ids = parse_token_ids(opt.ids, "--ids");
   if (ids.empty()) fail("--ids needs at least one token id");
-  auto backend = make_backend(opt.backend, backend_options_from_flags(opt.precision));
-  auto source = open_model_source(resolve_model_arg(opt.model));
+  if (opt.model.empty() == opt.like.empty()) fail("logits needs a MODEL or --like NAME (not both)");
+  const std::string ranks_backend = check_tensor_parallel_flags(opt.tp, opt.ep, opt.backend);
+  const BackendOptions backend_options = backend_options_from_flags(opt.precision);
+  std::unique_ptr<ModelSource> source =
+      opt.like.empty() ? open_model_source(resolve_model_arg(opt.model)) : make_synthetic_source({opt.like, opt.format, 1, {}});
   SequenceOptions seq_opt;
   seq_opt.kv_dtype = parse_kv_type(opt.kv);
   seq_opt.max_seq = opt.max_seq > 0 ? opt.max_seq : static_cast<int64_t>(ids.size()) + opt.generate;
@@ -73,7 +82,14 @@ void run_logits(const LogitsOptions& opt) {
   load.kv_dtype = seq_opt.kv_dtype;
   load.max_tokens = static_cast<int64_t>(ids.size());
   load.logits = opt.all_positions ? LogitsMode::all : LogitsMode::last;
-  auto model = load_model(*source, *backend, load);
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  if (opt.tp > 1) {  // one backend and thread per rank (model/tensor_parallel.h)
+    model = make_command_line_split_model(*source, {opt.tp, opt.ep}, load, ranks_backend, backend_options);
+  } else {
+    backend = make_backend(opt.backend, backend_options);
+    model = load_model(*source, *backend, load);
+  }
   auto seq = model->new_sequence(seq_opt);
   const int64_t V = model->vocab_size();
 
@@ -107,7 +123,12 @@ void run_logits(const LogitsOptions& opt) {
 void add_logits_command(CLI::App& app) {
   auto opt = std::make_shared<LogitsOptions>();
   CLI::App* cmd = app.add_subcommand("logits", "Print a model's logits for given token ids as JSON");
-  cmd->add_option("model", opt->model, "Model: a Hugging Face directory, a .fire file or a name from `fireline list`")->required();
+  cmd->add_option("model", opt->model,
+                  "Model: a Hugging Face directory, a .fire file or a name from `fireline list` (or use --like)");
+  std::string names;
+  for (const auto& n : synthetic_model_names()) names += (names.empty() ? "" : ", ") + n;
+  cmd->add_option("--like", opt->like, "A synthetic model with these shapes (seed 1, as bench --like): " + names);
+  cmd->add_option("--format", opt->format, "Weight format of the synthetic model: hf4 (default), hf6, q8, bf16, f32");
   cmd->add_option("--ids", opt->ids, "Comma-separated token ids, e.g. 2,105,2364")->required();
   cmd->add_flag("--all-positions", opt->all_positions, "Logits for every position, not just the last");
   cmd->add_option("--generate", opt->generate, "Then generate N tokens greedily (listed in \"generated\")")
@@ -121,6 +142,11 @@ void add_logits_command(CLI::App& app) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-seq", opt->max_seq, "Context size to allocate (default: prompt + generated)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  cmd->add_option("--tp", opt->tp,
+                  "Split the model over this many ranks (as for run: CPU threads with --backend cpu, GPUs 0..N-1 with "
+                  "--backend cuda)")
+      ->check(CLI::Range(1, 64));
+  cmd->add_flag("--ep", opt->ep, "With --tp: deal a mixture-of-experts model's experts out over the ranks");
   cmd->callback([opt] { run_logits(*opt); });
 }
 

@@ -141,6 +141,39 @@ TEST(CliSynth, BenchTpRunsTheSplitModelOnCpuThreads) {
   EXPECT_NE(uneven.err.find("do not divide into 3"), std::string::npos) << uneven.err;
 }
 
+// logits --like NAME --tp N [--ep]: a synthetic model's logits whole and split over CPU-thread
+// ranks (what scripts/tp-check compares on larger shapes): the same greedy tokens, logits within
+// the split's reassociation; a missing or doubled model and --ep alone are refused.
+TEST(CliSynth, LogitsOfASplitModelMatchTheWholeModel) {
+  const std::string common = "logits --like tiny-qwen35-moe --format q8 --ids 1,2,3,4,5,6,7,8 --generate 4 --backend cpu";
+  auto whole = fireline(common);
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  const json a = json::parse(whole.out);
+  ASSERT_EQ(a["generated"].size(), 4u);
+  for (const char* split : {" --tp 2", " --tp 4 --ep"}) {
+    auto r = fireline(common + split);
+    ASSERT_EQ(r.exit_code, 0) << split << ": " << r.err;
+    const json b = json::parse(r.out);
+    EXPECT_EQ(b["generated"], a["generated"]) << split;
+    const auto& x = a["logits"][0];
+    const auto& y = b["logits"][0];
+    ASSERT_EQ(x.size(), y.size());
+    double scale = 0, diff = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      scale = std::max(scale, std::fabs(x[i].get<double>()));
+      diff = std::max(diff, std::fabs(x[i].get<double>() - y[i].get<double>()));
+    }
+    EXPECT_GT(scale, 0.0);
+    EXPECT_LE(diff, 1e-4 * scale) << split;
+  }
+  auto neither = fireline("logits --ids 1,2");
+  EXPECT_NE(neither.exit_code, 0);
+  EXPECT_NE(neither.err.find("a MODEL or --like NAME"), std::string::npos) << neither.err;
+  auto ep_alone = fireline(common + " --ep");
+  EXPECT_NE(ep_alone.exit_code, 0);
+  EXPECT_NE(ep_alone.err.find("over the ranks of --tp N"), std::string::npos) << ep_alone.err;
+}
+
 // --precision names the GPU's tensor-core activations: bench reports what ran (the CPU computes
 // in f32 whatever is asked), and a value that is not a precision is refused before anything loads.
 TEST(CliSynth, BenchReportsThePrecisionAndRefusesUnknownOnes) {
