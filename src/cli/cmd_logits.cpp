@@ -72,8 +72,8 @@ void run_logits(const LogitsOptions& opt) {
   if (opt.model.empty() == opt.like.empty()) fail("logits needs a MODEL or --like NAME (not both)");
   const std::string ranks_backend = check_tensor_parallel_flags(opt.tp, opt.ep, opt.backend);
   const BackendOptions backend_options = backend_options_from_flags(opt.precision);
-  std::unique_ptr<ModelSource> source =
-      opt.like.empty() ? open_model_source(resolve_model_arg(opt.model)) : make_synthetic_source({opt.like, opt.format, 1, {}});
+  std::unique_ptr<ModelSource> source = opt.like.empty() ? open_model_source(resolve_model_arg(opt.model))
+                                                         : make_synthetic_source({opt.like, opt.format, 1, {}});
   SequenceOptions seq_opt;
   seq_opt.kv_dtype = parse_kv_type(opt.kv);
   seq_opt.max_seq = opt.max_seq > 0 ? opt.max_seq : static_cast<int64_t>(ids.size()) + opt.generate;

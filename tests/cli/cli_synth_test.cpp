@@ -145,7 +145,8 @@ TEST(CliSynth, BenchTpRunsTheSplitModelOnCpuThreads) {
 // ranks (what scripts/tp-check compares on larger shapes): the same greedy tokens, logits within
 // the split's reassociation; a missing or doubled model and --ep alone are refused.
 TEST(CliSynth, LogitsOfASplitModelMatchTheWholeModel) {
-  const std::string common = "logits --like tiny-qwen35-moe --format q8 --ids 1,2,3,4,5,6,7,8 --generate 4 --backend cpu";
+  const std::string common =
+      "logits --like tiny-qwen35-moe --format q8 --ids 1,2,3,4,5,6,7,8 --generate 4 --backend cpu";
   auto whole = fireline(common);
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
   const json a = json::parse(whole.out);
