@@ -152,13 +152,16 @@ float uniform(uint64_t& state) { return static_cast<float>(splitmix64(state) >> 
 
 void store_f32(uint8_t* p, float v) { std::memcpy(p, &v, 4); }
 
-// One row of random weights in `type`, with magnitudes ~ 1/sqrt(k) so activations stay O(1).
-void fill_row(uint8_t* row, DType type, int64_t k, WeightKind kind, uint64_t state) {
+// One row of random weights in `type`, with magnitudes ~ 1/sqrt(k) so activations stay O(1);
+// vectors (norm gains, f32) are gain * (1 + 0.25 u).
+void fill_row(uint8_t* row, DType type, int64_t k, WeightKind kind, uint64_t state, float gain = 1.0f) {
   const float amplitude = kind == WeightKind::vector ? 0.25f : 1.0f / std::sqrt(static_cast<float>(k));
   const int64_t bytes = row_bytes(type, k);
   switch (type) {
     case DType::f32:
-      for (int64_t i = 0; i < k; ++i) store_f32(row + 4 * i, (kind == WeightKind::vector ? 1.0f : 0.0f) + amplitude * uniform(state));
+      for (int64_t i = 0; i < k; ++i)
+        store_f32(row + 4 * i,
+                  kind == WeightKind::vector ? gain * (1.0f + amplitude * uniform(state)) : amplitude * uniform(state));
       return;
     case DType::bf16:
     case DType::f16:
@@ -240,8 +243,17 @@ class SyntheticSource final : public ModelSource {
     const uint64_t tensor_seed = options_.seed * 0x100000001b3ull + std::hash<std::string>{}(spec_it->first);
     const int64_t rows = t.view.rows(), stride = t.view.row_bytes();
     uint8_t* base = static_cast<uint8_t*>(t.buffer.data());
+    // Gemma 4 scores attention at scale 1 after its q/k norms (trained gains keep q.k moderate):
+    // gains near 1 would make a 256-wide head's scores ~N(0, 16^2), a near one-hot softmax that
+    // amplifies any rounding difference ~1.7x per layer (a 60-layer model's logits then depend
+    // on the summation order at O(1)). Gains of D^-1/4 give scores of O(1), as in a trained model.
+    float gain = 1.0f;
+    if (std::holds_alternative<Gemma4Config>(config_.arch) &&
+        (spec_it->first.ends_with("self_attn.q_norm.weight") || spec_it->first.ends_with("self_attn.k_norm.weight")))
+      gain = 1.0f / std::sqrt(std::sqrt(static_cast<float>(k)));
     ThreadPool::global().parallel_for(rows, [&](int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) fill_row(base + r * stride, type, k, spec.kind, tensor_seed + 7919 * r);
+      for (int64_t r = begin; r < end; ++r)
+        fill_row(base + r * stride, type, k, spec.kind, tensor_seed + 7919 * r, gain);
     });
     return made_.emplace(spec_it->first, std::move(t)).first->second.view;
   }
