@@ -28,7 +28,7 @@ namespace {
 struct BenchOptions {
   std::string model;
   std::string like;
-  std::string format = "hf4";
+  std::string format;  // --format of a --like model; empty: hf4
   std::string backend = "cuda";
   std::string kv = "q8";
   std::string precision;  // empty: bf16 (generation_cli.h)
@@ -137,6 +137,7 @@ RooflineBandwidth roofline_bandwidth(const BenchOptions& opt, Device device) {
 
 void run_bench(const BenchOptions& opt) {
   if (opt.model.empty() == opt.like.empty()) fail("bench needs a MODEL or --like NAME (not both)");
+  if (!opt.format.empty() && opt.like.empty()) fail("--format applies to a --like model; MODEL has its own formats");
   const std::string ranks_backend = check_tensor_parallel_flags(opt.tp, opt.ep, opt.backend);
   if (opt.tp > 1 && opt.profile) fail("--profile times one device's ops; it does not combine with --tp");
   auto start = std::chrono::steady_clock::now();
@@ -150,7 +151,8 @@ void run_bench(const BenchOptions& opt) {
                                          ? std::string_view("f32")
                                          : tensor_core_precision_name(backend_options.tensor_core_precision);
   std::unique_ptr<ModelSource> source =
-      opt.like.empty() ? open_model_source(resolve_model_arg(opt.model)) : make_synthetic_source({opt.like, opt.format, 1, {}});
+      opt.like.empty() ? open_model_source(resolve_model_arg(opt.model))
+                       : make_synthetic_source({opt.like, opt.format.empty() ? "hf4" : opt.format, 1, {}});
   const DType kv = kv_type(opt.kv);
   LoadOptions load;
   load.max_seq = std::max<int64_t>(opt.context + opt.gen_tokens + 3, opt.prompt_tokens + 1);

@@ -22,7 +22,7 @@ namespace {
 
 struct LogitsOptions {
   std::string model;
-  std::string like, format = "hf4";  // a synthetic model instead (model/synthetic.h)
+  std::string like, format;          // a synthetic model instead (model/synthetic.h); format empty: hf4
   int tp = 1;                        // --tp: ranks of a tensor-parallel split
   bool ep = false;
   std::string ids;  // as given: parse_token_ids reads it (CLI11 read "" as token 0 and clamped overflows)
@@ -70,10 +70,12 @@ void run_logits(const LogitsOptions& opt) {
   const std::vector<int32_t> ids = parse_token_ids(opt.ids, "--ids");
   if (ids.empty()) fail("--ids needs at least one token id");
   if (opt.model.empty() == opt.like.empty()) fail("logits needs a MODEL or --like NAME (not both)");
+  if (!opt.format.empty() && opt.like.empty()) fail("--format applies to a --like model; MODEL has its own formats");
   const std::string ranks_backend = check_tensor_parallel_flags(opt.tp, opt.ep, opt.backend);
   const BackendOptions backend_options = backend_options_from_flags(opt.precision);
-  std::unique_ptr<ModelSource> source = opt.like.empty() ? open_model_source(resolve_model_arg(opt.model))
-                                                         : make_synthetic_source({opt.like, opt.format, 1, {}});
+  std::unique_ptr<ModelSource> source =
+      opt.like.empty() ? open_model_source(resolve_model_arg(opt.model))
+                       : make_synthetic_source({opt.like, opt.format.empty() ? "hf4" : opt.format, 1, {}});
   SequenceOptions seq_opt;
   seq_opt.kv_dtype = parse_kv_type(opt.kv);
   seq_opt.max_seq = opt.max_seq > 0 ? opt.max_seq : static_cast<int64_t>(ids.size()) + opt.generate;

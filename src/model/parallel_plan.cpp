@@ -199,6 +199,20 @@ ParallelPlan plan_qwen35_parallel(const Qwen35Config& c, const ParallelOptions& 
         "GPUs",
         N, nK, N, N);
 
+  // The dense MLP's split, the same in every layer (the config has one width for all of them): in
+  // units of the largest down-projection block of any layer (block sizes 1, 32, 128, 256 divide
+  // one another, so the cuts fall on every layer's block boundaries, whatever its format).
+  std::vector<std::pair<int64_t, int64_t>> mlp_split;
+  if (N > 1 && !c.moe) {
+    int64_t block = 1, widest = 0;
+    for (int l = 0; l < c.num_layers; ++l) {
+      const std::string down = "layers." + std::to_string(l) + ".mlp.down_proj.weight";
+      const int64_t b = dtype_traits(format_of(down, {c.hidden_size, c.intermediate_size})).block_elems;
+      if (b > block) block = b, widest = l;
+    }
+    mlp_split = split_mlp_in_blocks(c.intermediate_size, block, N, widest);
+  }
+
   for (const WeightSpec& spec : qwen35_weight_specs(c)) {
     TensorShard t = unsplit(spec, format_of);
     const int l = layer_of(spec.name);
@@ -251,12 +265,8 @@ ParallelPlan plan_qwen35_parallel(const Qwen35Config& c, const ParallelOptions& 
       for (auto [h0, h1] : kv_heads) ranges.push_back({h0 * D, h1 * D});
     } else if (ends_with(spec.name, "mlp.gate_proj.weight") || ends_with(spec.name, "mlp.up_proj.weight") ||
                ends_with(spec.name, "mlp.down_proj.weight")) {
-      // The dense MLP, in units of this layer's down projection's block.
       t.split = ends_with(spec.name, "down_proj.weight") ? ShardSplit::columns : ShardSplit::rows;
-      const int64_t I = c.intermediate_size;
-      const std::string down = "layers." + std::to_string(l) + ".mlp.down_proj.weight";
-      const int64_t down_block = dtype_traits(format_of(down, {c.hidden_size, I})).block_elems;
-      ranges = split_mlp_in_blocks(I, down_block, N, l);
+      ranges = mlp_split;
     } else if (options.expert_parallel &&
                (ends_with(spec.name, "mlp.experts.gate_up_proj") || ends_with(spec.name, "mlp.experts.down_proj"))) {
       t.split = ShardSplit::experts;
@@ -294,6 +304,30 @@ WeightFormatOf source_weight_formats(const ModelSource& source) {
   };
 }
 
+namespace {
+
+// The bytes of one slice along dim 0 of a packed tensor: a row of a matrix (or of [C, 1, k] conv
+// taps), an element of a vector, a whole expert of a stack [E, out, in].
+int64_t dim0_slice_bytes(const TensorShard& shard) {
+  const DTypeTraits& traits = dtype_traits(shard.dtype);
+  int64_t unit = row_bytes(shard.dtype, shard.shape.back());
+  if (shard.shape.size() == 1) {
+    if (traits.block_elems != 1)
+      fail("{}: a {} vector cannot be split by element", shard.name, dtype_name(shard.dtype));
+    unit = traits.block_bytes;
+  }
+  for (size_t i = 1; i + 1 < shard.shape.size(); ++i) unit *= shard.shape[i];
+  return unit;
+}
+
+}  // namespace
+
+std::optional<int64_t> shard_byte_offset(const TensorShard& shard, int rank) {
+  if (shard.split == ShardSplit::replicated) return 0;
+  if (shard.split == ShardSplit::columns || shard_runs(shard, rank).size() != 1) return std::nullopt;
+  return shard.begin.at(rank) * dim0_slice_bytes(shard);
+}
+
 std::vector<uint8_t> extract_shard(const TensorShard& shard, int rank, const uint8_t* data) {
   const std::vector<int64_t> shape = shard_shape(shard, rank);
   std::vector<uint8_t> out(static_cast<size_t>(tensor_bytes(shard.dtype, shape)));
@@ -305,15 +339,7 @@ std::vector<uint8_t> extract_shard(const TensorShard& shard, int rank, const uin
       break;
     case ShardSplit::rows:
     case ShardSplit::experts: {
-      // Runs of whole slices along dim 0: rows of a matrix (or of [C, 1, k] conv taps), elements of
-      // a vector, whole experts of a stack [E, out, in].
-      int64_t unit = row;
-      if (shard.shape.size() == 1) {
-        if (traits.block_elems != 1)
-          fail("{}: a {} vector cannot be split by element", shard.name, dtype_name(shard.dtype));
-        unit = traits.block_bytes;
-      }
-      for (size_t i = 1; i + 1 < shard.shape.size(); ++i) unit *= shard.shape[i];
+      const int64_t unit = dim0_slice_bytes(shard);
       uint8_t* at = out.data();
       for (auto [b, e] : shard_runs(shard, rank)) {
         std::memcpy(at, data + b * unit, static_cast<size_t>((e - b) * unit));

@@ -24,6 +24,7 @@
 // replicated on the ranks whose query heads read it.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -96,5 +97,10 @@ std::vector<uint8_t> extract_shard(const TensorShard& shard, int rank, const uin
 
 // The shard's shape on `rank`.
 std::vector<int64_t> shard_shape(const TensorShard& shard, int rank);
+
+// Where rank `rank`'s part starts in the packed tensor, when it is one contiguous run of it (a
+// replicated tensor, or whole rows / experts in one run): the part can then be a view of the
+// tensor instead of a copy. Nothing for column splits and several runs.
+std::optional<int64_t> shard_byte_offset(const TensorShard& shard, int rank);
 
 }  // namespace fl

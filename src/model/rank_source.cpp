@@ -66,9 +66,16 @@ class RankSource final : public ModelSource {
       if (t->dtype != shard.dtype)
         fail("{}: tensor '{}' is {} but the split was planned for {}", whole.path(), name, dtype_name(t->dtype),
              dtype_name(shard.dtype));
+      const std::vector<int64_t> shape = shard_shape(shard, rank);
+      if (const std::optional<int64_t> offset = shard_byte_offset(shard, rank)) {
+        // one contiguous run (rows, experts): a view, no copy (--ep on CPU ranks would otherwise
+        // hold every expert twice)
+        tensors_[name] = make_tensor(static_cast<uint8_t*>(t->data) + *offset, t->dtype, shape.data(),
+                                     static_cast<int>(shape.size()));
+        continue;
+      }
       std::vector<uint8_t>& bytes = owned_[name];
       bytes = extract_shard(shard, rank, static_cast<const uint8_t*>(t->data));
-      const std::vector<int64_t> shape = shard_shape(shard, rank);
       tensors_[name] = make_tensor(bytes.data(), t->dtype, shape.data(), static_cast<int>(shape.size()));
     }
 

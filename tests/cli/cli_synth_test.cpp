@@ -170,6 +170,9 @@ TEST(CliSynth, LogitsOfASplitModelMatchTheWholeModel) {
   auto neither = fireline("logits --ids 1,2");
   EXPECT_NE(neither.exit_code, 0);
   EXPECT_NE(neither.err.find("a MODEL or --like NAME"), std::string::npos) << neither.err;
+  auto format_of_a_file = fireline("logits " + test::fixtures_dir() + "/qwen35-dense --format q8 --ids 1,2");
+  EXPECT_NE(format_of_a_file.exit_code, 0);
+  EXPECT_NE(format_of_a_file.err.find("--format applies to a --like model"), std::string::npos) << format_of_a_file.err;
   auto ep_alone = fireline(common + " --ep");
   EXPECT_NE(ep_alone.exit_code, 0);
   EXPECT_NE(ep_alone.err.find("over the ranks of --tp N"), std::string::npos) << ep_alone.err;

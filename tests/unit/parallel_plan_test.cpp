@@ -190,6 +190,30 @@ TEST(ParallelPlan, QwenShapesSplitValueHeadsWithTheirKeyHeads) {
       }
 }
 
+// A dense Qwen3.5 whose layers' MLPs have different formats (quantize --override) still splits
+// every layer alike (its config has one MLP width), at the coarsest block: with layer 0 in f32
+// (blocks of 1) and the rest in Q8_0 (32), a width of 9120 = 285 blocks of 32 gives each of 8
+// ranks 36 or 35 blocks in every layer, where a per-layer plan gave layer 0 1140 columns each.
+TEST(ParallelPlan, QwenMlpSplitIsOneForEveryLayerWhateverTheirFormats) {
+  Qwen35Config c = qwen35_like("qwen3.5-4b");
+  c.intermediate_size = 9216 - 96;  // 285 blocks of 32: dealt 36 x 5 + 35 x 3
+  auto mixed = [](const std::string& name, const std::vector<int64_t>& shape) {
+    if (name.rfind("layers.0.mlp.", 0) == 0) return DType::f32;
+    return hf4(name, shape) == DType::f32 ? DType::f32 : DType::q8_0;
+  };
+  const ParallelPlan plan = plan_qwen35_parallel(c, {8, false}, mixed);
+  const TensorShard& first = find(plan, "layers.0.mlp.gate_proj.weight");
+  for (int l = 0; l < c.num_layers; ++l) {
+    const TensorShard& gate = find(plan, "layers." + std::to_string(l) + ".mlp.gate_proj.weight");
+    EXPECT_EQ(gate.begin, first.begin) << "layer " << l;
+    EXPECT_EQ(gate.end, first.end) << "layer " << l;
+  }
+  for (int r = 0; r < 8; ++r) {
+    EXPECT_EQ(first.begin[r] % 32, 0);
+    EXPECT_EQ(first.end[r] - first.begin[r], r < 5 ? 36 * 32 : 35 * 32);
+  }
+}
+
 TEST(ParallelPlan, QwenUnsplittableShapesAreClearErrors) {
   const Qwen35Config c = qwen35_like("qwen3.5-4b");
   EXPECT_ERROR_HAS(plan_qwen35_parallel(c, {3, false}, hf4), "16 query heads do not divide into 3");

@@ -375,6 +375,15 @@ TEST(TensorParallel, RankSourcesRefuseWhatTheyCannotRun) {
   EXPECT_EQ(ep1c.expert_first, 2);
   EXPECT_EQ(ep1c.expert_count, 2);
   EXPECT_EQ(ep1->find("model.language_model.layers.0.experts.down_proj")->dim(0), 2);
+  // Whole experts (and rows) in one run are views of the whole model's bytes, not copies; column
+  // splits are cut into bytes of their own.
+  const Tensor whole_down = *whole->find("model.language_model.layers.0.experts.down_proj");
+  EXPECT_EQ(ep1->find("model.language_model.layers.0.experts.down_proj")->data,
+            static_cast<uint8_t*>(whole_down.data) + 2 * whole_down.stride[0]);
+  EXPECT_NE(make_rank_source(*whole, plan_for(*whole, 2), 0)
+                ->find("model.language_model.layers.0.self_attn.o_proj.weight")
+                ->data,
+            whole->find("model.language_model.layers.0.self_attn.o_proj.weight")->data);
   EXPECT_ERROR_HAS(make_rank_source(*whole, plan_for(*whole, 2), 2), "rank 2 of a plan over 2");
   // A plan made for other formats than the weights have: the shards would be cut at the wrong bytes.
   const Gemma4Config& c = std::get<Gemma4Config>(whole->config().arch);
