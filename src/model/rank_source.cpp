@@ -45,8 +45,9 @@ class RankSource final : public ModelSource {
         expert_count = static_cast<int>(t.end[rank] - t.begin[rank]);
       }
 
-    // Every tensor resolved now: replicated ones as views of `whole`, split ones cut into bytes
-    // this source owns.
+    // Every tensor resolved now: replicated ones and parts that are one contiguous run of their
+    // tensor (whole rows, whole experts) as views of `whole`; column splits and several runs cut
+    // into bytes this source owns.
     for (const std::string& name : whole.tensor_names()) {
       const std::optional<Tensor> t = whole.find(name);
       if (!t) continue;
