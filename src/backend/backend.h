@@ -128,6 +128,13 @@ class Backend {
   // memory; the CPU's available RAM (MemAvailable), which its KV cache and scratch take while its
   // weights stay in the mapped file (MemoryPlan::allocated_on).
   virtual std::optional<size_t> free_memory() const = 0;
+  // The device's model name and its theoretical peak memory bandwidth, GB/s (memory clock x bus
+  // width x 2), where the backend can ask its device (a GPU); nothing on the CPU.
+  struct MemoryPeak {
+    std::string device_model;
+    double gbs = 0.0;
+  };
+  virtual std::optional<MemoryPeak> memory_peak() const { return std::nullopt; }
   // Makes this backend's device the calling thread's (a GPU runtime keeps the current device per
   // thread): a split model calls it on each rank's thread before the rank's work.
   virtual void bind_to_this_thread() {}

@@ -119,19 +119,27 @@ double measure_host_read_gbs() {
 }
 
 // The bandwidth the roofline divides by, GB/s, and where it comes from: --bandwidth; on the CPU
-// its measured read bandwidth (a GPU's 4250 would make every CPU ratio ~0 %); on a GPU the
-// H200's measured device-to-device copy bandwidth (DESIGN §8), which the targets are set against.
+// its measured read bandwidth (a GPU's 4250 would make every CPU ratio ~0 %); on an H200 (or a
+// GPU that does not say) the H200's measured device-to-device copy bandwidth (DESIGN §8), which
+// the targets are set against; on another GPU its theoretical peak (a measured copy reaches
+// ~85-90 % of it: ratios there read a little low).
 struct RooflineBandwidth {
   double gbs;
   std::string source;
 };
-RooflineBandwidth roofline_bandwidth(const BenchOptions& opt, Device device) {
+RooflineBandwidth roofline_bandwidth(const BenchOptions& opt, const Backend& backend) {
+  const Device device = backend.device();
   if (opt.bandwidth_gbs > 0.0) return {opt.bandwidth_gbs, "--bandwidth"};
   if (device == Device::cpu) {
     const int threads = ThreadPool::global().size();
     return {measure_host_read_gbs(),
             fmt::format("measured read bandwidth of this CPU, {} thread{}", threads, threads == 1 ? "" : "s")};
   }
+  const std::optional<Backend::MemoryPeak> peak = backend.memory_peak();
+  if (peak && peak->device_model.find("H200") == std::string::npos)
+    return {peak->gbs, fmt::format("the theoretical peak of the {} (memory clock x bus width; --bandwidth for a "
+                                   "measured one)",
+                                   peak->device_model)};
   return {4250.0, "the H200's measured copy bandwidth"};
 }
 
@@ -144,7 +152,7 @@ void run_bench(const BenchOptions& opt) {
   const BackendOptions backend_options = backend_options_from_flags(opt.precision);
   auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend, backend_options);
   const auto probe_start = std::chrono::steady_clock::now();
-  const RooflineBandwidth bandwidth = roofline_bandwidth(opt, backend->device());  // before the model fills memory
+  const RooflineBandwidth bandwidth = roofline_bandwidth(opt, *backend);  // before the model fills memory
   start += std::chrono::steady_clock::now() - probe_start;  // the probe is not loading
   // The CPU has no tensor cores: it computes in f32 whatever the option.
   const std::string_view precision = backend->device() == Device::cpu
@@ -370,7 +378,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--runs", opt->runs, "Timed runs after one warm-up; the median is reported (default 3)")
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--bandwidth", opt->bandwidth_gbs,
-                  "Memory bandwidth for the roofline, GB/s (default: 4250, the H200's, on a GPU; measured on the CPU)")
+                  "Memory bandwidth for the roofline, GB/s (default: 4250, the H200's, on an H200; another GPU's "
+                  "theoretical peak; measured on the CPU)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", opt->json, "Print the results as JSON");
   cmd->add_option("--batch", opt->batch, "Also decode this many sequences together and report the total rate (default 1: off)")

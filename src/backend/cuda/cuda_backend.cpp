@@ -169,6 +169,12 @@ class CudaBackend final : public Backend {
     check(cudaGetDeviceProperties(&prop, device_index), "device properties");
     name_ = prop.name;
     sm_count_ = prop.multiProcessorCount;
+    int memory_khz = 0, bus_bits = 0;  // (cudaDeviceProp's memoryClockRate is gone in CUDA 13)
+    if (cudaDeviceGetAttribute(&memory_khz, cudaDevAttrMemoryClockRate, device_index) == cudaSuccess &&
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device_index) == cudaSuccess &&
+        memory_khz > 0 && bus_bits > 0)
+      memory_peak_ = MemoryPeak{name_, 2.0 * memory_khz * 1e3 * (bus_bits / 8.0) / 1e9};
+    cudaGetLastError();  // a device that reports neither leaves no error behind
     check(cudaMalloc(&error_flag_, sizeof(int32_t)), "malloc");
     check(cudaMemsetAsync(error_flag_, 0, sizeof(int32_t), stream_), "memset");
     check(cudaStreamSynchronize(stream_), "memset");
@@ -182,6 +188,7 @@ class CudaBackend final : public Backend {
 
   std::string_view name() const override { return gpu::kBackendName; }
   Device device() const override { return Device::cuda; }
+  std::optional<MemoryPeak> memory_peak() const override { return memory_peak_; }
   cudaStream_t stream() const { return stream_; }
   int device_index() const { return device_; }
   void bind_to_this_thread() override { check(cudaSetDevice(device_), "set device"); }
@@ -1064,6 +1071,7 @@ class CudaBackend final : public Backend {
   int act_pieces_;
   cudaStream_t stream_ = nullptr;
   std::string name_;
+  std::optional<MemoryPeak> memory_peak_;
   int sm_count_ = 0;
   int32_t* error_flag_ = nullptr;
   std::mutex weights_mutex_;
