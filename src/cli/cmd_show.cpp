@@ -16,6 +16,7 @@
 #include "io/fire_file.h"
 #include "io/model_source.h"
 #include "cli/model_arg.h"
+#include "cli/progress.h"
 #include "model/parallel_plan.h"
 #include "model/weight_loader.h"
 
@@ -130,7 +131,7 @@ void run_show(const ShowOptions& opt) {
                        parallel["tensors_split"].get<int>(), parallel["tensors_replicated"].get<int>(),
                        parallel["all_reduces_per_layer"].get<int>());
     for (size_t r = 0; r < parallel["rank_bytes"].size(); ++r)
-      out += fmt::format("  GPU {:<3} {:.2f} GB of weights\n", r, parallel["rank_bytes"][r].get<double>() / 1e9);
+      out += fmt::format("  GPU {:<3} {} of weights\n", r, human_bytes(parallel["rank_bytes"][r].get<uint64_t>()));
   }
   if (chat_template.empty()) {
     out += "chat template: none\n";
