@@ -83,6 +83,22 @@ std::vector<std::pair<int64_t, int64_t>> shared_head_ranges(int64_t heads, int64
   return out;
 }
 
+// Rank r's [r * per_rank, (r + 1) * per_rank) for each of N ranks: whole heads of `per_rank`
+// elements of the split dim each.
+std::vector<std::pair<int64_t, int64_t>> even_ranges(int N, int64_t per_rank) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int r = 0; r < N; ++r) out.push_back({r * per_rank, (r + 1) * per_rank});
+  return out;
+}
+
+// A column split of layer l's `what` (o_proj, out_proj) into `heads` heads of `dim` per rank
+// must fall on the format's block boundaries.
+void check_column_cut(int N, int l, const char* what, int64_t block, int64_t heads, int64_t dim, const char* noun) {
+  if (heads * dim % block)
+    fail("--tp {}: layer {}'s {} would be cut inside its {}-weight blocks ({} {} of {} per GPU)", N, l, what, block,
+         heads, noun, dim);
+}
+
 // Layer l's MLP intermediate of width I dealt out in units of `block` (the down projection's
 // block, so its column split falls on block boundaries); the last rank takes the padded tail.
 std::vector<std::pair<int64_t, int64_t>> split_mlp_in_blocks(int64_t I, int64_t block, int N, int64_t l) {
@@ -146,10 +162,8 @@ ParallelPlan plan_gemma4_parallel(const Gemma4Config& c, const ParallelOptions& 
     } else if (ends_with(spec.name, "self_attn.q_proj.weight") || ends_with(spec.name, "self_attn.o_proj.weight")) {
       t.split = ends_with(spec.name, "q_proj.weight") ? ShardSplit::rows : ShardSplit::columns;
       const int64_t D = lc->head_dim, block = dtype_traits(t.dtype).block_elems;
-      if (t.split == ShardSplit::columns && heads_per_rank * D % block)
-        fail("--tp {}: layer {}'s o_proj would be cut inside its {}-weight blocks ({} heads of {} per GPU)", N, l, block,
-             heads_per_rank, D);
-      for (int r = 0; r < N; ++r) ranges.push_back({r * heads_per_rank * D, (r + 1) * heads_per_rank * D});
+      if (t.split == ShardSplit::columns) check_column_cut(N, l, "o_proj", block, heads_per_rank, D, "heads");
+      ranges = even_ranges(N, heads_per_rank * D);
     } else if (ends_with(spec.name, "self_attn.k_proj.weight") || ends_with(spec.name, "self_attn.v_proj.weight")) {
       t.split = ShardSplit::rows;
       const int64_t D = lc->head_dim, nKV = lc->n_kv_heads;
@@ -188,8 +202,8 @@ ParallelPlan plan_qwen35_parallel(const Qwen35Config& c, const ParallelOptions& 
   const int64_t heads_per_rank = c.num_heads / N, values_per_rank = nV / N;
   const auto kv_heads = shared_head_ranges(c.num_heads, c.num_kv_heads, N);
   const auto key_heads = shared_head_ranges(nV, nK, N);
-  const bool has_linear = std::count(c.layer_types.begin(), c.layer_types.end(), AttentionType::linear) > 0;
-  const bool has_full = std::count(c.layer_types.begin(), c.layer_types.end(), AttentionType::linear) < c.num_layers;
+  const auto n_linear = std::count(c.layer_types.begin(), c.layer_types.end(), AttentionType::linear);
+  const bool has_linear = n_linear > 0, has_full = n_linear < c.num_layers;
   if (N > 1 && has_full && kv_heads.empty())
     fail("--tp {}: the model's {} KV heads neither divide into {} parts nor repeat evenly over {} GPUs", N,
          c.num_kv_heads, N, N);
@@ -218,10 +232,6 @@ ParallelPlan plan_qwen35_parallel(const Qwen35Config& c, const ParallelOptions& 
     const int l = layer_of(spec.name);
     const int64_t block = dtype_traits(t.dtype).block_elems;
     std::vector<std::pair<int64_t, int64_t>> ranges;
-    // Rank r's value heads, and the ranges those make of a dimension `width` wide per head.
-    auto value_heads = [&](int64_t width) {
-      for (int r = 0; r < N; ++r) ranges.push_back({r * values_per_rank * width, (r + 1) * values_per_rank * width});
-    };
     if (N == 1) {
       // nothing splits
     } else if (ends_with(spec.name, "linear_attn.in_proj_qkv.weight") ||
@@ -239,27 +249,23 @@ ParallelPlan plan_qwen35_parallel(const Qwen35Config& c, const ParallelOptions& 
       }
     } else if (ends_with(spec.name, "linear_attn.in_proj_z.weight")) {
       t.split = ShardSplit::rows;
-      value_heads(dv);
+      ranges = even_ranges(N, values_per_rank * dv);
     } else if (ends_with(spec.name, "linear_attn.in_proj_b.weight") ||
                ends_with(spec.name, "linear_attn.in_proj_a.weight") || ends_with(spec.name, "linear_attn.A_log") ||
                ends_with(spec.name, "linear_attn.dt_bias")) {
       t.split = ShardSplit::rows;
-      value_heads(1);
+      ranges = even_ranges(N, values_per_rank);
     } else if (ends_with(spec.name, "linear_attn.out_proj.weight")) {
       t.split = ShardSplit::columns;
-      if (values_per_rank * dv % block)
-        fail("--tp {}: layer {}'s out_proj would be cut inside its {}-weight blocks ({} value heads of {} per GPU)", N,
-             l, block, values_per_rank, dv);
-      value_heads(dv);
+      check_column_cut(N, l, "out_proj", block, values_per_rank, dv, "value heads");
+      ranges = even_ranges(N, values_per_rank * dv);
     } else if (ends_with(spec.name, "self_attn.q_proj.weight")) {
       t.split = ShardSplit::rows;  // per head: D query rows, then D gate rows
-      for (int r = 0; r < N; ++r) ranges.push_back({r * heads_per_rank * 2 * D, (r + 1) * heads_per_rank * 2 * D});
+      ranges = even_ranges(N, heads_per_rank * 2 * D);
     } else if (ends_with(spec.name, "self_attn.o_proj.weight")) {
       t.split = ShardSplit::columns;
-      if (heads_per_rank * D % block)
-        fail("--tp {}: layer {}'s o_proj would be cut inside its {}-weight blocks ({} heads of {} per GPU)", N, l,
-             block, heads_per_rank, D);
-      for (int r = 0; r < N; ++r) ranges.push_back({r * heads_per_rank * D, (r + 1) * heads_per_rank * D});
+      check_column_cut(N, l, "o_proj", block, heads_per_rank, D, "heads");
+      ranges = even_ranges(N, heads_per_rank * D);
     } else if (ends_with(spec.name, "self_attn.k_proj.weight") || ends_with(spec.name, "self_attn.v_proj.weight")) {
       t.split = ShardSplit::rows;
       for (auto [h0, h1] : kv_heads) ranges.push_back({h0 * D, h1 * D});
