@@ -19,7 +19,6 @@
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
-#include "model/synthetic.h"
 #include "model/tensor_parallel.h"
 
 namespace fl::cli {
@@ -144,11 +143,11 @@ RooflineBandwidth roofline_bandwidth(const BenchOptions& opt, const Backend& bac
 }
 
 void run_bench(const BenchOptions& opt) {
-  if (opt.model.empty() == opt.like.empty()) fail("bench needs a MODEL or --like NAME (not both)");
-  if (!opt.format.empty() && opt.like.empty()) fail("--format applies to a --like model; MODEL has its own formats");
   const std::string ranks_backend = check_tensor_parallel_flags(opt.tp, opt.ep, opt.backend);
   if (opt.tp > 1 && opt.profile) fail("--profile times one device's ops; it does not combine with --tp");
   auto start = std::chrono::steady_clock::now();
+  // (opened, not read: a .fire or safetensors file is mapped, a synthetic model made on load)
+  std::unique_ptr<ModelSource> source = open_model_or_synthetic("bench", opt.model, opt.like, opt.format);
   const BackendOptions backend_options = backend_options_from_flags(opt.precision);
   auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend, backend_options);
   const auto probe_start = std::chrono::steady_clock::now();
@@ -158,9 +157,6 @@ void run_bench(const BenchOptions& opt) {
   const std::string_view precision = backend->device() == Device::cpu
                                          ? std::string_view("f32")
                                          : tensor_core_precision_name(backend_options.tensor_core_precision);
-  std::unique_ptr<ModelSource> source =
-      opt.like.empty() ? open_model_source(resolve_model_arg(opt.model))
-                       : make_synthetic_source({opt.like, opt.format.empty() ? "hf4" : opt.format, 1, {}});
   const DType kv = kv_type(opt.kv);
   LoadOptions load;
   load.max_seq = std::max<int64_t>(opt.context + opt.gen_tokens + 3, opt.prompt_tokens + 1);
@@ -363,9 +359,7 @@ void add_bench_command(CLI::App& app) {
   auto opt = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed against the bandwidth roofline");
   cmd->add_option("model", opt->model, "Model: a Hugging Face directory, a .fire file or a name from `fireline list` (or use --like)");
-  std::string names;
-  for (const auto& n : synthetic_model_names()) names += (names.empty() ? "" : ", ") + n;
-  cmd->add_option("--like", opt->like, "Benchmark a synthetic model with these shapes: " + names);
+  cmd->add_option("--like", opt->like, "Benchmark a synthetic model with these shapes: " + synthetic_model_list());
   cmd->add_option("--format", opt->format, "Weight format of the synthetic model: hf4 (default), hf6, q8, bf16, f32");
   cmd->add_option("--backend", opt->backend, "cuda (default), cuda:N or cpu");
   cmd->add_option("--kv", opt->kv, "KV cache type: q8 (default), bf16, f32");

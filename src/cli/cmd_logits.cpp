@@ -14,7 +14,6 @@
 #include "cli/model_arg.h"
 #include "core/error.h"
 #include "model/model.h"
-#include "model/synthetic.h"
 #include "model/tensor_parallel.h"
 
 namespace fl::cli {
@@ -69,13 +68,9 @@ void append_top(std::string& out, const float* row, int64_t n, int k) {
 void run_logits(const LogitsOptions& opt) {
   const std::vector<int32_t> ids = parse_token_ids(opt.ids, "--ids");
   if (ids.empty()) fail("--ids needs at least one token id");
-  if (opt.model.empty() == opt.like.empty()) fail("logits needs a MODEL or --like NAME (not both)");
-  if (!opt.format.empty() && opt.like.empty()) fail("--format applies to a --like model; MODEL has its own formats");
   const std::string ranks_backend = check_tensor_parallel_flags(opt.tp, opt.ep, opt.backend);
   const BackendOptions backend_options = backend_options_from_flags(opt.precision);
-  std::unique_ptr<ModelSource> source =
-      opt.like.empty() ? open_model_source(resolve_model_arg(opt.model))
-                       : make_synthetic_source({opt.like, opt.format.empty() ? "hf4" : opt.format, 1, {}});
+  std::unique_ptr<ModelSource> source = open_model_or_synthetic("logits", opt.model, opt.like, opt.format);
   SequenceOptions seq_opt;
   seq_opt.kv_dtype = parse_kv_type(opt.kv);
   seq_opt.max_seq = opt.max_seq > 0 ? opt.max_seq : static_cast<int64_t>(ids.size()) + opt.generate;
@@ -127,9 +122,8 @@ void add_logits_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("logits", "Print a model's logits for given token ids as JSON");
   cmd->add_option("model", opt->model,
                   "Model: a Hugging Face directory, a .fire file or a name from `fireline list` (or use --like)");
-  std::string names;
-  for (const auto& n : synthetic_model_names()) names += (names.empty() ? "" : ", ") + n;
-  cmd->add_option("--like", opt->like, "A synthetic model with these shapes (seed 1, as bench --like): " + names);
+  cmd->add_option("--like", opt->like,
+                  "A synthetic model with these shapes (seed 1, as bench --like): " + synthetic_model_list());
   cmd->add_option("--format", opt->format, "Weight format of the synthetic model: hf4 (default), hf6, q8, bf16, f32");
   cmd->add_option("--ids", opt->ids, "Comma-separated token ids, e.g. 2,105,2364")->required();
   cmd->add_flag("--all-positions", opt->all_positions, "Logits for every position, not just the last");

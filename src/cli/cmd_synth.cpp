@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "cli/commands.h"
+#include "cli/model_arg.h"
 #include "io/import_source.h"
 #include "io/quantize_model.h"
 #include "model/synthetic.h"
@@ -56,9 +57,7 @@ void run_synth(const SynthOptions& opt) {
 void add_synth_command(CLI::App& app) {
   auto opt = std::make_shared<SynthOptions>();
   CLI::App* cmd = app.add_subcommand("synth", "Write a random-weight model with the shapes of a published one");
-  std::string names;
-  for (const auto& n : synthetic_model_names()) names += (names.empty() ? "" : ", ") + n;
-  cmd->add_option("--like", opt->like, "The model whose shapes to copy: " + names)->required();
+  cmd->add_option("--like", opt->like, "The model whose shapes to copy: " + synthetic_model_list())->required();
   cmd->add_option("-o,--output", opt->output, "Output .fire file")->required();
   cmd->add_option("--format", opt->format, "Weight policy: hf4 (default), hf6, q8, bf16, f16, f32");
   cmd->add_option("--seed", opt->seed, "Seed of the random weights (default 1)");

@@ -6,6 +6,7 @@
 #include "cli/embedded_model.h"
 #include "core/error.h"
 #include "io/model_source.h"
+#include "model/synthetic.h"
 #include "store/model_store.h"
 
 namespace fl::cli {
@@ -24,6 +25,20 @@ std::string resolve_model_arg(const std::string& arg) {
       arg.ends_with(".safetensors"))
     fail("{}: no such file or directory", arg);
   return fl::resolve_model_arg(arg);  // the store, or the error that names `list` and `pull`
+}
+
+std::unique_ptr<ModelSource> open_model_or_synthetic(std::string_view command, const std::string& model,
+                                                     const std::string& like, const std::string& format) {
+  if (model.empty() == like.empty()) fail("{} needs a MODEL or --like NAME (not both)", command);
+  if (!format.empty() && like.empty()) fail("--format applies to a --like model; MODEL has its own formats");
+  if (like.empty()) return open_model_source(resolve_model_arg(model));
+  return make_synthetic_source({like, format.empty() ? "hf4" : format, 1, {}});
+}
+
+std::string synthetic_model_list() {
+  std::string names;
+  for (const auto& n : synthetic_model_names()) names += (names.empty() ? "" : ", ") + n;
+  return names;
 }
 
 std::string default_model_path() {
