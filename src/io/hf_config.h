@@ -59,6 +59,7 @@ struct Gemma4Config {
   // Not from config.json: a rank of an expert-parallel split (model/rank_source.h) holds experts
   // [expert_first, expert_first + expert_count) of every layer's stacks; 0 = all of them.
   int expert_first = 0, expert_count = 0;
+  int experts_held() const { return expert_count > 0 ? expert_count : num_experts; }
   // Per-layer embeddings (E2B/E4B); 0 = off.
   int hidden_size_per_layer_input = 0;
   int vocab_size_per_layer_input = 0;
@@ -104,6 +105,7 @@ struct Qwen35Config {
   // One rank of a model split with --ep (model/rank_source.h): its experts are [expert_first,
   // expert_first + expert_count) of every layer's; 0 = all of them.
   int expert_first = 0, expert_count = 0;
+  int experts_held() const { return expert_count > 0 ? expert_count : num_experts; }
   std::vector<int> eos_token_ids;
 
   int conv_channels() const { return 2 * linear_num_key_heads * linear_key_head_dim + linear_num_value_heads * linear_value_head_dim; }

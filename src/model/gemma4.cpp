@@ -90,7 +90,7 @@ class Gemma4Model final : public Model {
       layer.down_proj = w.get(p + "mlp.down_proj.weight", {H, I});
       if (c_.enable_moe_block) {
         const int64_t E = c_.num_experts, Ie = c_.moe_intermediate_size;
-        const int64_t held = c_.expert_count > 0 ? c_.expert_count : E;  // an expert-parallel rank's experts
+        const int64_t held = c_.experts_held();  // an expert-parallel rank's experts
         layer.router_proj = w.get(p + "router.proj.weight", {E, H});
         layer.router_scale = w.get(p + "router.scale", {H});
         layer.per_expert_scale = w.get(p + "router.per_expert_scale", {E});
@@ -514,7 +514,7 @@ std::vector<WeightSpec> gemma4_weight_specs(const Gemma4Config& c) {
     add(p + "mlp.up_proj.weight", {I, H}, WeightKind::matrix);
     add(p + "mlp.down_proj.weight", {H, I}, WeightKind::matrix);
     if (c.enable_moe_block) {
-      const int64_t E = c.num_experts, Ie = c.moe_intermediate_size, held = c.expert_count > 0 ? c.expert_count : E;
+      const int64_t E = c.num_experts, Ie = c.moe_intermediate_size, held = c.experts_held();
       add(p + "router.proj.weight", {E, H}, WeightKind::matrix);
       add(p + "router.scale", {H}, WeightKind::vector);
       add(p + "router.per_expert_scale", {E}, WeightKind::vector);

@@ -442,7 +442,7 @@ class Qwen35Model final : public Model {
   // rank's stacks hold its own experts only (the router still scores all E).
   void load_experts(const ModelSource& source, WeightLoader& w, int64_t l, Qwen35Layer& layer) {
     const int64_t H = c_.hidden_size, E = c_.num_experts, I = c_.moe_intermediate_size,
-                  Is = c_.shared_expert_intermediate_size, held = c_.expert_count > 0 ? c_.expert_count : E;
+                  Is = c_.shared_expert_intermediate_size, held = c_.experts_held();
     const std::string p = layer_prefix(l) + "mlp.";
     layer.router = w.get(p + "gate.weight", {E, H});
     layer.shared_gate_proj = w.get(p + "shared_expert.gate_proj.weight", {Is, H});
@@ -462,8 +462,7 @@ class Qwen35Model final : public Model {
   // the experts this model holds).
   Tensor stack_experts(const ModelSource& source, const WeightLoader& w, const std::string& p,
                        std::initializer_list<const char*> parts, int64_t rows, int64_t cols) {
-    const int64_t E = c_.expert_count > 0 ? c_.expert_count : c_.num_experts,
-                  n_parts = static_cast<int64_t>(parts.size());
+    const int64_t E = c_.experts_held(), n_parts = static_cast<int64_t>(parts.size());
     std::optional<DType> dtype;
     std::vector<Tensor> pieces;
     for (int64_t e = 0; e < E; ++e)
