@@ -1,7 +1,6 @@
 // fireline bench: prefill and decode speed of a model (a file, or a synthetic model with the
 // shapes of a published one), with the memory-bandwidth roofline it is measured against.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +15,7 @@
 #include "cli/generation_cli.h"
 #include "cli/model_arg.h"
 #include "core/error.h"
+#include "core/host_bandwidth.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
@@ -55,15 +55,17 @@ ProfileTable profile_table(const std::vector<OpProfile>& ops, double steps, cons
   int64_t total_kernels = 0;
   for (const OpProfile& p : ops) total_ms += p.ms, total_bytes += p.bytes, total_kernels += p.kernels;
   t.text += fmt::format("  {:<18} {:>9} {:>9} {:>11} {:>7} {:>10}\n", "op", "calls", "kernels", "ms", "share", "GB/s");
+  // A backend without kernels (the CPU's ops run on its threads) shows "-" for them.
+  auto kernels = [&](int64_t n) { return total_kernels > 0 ? fmt::format("{:.1f}", n / steps) : std::string("-"); };
   for (const OpProfile& p : ops) {
     const double gbs = p.ms > 0 ? p.bytes / (p.ms * 1e-3) / 1e9 : 0.0;
-    t.text += fmt::format("  {:<18} {:>9.1f} {:>9.1f} {:>11.3f} {:>6.1f}% {:>10.1f}\n", p.op, p.calls / steps,
-                          p.kernels / steps, p.ms / steps, total_ms > 0 ? 100.0 * p.ms / total_ms : 0.0, gbs);
+    t.text += fmt::format("  {:<18} {:>9.1f} {:>9} {:>11.3f} {:>6.1f}% {:>10.1f}\n", p.op, p.calls / steps,
+                          kernels(p.kernels), p.ms / steps, total_ms > 0 ? 100.0 * p.ms / total_ms : 0.0, gbs);
     t.json.push_back({{"op", p.op}, {"calls", p.calls / steps}, {"kernels", p.kernels / steps}, {"ms", p.ms / steps},
                       {"bytes", p.bytes / steps}, {"gb_s", gbs}});
   }
-  t.text += fmt::format("  {:<18} {:>9} {:>9.1f} {:>11.3f} {:>6.1f}% {:>10.1f}   (per {})\n", "total", "",
-                        total_kernels / steps, total_ms / steps, 100.0,
+  t.text += fmt::format("  {:<18} {:>9} {:>9} {:>11.3f} {:>6.1f}% {:>10.1f}   (per {})\n", "total", "",
+                        kernels(total_kernels), total_ms / steps, 100.0,
                         total_ms > 0 ? total_bytes / (total_ms * 1e-3) / 1e9 : 0.0, unit);
   return t;
 }
@@ -84,39 +86,6 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// The host's memory read bandwidth, GB/s: the thread pool (--threads) sums a 256 MiB buffer, each
-// thread its share, best of three passes (the buffer is written first, so page faults are not
-// timed). The CPU backend's decode streams the mapped weights through the same threads, so this is
-// the bandwidth its roofline is measured against.
-double measure_host_read_gbs() {
-  constexpr size_t kWords = (size_t{256} << 20) / sizeof(uint64_t);
-  std::vector<uint64_t> buffer(kWords);
-  ThreadPool& pool = ThreadPool::global();
-  pool.parallel_for(static_cast<int64_t>(kWords), [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) buffer[static_cast<size_t>(i)] = static_cast<uint64_t>(i);
-  });
-  std::atomic<uint64_t> total{0};  // an atomic add per share: the sums cannot be optimised away
-  double best_s = 0.0;
-  for (int pass = 0; pass < 3; ++pass) {
-    const auto t0 = std::chrono::steady_clock::now();
-    pool.parallel_for(static_cast<int64_t>(kWords), [&](int64_t begin, int64_t end) {
-      uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;  // four chains: the loop waits on memory, not on adds
-      int64_t i = begin;
-      for (; i + 4 <= end; i += 4) {
-        s0 += buffer[static_cast<size_t>(i)];
-        s1 += buffer[static_cast<size_t>(i + 1)];
-        s2 += buffer[static_cast<size_t>(i + 2)];
-        s3 += buffer[static_cast<size_t>(i + 3)];
-      }
-      for (; i < end; ++i) s0 += buffer[static_cast<size_t>(i)];
-      total.fetch_add(s0 + s1 + s2 + s3, std::memory_order_relaxed);
-    });
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (pass == 0 || s < best_s) best_s = s;
-  }
-  return static_cast<double>(kWords * sizeof(uint64_t)) / best_s / 1e9;
-}
-
 // The bandwidth the roofline divides by, GB/s, and where it comes from: --bandwidth; on the CPU
 // its measured read bandwidth (a GPU's 4250 would make every CPU ratio ~0 %); on an H200 (or a
 // GPU that does not say) the H200's measured device-to-device copy bandwidth (DESIGN §8), which
@@ -131,7 +100,7 @@ RooflineBandwidth roofline_bandwidth(const BenchOptions& opt, const Backend& bac
   if (opt.bandwidth_gbs > 0.0) return {opt.bandwidth_gbs, "--bandwidth"};
   if (device == Device::cpu) {
     const int threads = ThreadPool::global().size();
-    return {measure_host_read_gbs(),
+    return {measure_host_read_gbs(ThreadPool::global()),
             fmt::format("measured read bandwidth of this CPU, {} thread{}", threads, threads == 1 ? "" : "s")};
   }
   const std::optional<Backend::MemoryPeak> peak = backend.memory_peak();

@@ -169,6 +169,30 @@ TEST(CpuMatmul, ResultDoesNotDependOnTheThreadCount) {
   }
 }
 
+// A token's outputs are computed the same way whatever other tokens share the call, so that a
+// sequence decoded in a batch gets the logits it gets alone, bit for bit: every token of a
+// 5-token call equals that token multiplied alone.
+TEST(CpuMatmul, ATokensResultDoesNotDependOnTheOtherTokens) {
+  ThreadPool pool(2);
+  for (DType t : kFormats) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    Problem p(t, 19, 704, 5, 21);
+    for (MatmulPath path : fast_paths()) {
+      std::vector<float> together = p.run(path, pool);
+      for (int64_t tok = 0; tok < 5; ++tok) {
+        MatmulOperands op = p.operands();
+        op.x = p.x.data() + tok * p.x_floats;
+        op.out = p.out.data();
+        op.T = 1;
+        std::fill(p.out.begin(), p.out.end(), Problem::kGuard);
+        matmul_rows(op, path, pool);
+        for (int64_t m = 0; m < 19; ++m)
+          ASSERT_EQ(p.out[m], together[tok * 19 + m]) << matmul_path_name(path) << " token " << tok << " m " << m;
+      }
+    }
+  }
+}
+
 TEST(CpuMatmul, WeightsMayStartAtAnyByteAddress) {
   // A safetensors tensor need not be aligned: weights one byte off any alignment give the
   // same results (and, under UBSan, no misaligned access).

@@ -143,7 +143,18 @@ void matmul_rows(const MatmulOperands& op, MatmulPath path, ThreadPool& pool) {
         fail("matmul: the avx2 path has no kernel for {}", dtype_name(op.w_type));
       const avx2::MatmulArgs args{static_cast<int>(op.w_type), static_cast<const uint8_t*>(op.w), op.w_stride, op.K,
                                   op.x, op.x_stride, op.T, op.out, op.out_stride};
-      pool.parallel_for(op.M, [&](int64_t m0, int64_t m1) { avx2::matmul_rows(args, m0, m1); });
+      // x prepared once for every row (padded, block sums, de-interleaved for HFQ4); the buffer
+      // is kept per calling thread (ranks of a split model call from threads of their own).
+      thread_local std::vector<float> prepared_buffer;
+      const int64_t floats = avx2::prepared_floats(args);
+      float* prepared = nullptr;
+      if (floats > 0) {
+        prepared_buffer.resize(static_cast<size_t>(floats) + 8);
+        prepared = prepared_buffer.data();
+        while (reinterpret_cast<uintptr_t>(prepared) % 32) ++prepared;  // 32-byte lines for the loads
+        avx2::prepare_x(args, prepared);
+      }
+      pool.parallel_for(op.M, [&](int64_t m0, int64_t m1) { avx2::matmul_rows(args, prepared, m0, m1); });
 #endif
       return;
     }

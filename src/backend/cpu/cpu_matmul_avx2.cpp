@@ -1,8 +1,20 @@
 // AVX2 + FMA + F16C kernels for cpu_matmul (compiled with -mavx2 -mfma -mf16c; called only
-// after a CPU check). For each weight row: decode one group into an aligned buffer of floats,
-// then multiply-accumulate it into one 8-lane accumulator per token of a tile of up to 8
-// tokens. The decoders reproduce the reference decode exactly (q * scale, then + min: two
-// rounded operations, no FMA); only the summation order differs from the reference.
+// after a CPU check). Two kinds of kernel:
+// - Factored (HFQ4, Q8_0: the formats models are run in). A block's dot product is taken as
+//   scale * sum(q x) + min * sum(x): the codes are converted to floats and multiplied into x
+//   straight from registers, the scale is applied once per block, and the min once per block
+//   and token against a precomputed sum of x. x is prepared once per call (prepare_x): padded
+//   to whole blocks with zeros, block sums taken, and for HFQ4 each 16 values de-interleaved
+//   into even then odd positions, the order in which one 8-byte load of codes yields them (low
+//   nibbles = even weights, high nibbles = odd). Independent accumulators per token hide the
+//   FMA latency, which bound the one-token case of the decode-to-buffer kernel below (a single
+//   chain: one 8-lane FMA per 4 cycles); they are the same for any number of tokens, so a
+//   token's result does not depend on the others in the call.
+// - Decode to buffer (f32, f16, bf16, HFQ6): decode one group into an aligned buffer of floats,
+//   then multiply-accumulate it into one 8-lane accumulator per token of a tile of up to 8
+//   tokens. The decoders reproduce the reference decode exactly (q * scale, then + min).
+// Either way only the order of the sums differs from the reference, within cpu_matmul_test's
+// tolerance (1e-5 of sum |w x|).
 //
 // No standard-library templates or shared inline functions are used here (see
 // cpu_matmul_avx2.h): everything is a static function of this file or an intrinsic.
@@ -80,47 +92,6 @@ struct DecodeBF16 {
     for (; i < n; ++i) {
       uint32_t bits = static_cast<uint32_t>(load_u16(p + 2 * i)) << 16;
       std::memcpy(buf + i, &bits, 4);
-    }
-    return buf;
-  }
-};
-
-struct DecodeQ8_0 {
-  using L = layout::Q8_0;
-  static constexpr int group = L::group;
-  static const float* decode(const uint8_t* row, int64_t b, int64_t, int, float* buf) {
-    const uint8_t* block = row + b * L::block_bytes;
-    const __m256 d = _mm256_set1_ps(_cvtsh_ss(load_u16(block + L::scale_offset)));
-    const uint8_t* codes = block + L::codes_offset;
-    for (int i = 0; i < L::group; i += 8) {
-      __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + i)));
-      _mm256_store_ps(buf + i, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
-    }
-    return buf;
-  }
-};
-
-template <typename L>
-struct DecodeHfq4 {
-  static constexpr int group = L::group;
-  static const float* decode(const uint8_t* row, int64_t b, int64_t, int, float* buf) {
-    const uint8_t* block = row + b * L::block_bytes;
-    const __m256 scale = _mm256_set1_ps(load_f32(block + L::scale_offset));
-    const __m256 min = _mm256_set1_ps(load_f32(block + L::min_offset));
-    const __m128i low4 = _mm_set1_epi8(0x0f);
-    const uint8_t* codes = block + L::codes_offset;
-    // 16 bytes hold 32 weights: byte i = weight 2i (low nibble) | weight 2i+1 (high nibble).
-    for (int j = 0; j < L::group / 2; j += 16) {
-      __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + j));
-      __m128i lo = _mm_and_si128(bytes, low4);
-      __m128i hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low4);
-      __m128i first = _mm_unpacklo_epi8(lo, hi);   // weights 2j .. 2j+15, in order
-      __m128i second = _mm_unpackhi_epi8(lo, hi);  // weights 2j+16 .. 2j+31
-      float* out = buf + 2 * j;
-      _mm256_store_ps(out + 0, affine(_mm256_cvtepu8_epi32(first), scale, min));
-      _mm256_store_ps(out + 8, affine(_mm256_cvtepu8_epi32(_mm_srli_si128(first, 8)), scale, min));
-      _mm256_store_ps(out + 16, affine(_mm256_cvtepu8_epi32(second), scale, min));
-      _mm256_store_ps(out + 24, affine(_mm256_cvtepu8_epi32(_mm_srli_si128(second, 8)), scale, min));
     }
     return buf;
   }
@@ -207,7 +178,199 @@ void rows_for_format(const MatmulArgs& a, int64_t m0, int64_t m1) {
   }
 }
 
+// ---- factored kernels (HFQ4, Q8_0) ----
+
+// Codes of one block, 16 values per step, as two 8-lane float vectors in prepared-x order.
+template <typename L>
+struct Hfq4Codes {
+  static constexpr int group = L::group;
+  static constexpr int block_bytes = L::block_bytes;
+  static constexpr bool interleaved = true;  // x de-interleaved per 16 values
+  static constexpr bool has_min = true;
+  static float scale(const uint8_t* block) { return load_f32(block + L::scale_offset); }
+  static float min(const uint8_t* block) { return load_f32(block + L::min_offset); }
+  // Values 16 i .. 16 i + 15: eight bytes, each widened to a 32-bit lane; its low nibble is an
+  // even weight, its high nibble (already zero-extended) the next odd one.
+  static void step(const uint8_t* block, int i, __m256& even, __m256& odd) {
+    const __m256i bytes =
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + L::codes_offset + 8 * i)));
+    even = _mm256_cvtepi32_ps(_mm256_and_si256(bytes, _mm256_set1_epi32(0x0f)));
+    odd = _mm256_cvtepi32_ps(_mm256_srli_epi32(bytes, 4));
+  }
+};
+
+struct Q8_0Codes {
+  using L = layout::Q8_0;
+  static constexpr int group = L::group;
+  static constexpr int block_bytes = L::block_bytes;
+  static constexpr bool interleaved = false;
+  static constexpr bool has_min = false;
+  static float scale(const uint8_t* block) { return _cvtsh_ss(load_u16(block + L::scale_offset)); }
+  static float min(const uint8_t*) { return 0.0f; }
+  static void step(const uint8_t* block, int i, __m256& first, __m256& second) {
+    const uint8_t* codes = block + L::codes_offset + 16 * i;
+    first = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes))));
+    second = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8))));
+  }
+};
+
+constexpr int kFactoredStep = 16;  // values per Codes::step
+// Four FMA chains per token hide the FMA's latency (~4 cycles, two pipes) when one token is
+// multiplied; the same four for any number of tokens, so that a token's sum is computed the same
+// way whatever else is in the call (batched rows equal lone ones bit for bit on the CPU).
+constexpr int kFactoredChains = 4;
+// Tokens per pass over a row: 2 x 4 accumulators + 2 totals + the codes and x fit the 16 AVX2
+// registers; a third token's chains would spill.
+constexpr int kFactoredTile = 2;
+
+// The prepared x of `Codes`'s format: per token, `padded` floats (K rounded up to whole blocks,
+// zeros past K, HFQ4 de-interleaved) then `blocks` block sums of the real values.
+struct PreparedLayout {
+  int64_t blocks, padded, floats_per_token;
+};
+
+template <typename C>
+PreparedLayout prepared_layout(int64_t K) {
+  const int64_t blocks = (K + C::group - 1) / C::group;
+  // Whole 8-float lines per token keep every token's values 32-byte aligned.
+  const int64_t per_token = (blocks * C::group + blocks + 7) / 8 * 8;
+  return {blocks, blocks * C::group, per_token};
+}
+
+template <typename C>
+void prepare_tokens(const MatmulArgs& a, float* prepared) {
+  const PreparedLayout l = prepared_layout<C>(a.K);
+  for (int64_t t = 0; t < a.T; ++t) {
+    const float* x = reinterpret_cast<const float*>(reinterpret_cast<const char*>(a.x) + t * a.x_stride);
+    float* xp = prepared + t * l.floats_per_token;
+    float* sums = xp + l.padded;
+    for (int64_t k = 0; k < l.padded; k += kFactoredStep) {
+      for (int i = 0; i < kFactoredStep; ++i) {
+        // value k + i of the step sits at position i (natural order) or, de-interleaved, even
+        // values first: position i / 2 for even i, 8 + i / 2 for odd i.
+        const int slot = C::interleaved ? (i % 2) * 8 + i / 2 : i;
+        xp[k + slot] = k + i < a.K ? x[k + i] : 0.0f;
+      }
+    }
+    for (int64_t b = 0; b < l.blocks; ++b) {
+      float s = 0.0f;
+      for (int64_t k = b * C::group; k < min64((b + 1) * C::group, a.K); ++k) s += x[k];
+      sums[b] = s;
+    }
+  }
+}
+
+// acc[j][c] += codes * x_j over values [16 i, 16 i + 16) of block b, into chains c and c + 1.
+template <int NT, int A, typename C>
+inline void factored_step(const uint8_t* block, int i, const float* const* xb, int c, __m256 (*acc)[A]) {
+  __m256 first, second;
+  C::step(block, i, first, second);
+  for (int j = 0; j < NT; ++j) {
+    const float* x = xb[j] + kFactoredStep * i;
+    acc[j][c % A] = _mm256_fmadd_ps(first, _mm256_loadu_ps(x), acc[j][c % A]);
+    acc[j][(c + 1) % A] = _mm256_fmadd_ps(second, _mm256_loadu_ps(x + 8), acc[j][(c + 1) % A]);
+  }
+}
+
+// Blocks [b0, b1) of rows [m0, m1) against the NT prepared tokens xt, continuing each (row,
+// token)'s running sums in total / min_total (indexed by m - m0): calls over consecutive block
+// ranges perform exactly the operations of one call over all blocks, in the same order.
+template <int NT, typename C>
+void factored_blocks(const PreparedLayout& l, const MatmulArgs& a, const float* const* xt, int64_t m0, int64_t m1,
+                     int64_t b0, int64_t b1, __m256 (*total)[NT], float (*min_total)[NT]) {
+  constexpr int A = kFactoredChains;
+  for (int64_t m = m0; m < m1; ++m) {
+    const uint8_t* row = a.w + m * a.w_stride;
+    __m256 row_total[NT];
+    for (int j = 0; j < NT; ++j) row_total[j] = total[m - m0][j];
+    for (int64_t b = b0; b < b1; ++b) {
+      const uint8_t* block = row + b * C::block_bytes;
+      // Steps holding real values; the rest of a tail block meets zeros in x and is skipped.
+      const int steps = static_cast<int>((min64(C::group, a.K - b * C::group) + kFactoredStep - 1) / kFactoredStep);
+      const float* xb[NT];
+      for (int j = 0; j < NT; ++j) xb[j] = xt[j] + b * C::group;
+      __m256 acc[NT][A];
+      for (int j = 0; j < NT; ++j)
+        for (int c = 0; c < A; ++c) acc[j][c] = _mm256_setzero_ps();
+      int i = 0;
+      for (; i + 1 < steps; i += 2) {
+        factored_step<NT, A, C>(block, i, xb, 0, acc);
+        factored_step<NT, A, C>(block, i + 1, xb, 2, acc);
+      }
+      if (i < steps) factored_step<NT, A, C>(block, i, xb, 0, acc);
+      const __m256 scale = _mm256_set1_ps(C::scale(block));
+      for (int j = 0; j < NT; ++j) {
+        __m256 sum = acc[j][0];
+        for (int c = 1; c < A; ++c) sum = _mm256_add_ps(sum, acc[j][c]);
+        row_total[j] = _mm256_fmadd_ps(scale, sum, row_total[j]);
+        if (C::has_min) min_total[m - m0][j] += C::min(block) * xt[j][l.padded + b];
+      }
+    }
+    for (int j = 0; j < NT; ++j) total[m - m0][j] = row_total[j];
+  }
+}
+
+// Rows are taken in blocks of kRowBlock and tokens in tiles of NT. With more than one tile, K is
+// cut in chunks of kChunkValues: a chunk of x for the tile (8 KB) and of the row block's weights
+// (~9 KB of HFQ4) stay in L1 while every row of the block passes over them; unchunked, two
+// tokens' whole x (22 KB at K = 2816) and 16 rows (24 KB) overflowed L1 and both streamed from L2
+// once per row (28 GMAC/s on the 2-core build machine at 8 tokens; chunked, 41). One tile (decode)
+// reads each row whole, in order: the weights are then one sequential stream from memory, which
+// the chunks' 16 interleaved streams slowed 2.3x.
+constexpr int64_t kRowBlock = 16;
+constexpr int64_t kChunkValues = 1024;
+
+template <int NT, typename C>
+void factored_tile(const MatmulArgs& a, const float* prepared, int64_t m0, int64_t m1, int64_t t0) {
+  const PreparedLayout l = prepared_layout<C>(a.K);
+  const int64_t chunk_blocks = a.T <= kFactoredTile ? l.blocks : kChunkValues / C::group;
+  const float* xt[NT];
+  for (int j = 0; j < NT; ++j) xt[j] = prepared + (t0 + j) * l.floats_per_token;
+  __m256 total[kRowBlock][NT];
+  float min_total[kRowBlock][NT];
+  for (int64_t r = 0; r < m1 - m0; ++r)
+    for (int j = 0; j < NT; ++j) total[r][j] = _mm256_setzero_ps(), min_total[r][j] = 0.0f;
+  for (int64_t b0 = 0; b0 < l.blocks; b0 += chunk_blocks)
+    factored_blocks<NT, C>(l, a, xt, m0, m1, b0, min64(l.blocks, b0 + chunk_blocks), total, min_total);
+  for (int j = 0; j < NT; ++j) {
+    float* out = reinterpret_cast<float*>(reinterpret_cast<char*>(a.out) + (t0 + j) * a.out_stride);
+    for (int64_t m = m0; m < m1; ++m) out[m] = horizontal_sum(total[m - m0][j]) + min_total[m - m0][j];
+  }
+}
+
+template <typename C>
+void factored_rows(const MatmulArgs& a, const float* prepared, int64_t m0, int64_t m1) {
+  static_assert(kChunkValues % C::group == 0, "a chunk holds whole blocks");
+  for (int64_t r0 = m0; r0 < m1; r0 += kRowBlock) {
+    const int64_t r1 = min64(m1, r0 + kRowBlock);
+    for (int64_t t0 = 0; t0 < a.T; t0 += kFactoredTile) {
+      if (a.T - t0 >= 2)
+        factored_tile<2, C>(a, prepared, r0, r1, t0);
+      else
+        factored_tile<1, C>(a, prepared, r0, r1, t0);
+    }
+  }
+}
+
 }  // namespace
+
+int64_t prepared_floats(const MatmulArgs& a) {
+  switch (static_cast<DType>(a.w_type)) {
+    case DType::q8_0: return a.T * prepared_layout<Q8_0Codes>(a.K).floats_per_token;
+    case DType::hfq4_g256: return a.T * prepared_layout<Hfq4Codes<layout::Hfq4G256>>(a.K).floats_per_token;
+    case DType::hfq4_g128: return a.T * prepared_layout<Hfq4Codes<layout::Hfq4G128>>(a.K).floats_per_token;
+    default: return 0;
+  }
+}
+
+void prepare_x(const MatmulArgs& a, float* prepared) {
+  switch (static_cast<DType>(a.w_type)) {
+    case DType::q8_0: prepare_tokens<Q8_0Codes>(a, prepared); break;
+    case DType::hfq4_g256: prepare_tokens<Hfq4Codes<layout::Hfq4G256>>(a, prepared); break;
+    case DType::hfq4_g128: prepare_tokens<Hfq4Codes<layout::Hfq4G128>>(a, prepared); break;
+    default: break;
+  }
+}
 
 bool supports(int w_type) {
   switch (static_cast<DType>(w_type)) {
@@ -222,14 +385,14 @@ bool supports(int w_type) {
   }
 }
 
-void matmul_rows(const MatmulArgs& a, int64_t m_begin, int64_t m_end) {
+void matmul_rows(const MatmulArgs& a, const float* prepared, int64_t m_begin, int64_t m_end) {
   switch (static_cast<DType>(a.w_type)) {
     case DType::f32: rows_for_format<DecodeF32>(a, m_begin, m_end); break;
     case DType::f16: rows_for_format<DecodeF16>(a, m_begin, m_end); break;
     case DType::bf16: rows_for_format<DecodeBF16>(a, m_begin, m_end); break;
-    case DType::q8_0: rows_for_format<DecodeQ8_0>(a, m_begin, m_end); break;
-    case DType::hfq4_g256: rows_for_format<DecodeHfq4<layout::Hfq4G256>>(a, m_begin, m_end); break;
-    case DType::hfq4_g128: rows_for_format<DecodeHfq4<layout::Hfq4G128>>(a, m_begin, m_end); break;
+    case DType::q8_0: factored_rows<Q8_0Codes>(a, prepared, m_begin, m_end); break;
+    case DType::hfq4_g256: factored_rows<Hfq4Codes<layout::Hfq4G256>>(a, prepared, m_begin, m_end); break;
+    case DType::hfq4_g128: factored_rows<Hfq4Codes<layout::Hfq4G128>>(a, prepared, m_begin, m_end); break;
     case DType::hfq6_g256: rows_for_format<DecodeHfq6>(a, m_begin, m_end); break;
     default: break;  // excluded by supports()
   }

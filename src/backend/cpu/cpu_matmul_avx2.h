@@ -22,7 +22,11 @@ struct MatmulArgs {
 
 // Whether the kernels handle this weight type (every registry format does).
 bool supports(int w_type);
-// Computes out[t, m] for all t and m in [m_begin, m_end).
-void matmul_rows(const MatmulArgs& args, int64_t m_begin, int64_t m_end);
+// Floats of x prepared for the factored kernels (HFQ4, Q8_0; 0 for the other formats), and
+// filling them: call once per matmul, before the rows, with a 32-byte aligned buffer.
+int64_t prepared_floats(const MatmulArgs& args);
+void prepare_x(const MatmulArgs& args, float* prepared);
+// Computes out[t, m] for all t and m in [m_begin, m_end); `prepared` as filled by prepare_x.
+void matmul_rows(const MatmulArgs& args, const float* prepared, int64_t m_begin, int64_t m_end);
 
 }  // namespace fl::avx2
