@@ -3,6 +3,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <string>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -225,6 +227,41 @@ TEST(CliSynth, BenchRooflineUsesTheCpusMeasuredBandwidth) {
   EXPECT_NE(text.out.find("per token at 100 GB/s: --bandwidth)"), std::string::npos) << text.out;
   EXPECT_EQ(text.out.find("graph replay"), std::string::npos) << text.out;
   EXPECT_NE(fireline(common + " --bandwidth 0").exit_code, 0);
+}
+
+// bench --profile on the CPU times every op by wall clock: the decode table has the model's ops
+// with calls per token as the forward makes them (one embed; a matmul per projection), times
+// that add up to the total, no kernel counts, and moe_experts' inner matmuls counted once (in
+// moe_experts, not again under matmul: the tiny MoE's matmuls per token stay those of the model's
+// own projections).
+TEST(CliSynth, BenchProfileTimesTheCpuOps) {
+  auto r = fireline(kTinyBench + " --backend cpu --profile --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json ops = json::parse(r.out)["profile"]["decode_per_token"];
+  ASSERT_TRUE(ops.is_array());
+  std::map<std::string, json> by_op;
+  double sum_ms = 0.0;
+  for (const json& op : ops) {
+    by_op[op["op"].get<std::string>()] = op;
+    sum_ms += op["ms"].get<double>();
+    EXPECT_EQ(op["kernels"].get<double>(), 0.0) << op;
+    EXPECT_GE(op["ms"].get<double>(), 0.0) << op;
+  }
+  for (const char* name : {"embed", "rms_norm", "matmul", "attention", "moe_route", "moe_experts"})
+    ASSERT_TRUE(by_op.count(name)) << name << " missing from " << ops;
+  EXPECT_EQ(by_op["embed"]["calls"].get<double>(), 1.0);
+  EXPECT_GT(by_op["matmul"]["ms"].get<double>(), 0.0);
+  EXPECT_GT(by_op["matmul"]["bytes"].get<double>(), 0.0);
+  EXPECT_GT(sum_ms, 0.0);
+  // Per layer of tiny-gemma4-moe (one moe_experts call each): q, k, v, o, the dense MLP's gate,
+  // up and down, the router; then the LM head. No expert matmul among them.
+  const double layers = by_op["moe_experts"]["calls"].get<double>();
+  EXPECT_GT(layers, 0.0);
+  EXPECT_EQ(by_op["matmul"]["calls"].get<double>(), 1.0 + layers * 8.0) << ops;
+  auto text = fireline(kTinyBench + " --backend cpu --profile");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("decode, per token"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("moe_experts"), std::string::npos) << text.out;
 }
 
 void write_file(const std::string& path, const std::string& text) { std::ofstream(path, std::ios::binary) << text; }

@@ -1,21 +1,26 @@
 // The CPU oracle: every op as plain loops with f32 accumulation, written to mirror the
 // transformers code it replaces, line by line where the order of operations matters for
 // rounding. Threads split independent output rows only, so results do not depend on the thread
-// count. Other backends are tested against this file. The one exception to "plain loops" is
-// matmul, which runs cpu_matmul's fastest available path (AVX2 where the CPU has it); that path
-// is held to cpu_matmul's plain reference loop by tests/quant.
+// count. Other backends are tested against this file. The exceptions to "plain loops" are matmul,
+// which runs cpu_matmul's fastest available path (AVX2 where the CPU has it), and attention, which
+// runs cpu_attention's grouped path (a KV head's query heads together); tests/quant holds each to
+// its plain reference loop.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_attention.h"
 #include "backend/cpu/cpu_linear_attention.h"
 #include "backend/cpu/cpu_matmul.h"
+#include "backend/cpu/cpu_rows.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "quant/quant.h"
@@ -23,50 +28,10 @@
 namespace fl {
 namespace {
 
-// A tensor seen as rows of contiguous elements: all leading dims folded into `rows`.
-struct Rows {
-  char* base = nullptr;
-  int64_t rows = 0;
-  int64_t cols = 0;
-  int64_t stride = 0;  // bytes between rows
-  DType dtype = DType::f32;
-
-  template <typename T = float>
-  T* row(int64_t r) const {
-    return reinterpret_cast<T*>(base + r * stride);
-  }
-};
-
-Rows as_rows(const Tensor& t, const char* op) {
-  if (t.device != Device::cpu) fail("{}: tensor {} is not in host memory", op, t.describe());
-  Rows r;
-  r.base = static_cast<char*>(t.data);
-  r.dtype = t.dtype;
-  r.cols = t.cols();
-  r.rows = t.rows();
-  if (t.ndim <= 1) {
-    r.stride = t.row_bytes();
-    return r;
-  }
-  r.stride = t.stride[t.ndim - 2];
-  if (!dtype_traits(t.dtype).quantized && t.stride[t.ndim - 1] != dtype_traits(t.dtype).block_bytes)
-    fail("{}: innermost dimension of {} is not contiguous", op, t.describe());
-  // Leading dims must fold: each stride equals the next one times its extent.
-  for (int i = t.ndim - 3; i >= 0; --i)
-    if (t.shape[i] > 1 && t.stride[i] != t.stride[i + 1] * t.shape[i + 1])
-      fail("{}: the leading dimensions of {} cannot be folded into rows", op, t.describe());
-  return r;
-}
-
-Rows f32_rows(const Tensor& t, const char* op) {
-  if (t.dtype != DType::f32) fail("{}: expected an f32 activation, got {}", op, t.describe());
-  return as_rows(t, op);
-}
-
-void check_same_shape(const Rows& a, const Rows& b, const char* op) {
-  if (a.rows != b.rows || a.cols != b.cols)
-    fail("{}: shape mismatch ({} x {} vs {} x {})", op, a.rows, a.cols, b.rows, b.cols);
-}
+using cpu::as_rows;
+using cpu::check_same_shape;
+using cpu::f32_rows;
+using cpu::Rows;
 
 // A 1-D weight (norm gain, scale vector) as floats.
 std::vector<float> load_vector(const Tensor& t) {
@@ -98,6 +63,40 @@ class CpuBuffer final : public DeviceBuffer {
 };
 
 class CpuBackend final : public Backend {
+  // Wall time of one op while profiling (`fireline bench --profile`). CPU ops run to completion
+  // on the calling thread, so the clock around a call is the op's time. An op called inside a
+  // timed op (moe_experts' matmuls, scale_by's scale) counts in the outer op only. `bytes` is
+  // what the op must move at least (weights, KV rows, activations), as the CUDA backend counts.
+  class OpClock {
+   public:
+    OpClock(CpuBackend& backend, const char* op, double bytes) : backend_(backend), op_(op), bytes_(bytes) {
+      if (!backend_.profiling_) return;
+      outermost_ = backend_.clock_depth_++ == 0;
+      if (outermost_) start_ = std::chrono::steady_clock::now();
+    }
+    ~OpClock() {
+      if (!backend_.profiling_) return;
+      --backend_.clock_depth_;
+      if (!outermost_) return;
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+      auto& ops = backend_.profile_;
+      auto it = std::find_if(ops.begin(), ops.end(), [&](const OpProfile& p) { return p.op == op_; });
+      if (it == ops.end()) it = ops.insert(ops.end(), OpProfile{op_});
+      it->calls += 1;
+      it->ms += ms;
+      it->bytes += bytes_;
+    }
+    OpClock(const OpClock&) = delete;
+    OpClock& operator=(const OpClock&) = delete;
+
+   private:
+    CpuBackend& backend_;
+    const char* op_;
+    double bytes_;
+    bool outermost_ = false;
+    std::chrono::steady_clock::time_point start_;
+  };
+
  public:
   std::string_view name() const override { return "cpu"; }
   Device device() const override { return Device::cpu; }
@@ -119,6 +118,14 @@ class CpuBackend final : public Backend {
   void copy_to_host(void* dst, const Tensor& src) override { std::memcpy(dst, src.data, src.nbytes()); }
   void synchronize() override {}
 
+  // Turning profiling on or off between ops only: a clock open across the switch would unbalance
+  // the nesting depth (bench switches it outside forward calls).
+  void set_profiling(bool on) override {
+    profiling_ = on;
+    clock_depth_ = 0;
+  }
+  std::vector<OpProfile> take_profile() override { return std::exchange(profile_, {}); }
+
   std::unique_ptr<CapturedSteps> capture(const std::function<void()>& body) override {
     struct Rerun final : CapturedSteps {
       std::function<void()> body;
@@ -130,6 +137,7 @@ class CpuBackend final : public Backend {
   }
 
   void embed(Tensor out, const Tensor& table, const Tensor& ids, float scale) override {
+    OpClock clock(*this, "embed", ids.numel() * (table.row_bytes() + 4.0 * table.cols()));
     Rows o = f32_rows(out, "embed");
     Rows tab = as_rows(table, "embed");
     if (ids.dtype != DType::i32 || ids.numel() != o.rows) fail("embed: ids must be i32[{}]", o.rows);
@@ -145,6 +153,7 @@ class CpuBackend final : public Backend {
   }
 
   void rms_norm(Tensor out, const Tensor& x, const Tensor* weight, NormGain gain, float eps) override {
+    OpClock clock(*this, "rms_norm", 8.0 * x.numel());
     Rows o = f32_rows(out, "rms_norm"), in = f32_rows(x, "rms_norm");
     check_same_shape(o, in, "rms_norm");
     std::vector<float> w;
@@ -169,6 +178,7 @@ class CpuBackend final : public Backend {
   }
 
   void matmul(Tensor out, const Tensor& x, const Tensor& weight) override {
+    OpClock clock(*this, "matmul", weight_bytes(weight) + 4.0 * (x.numel() + out.numel()));
     Rows o = f32_rows(out, "matmul"), in = f32_rows(x, "matmul");
     Rows w = as_rows(weight, "matmul");
     if (in.cols != w.cols || o.cols != w.rows || o.rows != in.rows)
@@ -190,6 +200,7 @@ class CpuBackend final : public Backend {
   }
 
   void rope(Tensor x, const Tensor& positions, const Tensor& inv_freq) override {
+    OpClock clock(*this, "rope", 8.0 * x.numel());
     if (x.ndim != 3) fail("rope: expected x [T, heads, D], got {}", x.describe());
     Rows r = f32_rows(x, "rope");
     const int64_t T = x.dim(0), heads = x.dim(1), D = x.dim(2);
@@ -218,6 +229,7 @@ class CpuBackend final : public Backend {
   }
 
   void gated_activation(Tensor out, const Tensor& gate, const Tensor& up, Activation act) override {
+    OpClock clock(*this, "gated_activation", 12.0 * out.numel());
     Rows o = f32_rows(out, "gated_activation"), g = f32_rows(gate, "gated_activation"), u = f32_rows(up, "gated_activation");
     check_same_shape(o, g, "gated_activation");
     check_same_shape(o, u, "gated_activation");
@@ -229,6 +241,7 @@ class CpuBackend final : public Backend {
   }
 
   void add(Tensor out, const Tensor& a, const Tensor& b) override {
+    OpClock clock(*this, "add/scale/softcap", 12.0 * out.numel());
     Rows o = f32_rows(out, "add"), x = f32_rows(a, "add"), y = f32_rows(b, "add");
     check_same_shape(o, x, "add");
     check_same_shape(o, y, "add");
@@ -237,17 +250,20 @@ class CpuBackend final : public Backend {
   }
 
   void scale(Tensor x, float s) override {
+    OpClock clock(*this, "add/scale/softcap", 8.0 * x.numel());
     Rows r = f32_rows(x, "scale");
     for (int64_t i = 0; i < r.rows; ++i)
       for (int64_t j = 0; j < r.cols; ++j) r.row(i)[j] *= s;
   }
 
   void scale_by(Tensor x, const Tensor& scalar) override {
+    OpClock clock(*this, "add/scale/softcap", 8.0 * x.numel());
     if (scalar.numel() != 1) fail("scale_by: expected a 1-element scalar, got {}", scalar.describe());
     scale(x, load_vector(scalar)[0]);
   }
 
   void softcap(Tensor x, float cap) override {
+    OpClock clock(*this, "add/scale/softcap", 8.0 * x.numel());
     Rows r = f32_rows(x, "softcap");
     for (int64_t i = 0; i < r.rows; ++i)
       for (int64_t j = 0; j < r.cols; ++j) r.row(i)[j] = std::tanh(r.row(i)[j] / cap) * cap;
@@ -255,70 +271,12 @@ class CpuBackend final : public Backend {
 
   void attention(Tensor out, const Tensor& q, const Tensor& k_new, const Tensor& v_new, const KvView& cache,
                  const Tensor& positions, const AttentionParams& p) override {
-    const int64_t T = q.dim(0), D = p.head_dim;
-    if (q.ndim != 3 || q.dim(1) != p.n_heads || q.dim(2) != D) fail("attention: q {} does not match the params", q.describe());
-    if (k_new.ndim != 3 || k_new.dim(0) != T || k_new.dim(1) != p.n_kv_heads || k_new.dim(2) != D)
-      fail("attention: k {} does not match the params", k_new.describe());
-    if (positions.dtype != DType::i32 || positions.numel() != T) fail("attention: positions must be i32[{}]", T);
-    if (p.n_kv_heads <= 0 || p.n_heads % p.n_kv_heads) fail("attention: {} heads over {} KV heads", p.n_heads, p.n_kv_heads);
-    Rows o = f32_rows(out, "attention"), qr = f32_rows(q, "attention");
-    Rows kn = f32_rows(k_new, "attention"), vn = f32_rows(v_new, "attention");
-    Rows kc = as_rows(cache.k, "attention"), vc = as_rows(cache.v, "attention");
-    const QuantFormat& kf = quant_format(cache.k.dtype);
-    const QuantFormat& vf = quant_format(cache.v.dtype);
-    const int64_t n_rows = cache.n_rows();
-    const int32_t* pos = positions.ptr<int32_t>();
-    const int64_t p0 = pos[0];
-    for (int64_t t = 1; t < T; ++t)
-      if (pos[t] != p0 + t) fail("attention: positions must be consecutive");
-    const int group = p.n_heads / p.n_kv_heads;
-    if (p.window > 0 && n_rows < std::min<int64_t>(p.window - 1, p0))
-      fail("attention: a cache of {} rows cannot hold a window of {}", n_rows, p.window);
-    if (p.window == 0 && p0 > n_rows) fail("attention: position {} is past the {}-row cache", p0, n_rows);
-
-    ThreadPool::global().parallel_for(T * p.n_heads, [&](int64_t begin, int64_t end) {
-      std::vector<float> scores, key(D), value(D), acc(D);
-      for (int64_t item = begin; item < end; ++item) {
-        const int64_t t = item / p.n_heads, h = item % p.n_heads, g = h / group;
-        const int64_t query_pos = p0 + t;
-        const int64_t first = p.window > 0 ? std::max<int64_t>(0, query_pos - p.window + 1) : 0;
-        const float* qv = qr.row(t * p.n_heads + h);
-        auto load = [&](int64_t j, bool want_value, float* dst) {
-          if (j >= p0) {
-            const Rows& src = want_value ? vn : kn;
-            std::memcpy(dst, src.row((j - p0) * p.n_kv_heads + g), D * sizeof(float));
-          } else {
-            const Rows& src = want_value ? vc : kc;
-            (want_value ? vf : kf).dequantize_row(src.row<void>((j % n_rows) * p.n_kv_heads + g), dst, D);
-          }
-        };
-        scores.resize(static_cast<size_t>(query_pos - first + 1));
-        float max_score = -INFINITY;
-        for (int64_t j = first; j <= query_pos; ++j) {
-          load(j, false, key.data());
-          float dot = 0.0f;
-          for (int64_t d = 0; d < D; ++d) dot += qv[d] * key[d];
-          float s = dot * p.scale;
-          scores[j - first] = s;
-          max_score = std::max(max_score, s);
-        }
-        float denom = 0.0f;
-        for (float& s : scores) {
-          s = std::exp(s - max_score);
-          denom += s;
-        }
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int64_t j = first; j <= query_pos; ++j) {
-          load(j, true, value.data());
-          float w = scores[j - first] / denom;
-          for (int64_t d = 0; d < D; ++d) acc[d] += w * value[d];
-        }
-        std::memcpy(o.row(t * p.n_heads + h), acc.data(), D * sizeof(float));
-      }
-    });
+    OpClock clock(*this, "attention", attention_bytes(q, cache, positions, p));
+    cpu::attention(out, q, k_new, v_new, cache, positions, p, cpu::AttentionPath::grouped, ThreadPool::global());
   }
 
   void kv_write(const KvView& cache, const Tensor& k, const Tensor& v, const Tensor& positions) override {
+    OpClock clock(*this, "kv_write", 4.0 * (k.numel() + v.numel()));
     Rows kr = f32_rows(k, "kv_write"), vr = f32_rows(v, "kv_write");
     Rows kc = as_rows(cache.k, "kv_write"), vc = as_rows(cache.v, "kv_write");
     const int64_t T = k.dim(0), n_kv = k.dim(1), D = k.dim(2);
@@ -340,6 +298,7 @@ class CpuBackend final : public Backend {
   }
 
   void moe_route(Tensor weights, Tensor ids, const Tensor& logits, const Tensor* per_expert_scale) override {
+    OpClock clock(*this, "moe_route", 4.0 * logits.numel());
     Rows l = f32_rows(logits, "moe_route"), w = f32_rows(weights, "moe_route");
     if (ids.dtype != DType::i32) fail("moe_route: ids must be i32");
     Rows id = as_rows(ids, "moe_route");
@@ -374,6 +333,7 @@ class CpuBackend final : public Backend {
 
   void moe_experts(Tensor out, const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                    const Tensor& weights, Activation act) override {
+    OpClock clock(*this, "moe_experts", moe_expert_bytes(gate_up, down, ids) + 8.0 * x.numel());
     Rows o = f32_rows(out, "moe_experts"), in = f32_rows(x, "moe_experts"), w = f32_rows(weights, "moe_experts");
     Rows id = as_rows(ids, "moe_experts");
     check_same_shape(o, in, "moe_experts");
@@ -382,47 +342,74 @@ class CpuBackend final : public Backend {
     if (gate_up.dim(2) != H || down.dim(0) != E || down.dim(1) != H || down.dim(2) != I || I2 != 2 * I)
       fail("moe_experts: gate_up {} and down {} do not fit hidden size {}", gate_up.describe(), down.describe(), H);
     for (int64_t t = 0; t < o.rows; ++t) std::fill(o.row(t), o.row(t) + H, 0.0f);
-    std::vector<float> hidden(I2), act_buf(I), y(H);
-    for (int64_t t = 0; t < o.rows; ++t) {
-      std::vector<std::pair<int32_t, float>> chosen;
-      for (int64_t j = 0; j < K; ++j) chosen.emplace_back(id.row<int32_t>(t)[j], w.row(t)[j]);
-      std::sort(chosen.begin(), chosen.end());
-      for (auto [e, weight] : chosen) {
+    // The pairs grouped by expert, so that each expert's tokens are multiplied together and its
+    // weights read once per call, not once per pair. Experts are taken in ascending id, so each
+    // token's terms are added in the same order as its pairs taken one by one (sorted by id),
+    // and matmul computes a token's row alike whatever other tokens share it: the result is that
+    // of the per-pair loop, bit for bit.
+    std::vector<std::vector<std::pair<int64_t, float>>> tokens_of(static_cast<size_t>(E));  // (token, weight)
+    for (int64_t t = 0; t < o.rows; ++t)
+      for (int64_t j = 0; j < K; ++j) {
+        const int32_t e = id.row<int32_t>(t)[j];
         if (e == -1) continue;  // another rank's expert (moe_keep_experts)
         if (e < 0 || e >= E) fail("moe_experts: expert id {} out of range [0, {})", e, E);
-        Tensor xt = x.slice(t, t + 1);
-        Tensor h_view = make_tensor(hidden.data(), DType::f32, {1, I2});
-        matmul(h_view, xt, gate_up.select(e));
-        for (int64_t i = 0; i < I; ++i)
-          act_buf[i] = (act == Activation::gelu_tanh ? gelu_tanh(hidden[i]) : silu(hidden[i])) * hidden[I + i];
-        Tensor a_view = make_tensor(act_buf.data(), DType::f32, {1, I});
-        Tensor y_view = make_tensor(y.data(), DType::f32, {1, H});
-        matmul(y_view, a_view, down.select(e));
-        float* dst = o.row(t);
-        for (int64_t i = 0; i < H; ++i) dst[i] += y[i] * weight;
+        tokens_of[e].emplace_back(t, w.row(t)[j]);
+      }
+    std::vector<float> xs, hidden, act_buf, y;
+    for (int64_t e = 0; e < E; ++e) {
+      const auto& pairs = tokens_of[e];
+      const int64_t n = static_cast<int64_t>(pairs.size());
+      if (n == 0) continue;
+      xs.resize(static_cast<size_t>(n * H));
+      hidden.resize(static_cast<size_t>(n * I2));
+      act_buf.resize(static_cast<size_t>(n * I));
+      y.resize(static_cast<size_t>(n * H));
+      for (int64_t i = 0; i < n; ++i) std::memcpy(xs.data() + i * H, in.row(pairs[i].first), H * sizeof(float));
+      matmul(make_tensor(hidden.data(), DType::f32, {n, I2}), make_tensor(xs.data(), DType::f32, {n, H}),
+             gate_up.select(e));  // [n, 2I]: gate then up
+      for (int64_t i = 0; i < n; ++i) {
+        const float* h = hidden.data() + i * I2;
+        float* a = act_buf.data() + i * I;
+        for (int64_t c = 0; c < I; ++c) a[c] = (act == Activation::gelu_tanh ? gelu_tanh(h[c]) : silu(h[c])) * h[I + c];
+      }
+      matmul(make_tensor(y.data(), DType::f32, {n, H}), make_tensor(act_buf.data(), DType::f32, {n, I}),
+             down.select(e));  // [n, H]
+      for (int64_t i = 0; i < n; ++i) {
+        float* dst = o.row(pairs[i].first);
+        const float* src = y.data() + i * H;
+        const float weight = pairs[i].second;
+        for (int64_t c = 0; c < H; ++c) dst[c] += src[c] * weight;
       }
     }
   }
 
   // Gated DeltaNet ops: cpu_linear_attention.cpp.
   void causal_conv1d(Tensor out, const Tensor& x, const Tensor& weight, Tensor state, Activation act) override {
+    OpClock clock(*this, "causal_conv1d", 8.0 * x.numel() + 8.0 * state.numel() + weight_bytes(weight));
     cpu::causal_conv1d(out, x, weight, state, act);
   }
   void delta_rule_gates(Tensor g, Tensor beta, const Tensor& a, const Tensor& b, const Tensor& a_log,
                         const Tensor& dt_bias) override {
+    OpClock clock(*this, "delta_rule_gates", 16.0 * a.numel());
     cpu::delta_rule_gates(g, beta, a, b, a_log, dt_bias);
   }
   void gated_delta_rule(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, Tensor state, const DeltaRuleParams& params) override {
+    OpClock clock(*this, "gated_delta_rule", 4.0 * (q.numel() + k.numel() + 2.0 * v.numel()) + 8.0 * state.numel());
     cpu::gated_delta_rule(out, q, k, v, g, beta, state, params);
   }
   void gated_delta_rule_chunked(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                 const Tensor& beta, Tensor state, const DeltaRuleParams& params) override {
+    OpClock clock(*this, "gated_delta_rule", 4.0 * (q.numel() + k.numel() + 2.0 * v.numel()) + 8.0 * state.numel());
     cpu::gated_delta_rule_chunked(out, q, k, v, g, beta, state, params);
   }
-  void sigmoid_gate(Tensor x, const Tensor& gate) override { cpu::sigmoid_gate(x, gate); }
+  void sigmoid_gate(Tensor x, const Tensor& gate) override {
+    OpClock clock(*this, "sigmoid_gate", 8.0 * x.numel() + 4.0 * gate.numel());
+    cpu::sigmoid_gate(x, gate);
+  }
 
   void argmax(Tensor out_ids, const Tensor& logits) override {
+    OpClock clock(*this, "argmax", 4.0 * logits.numel());
     Rows l = f32_rows(logits, "argmax");
     if (out_ids.dtype != DType::i32 || out_ids.numel() != l.rows) fail("argmax: out_ids must be i32[{}]", l.rows);
     for (int64_t r = 0; r < l.rows; ++r) {
@@ -430,6 +417,39 @@ class CpuBackend final : public Backend {
       out_ids.ptr<int32_t>()[r] = static_cast<int32_t>(std::max_element(row, row + l.cols) - row);
     }
   }
+
+ private:
+  // Bytes of a (possibly strided) weight: its rows' packed bytes, not the gaps between them.
+  static double weight_bytes(const Tensor& w) { return static_cast<double>(w.rows()) * w.row_bytes(); }
+  // The KV rows the T queries read (each once per KV head: a kernel sharing them between the
+  // heads of a group needs no more) plus q and out.
+  static double attention_bytes(const Tensor& q, const KvView& cache, const Tensor& positions,
+                                const AttentionParams& p) {
+    if (positions.numel() == 0 || cache.k.ndim != 3) return 8.0 * q.numel();
+    const int64_t end = positions.ptr<int32_t>()[0] + positions.numel();  // positions past the last query
+    const int64_t rows = std::min<int64_t>(p.window > 0 ? p.window : end, std::min(end, cache.n_rows()));
+    return rows * cache.k.dim(1) *
+               (fl::row_bytes(cache.k.dtype, cache.k.dim(2)) + fl::row_bytes(cache.v.dtype, cache.v.dim(2))) +
+           8.0 * q.numel();
+  }
+  // The experts the pairs select, each counted once (a kernel reading an expert once for all its
+  // tokens needs no more); ids of -1 are other ranks' pairs.
+  static double moe_expert_bytes(const Tensor& gate_up, const Tensor& down, const Tensor& ids) {
+    if (gate_up.ndim != 3 || down.ndim != 3 || ids.dtype != DType::i32) return 0.0;
+    const int64_t E = gate_up.dim(0);
+    std::vector<char> used(static_cast<size_t>(E), 0);
+    for (int64_t i = 0; i < ids.numel(); ++i) {
+      const int32_t e = ids.ptr<int32_t>()[i];
+      if (e >= 0 && e < E) used[e] = 1;
+    }
+    const double per_expert = static_cast<double>(gate_up.dim(1)) * fl::row_bytes(gate_up.dtype, gate_up.dim(2)) +
+                              static_cast<double>(down.dim(1)) * fl::row_bytes(down.dtype, down.dim(2));
+    return per_expert * std::count(used.begin(), used.end(), 1);
+  }
+
+  bool profiling_ = false;
+  int clock_depth_ = 0;
+  std::vector<OpProfile> profile_;
 };
 
 }  // namespace
