@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/cpu_matmul.h"
 #include "backend/cpu/cpu_rows.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -108,22 +109,50 @@ void reference_attention(const Operands& a, const AttentionParams& p, ThreadPool
   });
 }
 
-// sum_d x[d] y[d] in eight interleaved partial sums (lane d % 8), added pairwise at the end:
-// independent chains that vectorise, where one running sum waits on every add.
-float dot_eight_lanes(const float* x, const float* y, int64_t n) {
-  float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+// The scores of `heads` query heads (rows of q, D floats apart) against keys [j0, j1) of KV head
+// g, into scores[i * n + (j - first)]: q.k as one matmul per contiguous run of key rows (the
+// cached rows in the ring's order, then the step's fresh f32 rows), whose packed rows the matmul
+// reads directly, block by block (cpu_matmul.h: the factored AVX2 kernels for Q8_0), not decoded
+// into floats first. A (token, KV head) item already runs on one pool thread, so the matmul runs
+// inline on it (`inline_pool`, no workers).
+void key_scores(const Operands& a, int64_t g, int64_t n_kv, const float* q, int64_t heads, int64_t j0, int64_t j1,
+                int64_t first, int64_t n, float* scores) {
+  static ThreadPool inline_pool(1);
+  auto multiply = [&](DType type, const void* rows, int64_t row_stride, int64_t j, int64_t count) {
+    MatmulOperands op;
+    op.w_type = type;
+    op.w = rows;
+    op.w_stride = row_stride;
+    op.M = count;
+    op.K = a.D;
+    op.x = q;
+    op.x_stride = a.D * 4;
+    op.T = heads;
+    op.out = scores + (j - first);
+    op.out_stride = n * 4;
+    matmul_rows(op, best_matmul_path(), inline_pool);
+  };
+  int64_t j = j0;
+  while (j < std::min(j1, a.p0)) {  // cached rows: contiguous up to the end of the ring
+    const int64_t row = j % a.n_rows, count = std::min({j1, a.p0, j + (a.n_rows - row)}) - j;
+    multiply(a.k_cache.dtype, a.k_cache.row<uint8_t>(row * n_kv + g), n_kv * a.k_cache.stride, j, count);
+    j += count;
+  }
+  if (j < j1) multiply(DType::f32, a.k_new.row(((j - a.p0) * n_kv + g)), n_kv * a.k_new.stride, j, j1 - j);
+}
+
+// o[d] += w v[d] over eight lanes at a time, written so that compilers vectorise it.
+void add_scaled(float* o, const float* v, float w, int64_t n) {
   int64_t d = 0;
   for (; d + 8 <= n; d += 8)
-    for (int l = 0; l < 8; ++l) lane[l] += x[d + l] * y[d + l];
-  float tail = 0.0f;
-  for (; d < n; ++d) tail += x[d] * y[d];
-  return ((lane[0] + lane[4]) + (lane[1] + lane[5])) + ((lane[2] + lane[6]) + (lane[3] + lane[7])) + tail;
+    for (int l = 0; l < 8; ++l) o[d + l] += w * v[d + l];
+  for (; d < n; ++d) o[d] += w * v[d];
 }
 
 // The query heads of one KV head together, in runs of `run` heads (fewer than the group when
-// the pool has more threads than (token, KV head) pairs): each key and value row is decoded
-// once per run. Per head the scores, softmax and value sums are the reference's, in its order;
-// only the dot's summation differs (dot_eight_lanes).
+// the pool has more threads than (token, KV head) pairs): the scores of a run are one matmul over
+// the key rows (key_scores), and each value row is decoded once per run. Per head the softmax and
+// the value sums are the reference's, in its order; only the q.k dots sum differently.
 void grouped_attention(const Operands& a, const AttentionParams& p, ThreadPool& pool) {
   const int64_t D = a.D, G = a.group, n_kv = p.n_kv_heads;
   const int64_t pairs = a.T * n_kv;
@@ -131,21 +160,20 @@ void grouped_attention(const Operands& a, const AttentionParams& p, ThreadPool& 
   const int64_t run = (G + runs_per_group - 1) / runs_per_group;
   const int64_t runs = (G + run - 1) / run;
   pool.parallel_for(pairs * runs, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores, key(D), value(D), acc, denom, max_score;
+    std::vector<float> scores, value(D), acc, denom, max_score;
     for (int64_t item = begin; item < end; ++item) {
       const int64_t t = item / (n_kv * runs), g = item / runs % n_kv;
       const int64_t h0 = g * G + item % runs * run, h1 = std::min(h0 + run, (g + 1) * G), heads = h1 - h0;
       const int64_t query_pos = a.p0 + t, first = first_key(query_pos, p), n = query_pos - first + 1;
       scores.resize(static_cast<size_t>(heads * n));  // [heads, n]
+      key_scores(a, g, n_kv, a.q.row(t * p.n_heads + h0), heads, first, query_pos + 1, first, n, scores.data());
       max_score.assign(static_cast<size_t>(heads), -INFINITY);
-      for (int64_t j = first; j <= query_pos; ++j) {
-        a.load(j, g, n_kv, false, key.data());
-        for (int64_t i = 0; i < heads; ++i) {
-          const float s = dot_eight_lanes(a.q.row(t * p.n_heads + h0 + i), key.data(), D) * p.scale;
-          scores[i * n + (j - first)] = s;
+      for (int64_t i = 0; i < heads; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          float& s = scores[i * n + j];
+          s *= p.scale;
           max_score[i] = std::max(max_score[i], s);
         }
-      }
       denom.assign(static_cast<size_t>(heads), 0.0f);
       for (int64_t i = 0; i < heads; ++i)
         for (int64_t j = 0; j < n; ++j) {
@@ -156,11 +184,8 @@ void grouped_attention(const Operands& a, const AttentionParams& p, ThreadPool& 
       acc.assign(static_cast<size_t>(heads * D), 0.0f);  // [heads, D]
       for (int64_t j = first; j <= query_pos; ++j) {
         a.load(j, g, n_kv, true, value.data());
-        for (int64_t i = 0; i < heads; ++i) {
-          const float w = scores[i * n + (j - first)] / denom[i];
-          float* o = acc.data() + i * D;
-          for (int64_t d = 0; d < D; ++d) o[d] += w * value[d];
-        }
+        for (int64_t i = 0; i < heads; ++i)
+          add_scaled(acc.data() + i * D, value.data(), scores[i * n + (j - first)] / denom[i], D);
       }
       for (int64_t i = 0; i < heads; ++i)
         std::memcpy(a.out.row(t * p.n_heads + h0 + i), acc.data() + i * D, D * sizeof(float));
