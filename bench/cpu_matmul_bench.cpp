@@ -4,7 +4,7 @@
 // Calls cycle through copies of the matrix that together exceed 256 MiB, so each call reads its
 // weights from memory, as a decode step does, not from cache. `--json` adds one JSON object per
 // line.
-//   cpu_matmul_bench [--quick] [--path avx2|scalar|reference] [--threads N] [--json]
+//   cpu_matmul_bench [--quick] [--path avx512|avx2|scalar|reference] [--threads N] [--json]
 //   (--quick: 1 and 8 input rows only, no LM head)
 #include <algorithm>
 #include <chrono>
@@ -116,16 +116,19 @@ int run(int argc, char** argv) {
       threads = std::atoi(argv[++i]);
     } else if (arg == "--path" && i + 1 < argc) {
       const std::string name = argv[++i];
-      if (name == "avx2")
+      if (name == "avx512")
+        path = MatmulPath::avx512;
+      else if (name == "avx2")
         path = MatmulPath::avx2;
       else if (name == "scalar")
         path = MatmulPath::scalar;
       else if (name == "reference")
         path = MatmulPath::reference;
       else
-        fail("--path {}: expected avx2, scalar or reference", name);
+        fail("--path {}: expected avx512, avx2, scalar or reference", name);
     } else {
-      fmt::print(stderr, "usage: cpu_matmul_bench [--quick] [--path avx2|scalar|reference] [--threads N] [--json]\n");
+      fmt::print(stderr,
+                 "usage: cpu_matmul_bench [--quick] [--path avx512|avx2|scalar|reference] [--threads N] [--json]\n");
       return 2;
     }
   }

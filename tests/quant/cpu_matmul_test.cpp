@@ -28,7 +28,8 @@ constexpr double kRelTol = 1e-5;
 
 std::vector<MatmulPath> fast_paths() {
   std::vector<MatmulPath> paths = {MatmulPath::scalar};
-  if (matmul_path_available(MatmulPath::avx2)) paths.push_back(MatmulPath::avx2);
+  for (MatmulPath simd : {MatmulPath::avx2, MatmulPath::avx512})
+    if (matmul_path_available(simd)) paths.push_back(simd);
   return paths;
 }
 
@@ -202,7 +203,7 @@ TEST(CpuMatmul, WeightsMayStartAtAnyByteAddress) {
     Problem p(t, 5, 127, 3, 8);
     std::vector<uint8_t> shifted(p.w.size() + 1);
     std::memcpy(shifted.data() + 1, p.w.data(), p.w.size());
-    for (MatmulPath path : {MatmulPath::reference, MatmulPath::scalar, MatmulPath::avx2}) {
+    for (MatmulPath path : {MatmulPath::reference, MatmulPath::scalar, MatmulPath::avx2, MatmulPath::avx512}) {
       if (!matmul_path_available(path)) continue;
       std::vector<float> aligned = p.run(path, pool);
       std::vector<uint8_t> original = p.w;

@@ -7,7 +7,7 @@
 #include <cpuid.h>
 #endif
 
-#include "backend/cpu/cpu_matmul_avx2.h"
+#include "backend/cpu/cpu_matmul_simd.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "quant/quant.h"
@@ -19,6 +19,11 @@ namespace {
 constexpr bool kAvx2CompiledIn = true;  // cpu_matmul_avx2.cpp is part of this build
 #else
 constexpr bool kAvx2CompiledIn = false;
+#endif
+#ifdef FIRELINE_CPU_AVX512
+constexpr bool kAvx512CompiledIn = true;  // cpu_matmul_avx512.cpp too
+#else
+constexpr bool kAvx512CompiledIn = false;
 #endif
 
 constexpr int kTokenTile = 8;    // tokens that share one decoded group
@@ -33,6 +38,17 @@ bool cpu_has_avx2() {
     const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
   }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx512() {
+#if defined(__x86_64__) || defined(__i386__)
+  // As for AVX2, the builtin also checks that the OS saves the ZMM registers.
+  static const bool has = cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
   return has;
 #else
   return false;
@@ -106,15 +122,66 @@ void scalar_rows(const MatmulOperands& op, const QuantFormat& f, int64_t m0, int
   }
 }
 
+// The SIMD paths: x prepared once for every row (padded, block sums, de-interleaved for HFQ4),
+// then the rows split over the pool. The buffer is kept per calling thread (ranks of a split model
+// call from threads of their own). The avx512 path runs its own kernels for the formats it has
+// and the AVX2 ones for the rest.
+void simd_rows(const MatmulOperands& op, MatmulPath path, ThreadPool& pool) {
+#ifdef FIRELINE_CPU_AVX2
+  if (!avx2::supports(static_cast<int>(op.w_type)))
+    fail("matmul: the {} path has no kernel for {}", matmul_path_name(path), dtype_name(op.w_type));
+  const simd::MatmulArgs args{static_cast<int>(op.w_type),
+                              static_cast<const uint8_t*>(op.w),
+                              op.w_stride,
+                              op.K,
+                              op.x,
+                              op.x_stride,
+                              op.T,
+                              op.out,
+                              op.out_stride};
+  bool wide = false;
+#ifdef FIRELINE_CPU_AVX512
+  wide = path == MatmulPath::avx512 && avx512::supports(args.w_type);
+#endif
+  thread_local std::vector<float> prepared_buffer;
+  int64_t floats = avx2::prepared_floats(args);
+#ifdef FIRELINE_CPU_AVX512
+  if (wide) floats = avx512::prepared_floats(args);
+#endif
+  float* prepared = nullptr;
+  if (floats > 0) {
+    prepared_buffer.resize(static_cast<size_t>(floats) + 16);
+    prepared = prepared_buffer.data();
+    while (reinterpret_cast<uintptr_t>(prepared) % 64) ++prepared;  // whole cache lines for the loads
+#ifdef FIRELINE_CPU_AVX512
+    if (wide) {
+      avx512::prepare_x(args, prepared);
+      pool.parallel_for(op.M, [&](int64_t m0, int64_t m1) { avx512::matmul_rows(args, prepared, m0, m1); });
+      return;
+    }
+#endif
+    avx2::prepare_x(args, prepared);
+  }
+  pool.parallel_for(op.M, [&](int64_t m0, int64_t m1) { avx2::matmul_rows(args, prepared, m0, m1); });
+#else
+  (void)op, (void)path, (void)pool;
+  fail("matmul: no SIMD kernels in this build");
+#endif
+}
+
 }  // namespace
 
 bool matmul_path_available(MatmulPath path) {
   if (path == MatmulPath::avx2) return kAvx2CompiledIn && cpu_has_avx2();
+  if (path == MatmulPath::avx512) return kAvx2CompiledIn && kAvx512CompiledIn && cpu_has_avx512();
   return path == MatmulPath::reference || path == MatmulPath::scalar;
 }
 
 MatmulPath best_matmul_path() {
-  return matmul_path_available(MatmulPath::avx2) ? MatmulPath::avx2 : MatmulPath::scalar;
+  static const MatmulPath best = matmul_path_available(MatmulPath::avx512) ? MatmulPath::avx512
+                                 : matmul_path_available(MatmulPath::avx2) ? MatmulPath::avx2
+                                                                           : MatmulPath::scalar;
+  return best;
 }
 
 const char* matmul_path_name(MatmulPath path) {
@@ -122,6 +189,7 @@ const char* matmul_path_name(MatmulPath path) {
     case MatmulPath::reference: return "reference";
     case MatmulPath::scalar: return "scalar";
     case MatmulPath::avx2: return "avx2";
+    case MatmulPath::avx512: return "avx512";
   }
   return "?";
 }
@@ -137,27 +205,8 @@ void matmul_rows(const MatmulOperands& op, MatmulPath path, ThreadPool& pool) {
     case MatmulPath::scalar:
       pool.parallel_for(op.M, [&](int64_t m0, int64_t m1) { scalar_rows(op, f, m0, m1); });
       return;
-    case MatmulPath::avx2: {
-#ifdef FIRELINE_CPU_AVX2
-      if (!avx2::supports(static_cast<int>(op.w_type)))
-        fail("matmul: the avx2 path has no kernel for {}", dtype_name(op.w_type));
-      const avx2::MatmulArgs args{static_cast<int>(op.w_type), static_cast<const uint8_t*>(op.w), op.w_stride, op.K,
-                                  op.x, op.x_stride, op.T, op.out, op.out_stride};
-      // x prepared once for every row (padded, block sums, de-interleaved for HFQ4); the buffer
-      // is kept per calling thread (ranks of a split model call from threads of their own).
-      thread_local std::vector<float> prepared_buffer;
-      const int64_t floats = avx2::prepared_floats(args);
-      float* prepared = nullptr;
-      if (floats > 0) {
-        prepared_buffer.resize(static_cast<size_t>(floats) + 8);
-        prepared = prepared_buffer.data();
-        while (reinterpret_cast<uintptr_t>(prepared) % 32) ++prepared;  // 32-byte lines for the loads
-        avx2::prepare_x(args, prepared);
-      }
-      pool.parallel_for(op.M, [&](int64_t m0, int64_t m1) { avx2::matmul_rows(args, prepared, m0, m1); });
-#endif
-      return;
-    }
+    case MatmulPath::avx2:
+    case MatmulPath::avx512: simd_rows(op, path, pool); return;
   }
 }
 

@@ -10,6 +10,8 @@
 // - avx2:      one group at a time with AVX2/FMA decoders and 8-lane accumulators (a different
 //   summation order, so within 1e-5 of the reference relative to sum |w x|, not bit-equal).
 //   Compiled when the compiler can target AVX2 and used only when the CPU has AVX2, FMA, F16C.
+// - avx512:    HFQ4 at 16 lanes (the other formats as avx2), when the CPU also has AVX-512 F,
+//   BW and VL; the same tolerance, its own summation order.
 // Every path reads only the K real lanes of a row: the padded tail of the last group is
 // never used (tail predication), and x is never read past K.
 #include <cstdint>
@@ -33,10 +35,10 @@ struct MatmulOperands {
   int64_t out_stride = 0;  // bytes between token rows of out (>= 4 M)
 };
 
-enum class MatmulPath { reference, scalar, avx2 };
+enum class MatmulPath { reference, scalar, avx2, avx512 };
 
 bool matmul_path_available(MatmulPath path);
-MatmulPath best_matmul_path();  // avx2 where available, else scalar
+MatmulPath best_matmul_path();  // avx512, else avx2 where available, else scalar
 const char* matmul_path_name(MatmulPath path);
 
 // Splits the M weight rows over the thread pool (each output element is computed by one thread

@@ -18,7 +18,7 @@
 //
 // No standard-library templates or shared inline functions are used here (see
 // cpu_matmul_avx2.h): everything is a static function of this file or an intrinsic.
-#include "backend/cpu/cpu_matmul_avx2.h"
+#include "backend/cpu/cpu_matmul_simd.h"
 
 #include <immintrin.h>
 
@@ -137,7 +137,7 @@ inline void accumulate(const float* v, int n, const float* const* x, int64_t k0,
 }
 
 template <int NT, typename Decode>
-void tile_rows(const MatmulArgs& a, int64_t m0, int64_t m1, int64_t t0) {
+void tile_rows(const simd::MatmulArgs& a, int64_t m0, int64_t m1, int64_t t0) {
   const float* x[NT];
   float* out[NT];
   for (int j = 0; j < NT; ++j) {
@@ -158,7 +158,7 @@ void tile_rows(const MatmulArgs& a, int64_t m0, int64_t m1, int64_t t0) {
 }
 
 template <typename Decode>
-void rows_for_format(const MatmulArgs& a, int64_t m0, int64_t m1) {
+void rows_for_format(const simd::MatmulArgs& a, int64_t m0, int64_t m1) {
   // Row blocks keep a weight row hot in L1 while every token tile passes over it.
   constexpr int64_t kRowBlock = 16;
   for (int64_t r0 = m0; r0 < m1; r0 += kRowBlock) {
@@ -178,199 +178,39 @@ void rows_for_format(const MatmulArgs& a, int64_t m0, int64_t m1) {
   }
 }
 
-// ---- factored kernels (HFQ4, Q8_0) ----
+// ---- factored kernels (HFQ4, Q8_0): cpu_matmul_factored.h over AVX2 ----
 
-// Codes of one block, 16 values per step, as two 8-lane float vectors in prepared-x order.
-template <typename L>
-struct Hfq4Codes {
-  static constexpr int group = L::group;
-  static constexpr int block_bytes = L::block_bytes;
-  static constexpr bool interleaved = true;  // x de-interleaved per 16 values
-  static constexpr bool has_min = true;
-  static float scale(const uint8_t* block) { return load_f32(block + L::scale_offset); }
-  static float min(const uint8_t* block) { return load_f32(block + L::min_offset); }
-  // Values 16 i .. 16 i + 15: eight bytes, each widened to a 32-bit lane; its low nibble is an
-  // even weight, its high nibble (already zero-extended) the next odd one.
-  static void step(const uint8_t* block, int i, __m256& even, __m256& odd) {
-    const __m256i bytes =
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(block + L::codes_offset + 8 * i)));
+struct Isa {
+  using V = __m256;
+  static constexpr int lanes = 8;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V set1(float f) { return _mm256_set1_ps(f); }
+  static V loadu(const float* p) { return _mm256_loadu_ps(p); }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static float hsum(V v) { return horizontal_sum(v); }
+  static float f16_to_f32(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
+  // Eight bytes, each widened to a 32-bit lane: its low nibble an even weight, its high nibble
+  // (already zero-extended) the next odd one.
+  static void nibble_pairs(const uint8_t* p, V& even, V& odd) {
+    const __m256i bytes = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
     even = _mm256_cvtepi32_ps(_mm256_and_si256(bytes, _mm256_set1_epi32(0x0f)));
     odd = _mm256_cvtepi32_ps(_mm256_srli_epi32(bytes, 4));
   }
-};
-
-struct Q8_0Codes {
-  using L = layout::Q8_0;
-  static constexpr int group = L::group;
-  static constexpr int block_bytes = L::block_bytes;
-  static constexpr bool interleaved = false;
-  static constexpr bool has_min = false;
-  static float scale(const uint8_t* block) { return _cvtsh_ss(load_u16(block + L::scale_offset)); }
-  static float min(const uint8_t*) { return 0.0f; }
-  static void step(const uint8_t* block, int i, __m256& first, __m256& second) {
-    const uint8_t* codes = block + L::codes_offset + 16 * i;
-    first = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes))));
-    second = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(codes + 8))));
+  static void signed_bytes(const uint8_t* p, V& first, V& second) {
+    first = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    second = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8))));
   }
 };
 
-constexpr int kFactoredStep = 16;  // values per Codes::step
-// Four FMA chains per token hide the FMA's latency (~4 cycles, two pipes) when one token is
-// multiplied; the same four for any number of tokens, so that a token's sum is computed the same
-// way whatever else is in the call (batched rows equal lone ones bit for bit on the CPU).
-constexpr int kFactoredChains = 4;
-// Tokens per pass over a row: 2 x 4 accumulators + 2 totals + the codes and x fit the 16 AVX2
-// registers; a third token's chains would spill.
-constexpr int kFactoredTile = 2;
-
-// The prepared x of `Codes`'s format: per token, `padded` floats (K rounded up to whole blocks,
-// zeros past K, HFQ4 de-interleaved) then `blocks` block sums of the real values.
-struct PreparedLayout {
-  int64_t blocks, padded, floats_per_token;
-};
-
-template <typename C>
-PreparedLayout prepared_layout(int64_t K) {
-  const int64_t blocks = (K + C::group - 1) / C::group;
-  // Whole 8-float lines per token keep every token's values 32-byte aligned.
-  const int64_t per_token = (blocks * C::group + blocks + 7) / 8 * 8;
-  return {blocks, blocks * C::group, per_token};
-}
-
-template <typename C>
-void prepare_tokens(const MatmulArgs& a, float* prepared) {
-  const PreparedLayout l = prepared_layout<C>(a.K);
-  for (int64_t t = 0; t < a.T; ++t) {
-    const float* x = reinterpret_cast<const float*>(reinterpret_cast<const char*>(a.x) + t * a.x_stride);
-    float* xp = prepared + t * l.floats_per_token;
-    float* sums = xp + l.padded;
-    for (int64_t k = 0; k < l.padded; k += kFactoredStep) {
-      for (int i = 0; i < kFactoredStep; ++i) {
-        // value k + i of the step sits at position i (natural order) or, de-interleaved, even
-        // values first: position i / 2 for even i, 8 + i / 2 for odd i.
-        const int slot = C::interleaved ? (i % 2) * 8 + i / 2 : i;
-        xp[k + slot] = k + i < a.K ? x[k + i] : 0.0f;
-      }
-    }
-    for (int64_t b = 0; b < l.blocks; ++b) {
-      float s = 0.0f;
-      for (int64_t k = b * C::group; k < min64((b + 1) * C::group, a.K); ++k) s += x[k];
-      sums[b] = s;
-    }
-  }
-}
-
-// acc[j][c] += codes * x_j over values [16 i, 16 i + 16) of block b, into chains c and c + 1.
-template <int NT, int A, typename C>
-inline void factored_step(const uint8_t* block, int i, const float* const* xb, int c, __m256 (*acc)[A]) {
-  __m256 first, second;
-  C::step(block, i, first, second);
-  for (int j = 0; j < NT; ++j) {
-    const float* x = xb[j] + kFactoredStep * i;
-    acc[j][c % A] = _mm256_fmadd_ps(first, _mm256_loadu_ps(x), acc[j][c % A]);
-    acc[j][(c + 1) % A] = _mm256_fmadd_ps(second, _mm256_loadu_ps(x + 8), acc[j][(c + 1) % A]);
-  }
-}
-
-// Blocks [b0, b1) of rows [m0, m1) against the NT prepared tokens xt, continuing each (row,
-// token)'s running sums in total / min_total (indexed by m - m0): calls over consecutive block
-// ranges perform exactly the operations of one call over all blocks, in the same order.
-template <int NT, typename C>
-void factored_blocks(const PreparedLayout& l, const MatmulArgs& a, const float* const* xt, int64_t m0, int64_t m1,
-                     int64_t b0, int64_t b1, __m256 (*total)[NT], float (*min_total)[NT]) {
-  constexpr int A = kFactoredChains;
-  for (int64_t m = m0; m < m1; ++m) {
-    const uint8_t* row = a.w + m * a.w_stride;
-    __m256 row_total[NT];
-    for (int j = 0; j < NT; ++j) row_total[j] = total[m - m0][j];
-    for (int64_t b = b0; b < b1; ++b) {
-      const uint8_t* block = row + b * C::block_bytes;
-      // Steps holding real values; the rest of a tail block meets zeros in x and is skipped.
-      const int steps = static_cast<int>((min64(C::group, a.K - b * C::group) + kFactoredStep - 1) / kFactoredStep);
-      const float* xb[NT];
-      for (int j = 0; j < NT; ++j) xb[j] = xt[j] + b * C::group;
-      __m256 acc[NT][A];
-      for (int j = 0; j < NT; ++j)
-        for (int c = 0; c < A; ++c) acc[j][c] = _mm256_setzero_ps();
-      int i = 0;
-      for (; i + 1 < steps; i += 2) {
-        factored_step<NT, A, C>(block, i, xb, 0, acc);
-        factored_step<NT, A, C>(block, i + 1, xb, 2, acc);
-      }
-      if (i < steps) factored_step<NT, A, C>(block, i, xb, 0, acc);
-      const __m256 scale = _mm256_set1_ps(C::scale(block));
-      for (int j = 0; j < NT; ++j) {
-        __m256 sum = acc[j][0];
-        for (int c = 1; c < A; ++c) sum = _mm256_add_ps(sum, acc[j][c]);
-        row_total[j] = _mm256_fmadd_ps(scale, sum, row_total[j]);
-        if (C::has_min) min_total[m - m0][j] += C::min(block) * xt[j][l.padded + b];
-      }
-    }
-    for (int j = 0; j < NT; ++j) total[m - m0][j] = row_total[j];
-  }
-}
-
-// Rows are taken in blocks of kRowBlock and tokens in tiles of NT. With more than one tile, K is
-// cut in chunks of kChunkValues: a chunk of x for the tile (8 KB) and of the row block's weights
-// (~9 KB of HFQ4) stay in L1 while every row of the block passes over them; unchunked, two
-// tokens' whole x (22 KB at K = 2816) and 16 rows (24 KB) overflowed L1 and both streamed from L2
-// once per row (28 GMAC/s on the 2-core build machine at 8 tokens; chunked, 41). One tile (decode)
-// reads each row whole, in order: the weights are then one sequential stream from memory, which
-// the chunks' 16 interleaved streams slowed 2.3x.
-constexpr int64_t kRowBlock = 16;
-constexpr int64_t kChunkValues = 1024;
-
-template <int NT, typename C>
-void factored_tile(const MatmulArgs& a, const float* prepared, int64_t m0, int64_t m1, int64_t t0) {
-  const PreparedLayout l = prepared_layout<C>(a.K);
-  const int64_t chunk_blocks = a.T <= kFactoredTile ? l.blocks : kChunkValues / C::group;
-  const float* xt[NT];
-  for (int j = 0; j < NT; ++j) xt[j] = prepared + (t0 + j) * l.floats_per_token;
-  __m256 total[kRowBlock][NT];
-  float min_total[kRowBlock][NT];
-  for (int64_t r = 0; r < m1 - m0; ++r)
-    for (int j = 0; j < NT; ++j) total[r][j] = _mm256_setzero_ps(), min_total[r][j] = 0.0f;
-  for (int64_t b0 = 0; b0 < l.blocks; b0 += chunk_blocks)
-    factored_blocks<NT, C>(l, a, xt, m0, m1, b0, min64(l.blocks, b0 + chunk_blocks), total, min_total);
-  for (int j = 0; j < NT; ++j) {
-    float* out = reinterpret_cast<float*>(reinterpret_cast<char*>(a.out) + (t0 + j) * a.out_stride);
-    for (int64_t m = m0; m < m1; ++m) out[m] = horizontal_sum(total[m - m0][j]) + min_total[m - m0][j];
-  }
-}
-
-template <typename C>
-void factored_rows(const MatmulArgs& a, const float* prepared, int64_t m0, int64_t m1) {
-  static_assert(kChunkValues % C::group == 0, "a chunk holds whole blocks");
-  for (int64_t r0 = m0; r0 < m1; r0 += kRowBlock) {
-    const int64_t r1 = min64(m1, r0 + kRowBlock);
-    for (int64_t t0 = 0; t0 < a.T; t0 += kFactoredTile) {
-      if (a.T - t0 >= 2)
-        factored_tile<2, C>(a, prepared, r0, r1, t0);
-      else
-        factored_tile<1, C>(a, prepared, r0, r1, t0);
-    }
-  }
-}
+#define FIRELINE_MATMUL_FACTORED_ISA
+#include "backend/cpu/cpu_matmul_factored.h"
 
 }  // namespace
 
-int64_t prepared_floats(const MatmulArgs& a) {
-  switch (static_cast<DType>(a.w_type)) {
-    case DType::q8_0: return a.T * prepared_layout<Q8_0Codes>(a.K).floats_per_token;
-    case DType::hfq4_g256: return a.T * prepared_layout<Hfq4Codes<layout::Hfq4G256>>(a.K).floats_per_token;
-    case DType::hfq4_g128: return a.T * prepared_layout<Hfq4Codes<layout::Hfq4G128>>(a.K).floats_per_token;
-    default: return 0;
-  }
-}
+int64_t prepared_floats(const simd::MatmulArgs& a) { return factored_prepared_floats(a); }
 
-void prepare_x(const MatmulArgs& a, float* prepared) {
-  switch (static_cast<DType>(a.w_type)) {
-    case DType::q8_0: prepare_tokens<Q8_0Codes>(a, prepared); break;
-    case DType::hfq4_g256: prepare_tokens<Hfq4Codes<layout::Hfq4G256>>(a, prepared); break;
-    case DType::hfq4_g128: prepare_tokens<Hfq4Codes<layout::Hfq4G128>>(a, prepared); break;
-    default: break;
-  }
-}
+void prepare_x(const simd::MatmulArgs& a, float* prepared) { factored_prepare_x(a, prepared); }
 
 bool supports(int w_type) {
   switch (static_cast<DType>(w_type)) {
@@ -385,14 +225,12 @@ bool supports(int w_type) {
   }
 }
 
-void matmul_rows(const MatmulArgs& a, const float* prepared, int64_t m_begin, int64_t m_end) {
+void matmul_rows(const simd::MatmulArgs& a, const float* prepared, int64_t m_begin, int64_t m_end) {
+  if (factored_matmul_rows(a, prepared, m_begin, m_end)) return;
   switch (static_cast<DType>(a.w_type)) {
     case DType::f32: rows_for_format<DecodeF32>(a, m_begin, m_end); break;
     case DType::f16: rows_for_format<DecodeF16>(a, m_begin, m_end); break;
     case DType::bf16: rows_for_format<DecodeBF16>(a, m_begin, m_end); break;
-    case DType::q8_0: factored_rows<Q8_0Codes>(a, prepared, m_begin, m_end); break;
-    case DType::hfq4_g256: factored_rows<Hfq4Codes<layout::Hfq4G256>>(a, prepared, m_begin, m_end); break;
-    case DType::hfq4_g128: factored_rows<Hfq4Codes<layout::Hfq4G128>>(a, prepared, m_begin, m_end); break;
     case DType::hfq6_g256: rows_for_format<DecodeHfq6>(a, m_begin, m_end); break;
     default: break;  // excluded by supports()
   }
