@@ -7,6 +7,7 @@
 // than d/2 (docs/formats.md). A zero block stores d = 0 and all codes 0.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/half.h"
 #include "quant/codec_util.h"
@@ -30,6 +31,14 @@ int8_t round_to_int8(float v) {
 void decode_block(const uint8_t* block, float* out, int n) {
   const float d = f16_to_f32(detail::load_le16(block + L::scale_offset));
   const int8_t* q = reinterpret_cast<const int8_t*>(block + L::codes_offset);
+  if (n == L::group) {
+    // A whole block from a local copy: a fixed trip count over codes that cannot alias `out`,
+    // which compilers vectorise at -O2 (int8 codes read in place may alias the floats).
+    int8_t codes[L::group];
+    std::memcpy(codes, q, sizeof codes);
+    for (int i = 0; i < L::group; ++i) out[i] = static_cast<float>(codes[i]) * d;
+    return;
+  }
   for (int i = 0; i < n; ++i) out[i] = static_cast<float>(q[i]) * d;
 }
 
