@@ -188,6 +188,7 @@ struct Isa {
   static V loadu(const float* p) { return _mm256_loadu_ps(p); }
   static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static float hsum(V v) { return horizontal_sum(v); }
   static float f16_to_f32(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
   // Eight bytes, each widened to a 32-bit lane: its low nibble an even weight, its high nibble

@@ -8,6 +8,7 @@
 // defines `Isa`:
 //   using V (the float vector); static constexpr int lanes;
 //   V zero(); V set1(float); V loadu(const float*); V fmadd(V a, V b, V c) (a b + c); V add(V, V);
+//   V mul(V, V);
 //   float hsum(V);  float f16_to_f32(const uint8_t*);
 //   nibble_pairs(const uint8_t* p, V& even, V& odd): lanes bytes at p, low nibbles (even
 //     weights) and high nibbles (odd weights) as floats;
@@ -32,6 +33,7 @@ struct Hfq4Codes {
   static constexpr int block_bytes = L::block_bytes;
   static constexpr bool interleaved = true;  // x de-interleaved per step: even values, then odd
   static constexpr bool has_min = true;
+  static constexpr bool scale_in_codes = false;  // scale (and min) applied once per block
   static float scale(const uint8_t* block) { return load_f32(block + L::scale_offset); }
   static float min(const uint8_t* block) { return load_f32(block + L::min_offset); }
   static void step(const uint8_t* block, int i, V& even, V& odd) {
@@ -39,16 +41,28 @@ struct Hfq4Codes {
   }
 };
 
+// At 16 lanes Q8_0's 32-value block is a single step: too short to pay for a sum of the chains
+// and a dependent FMA on the running total per block (21 GMAC/s at one input row against AVX2's
+// 27). There its codes are multiplied by the block's scale as they are converted (q * d, the
+// reference's decoded weight, rounded alike) and the chains run on across blocks
+// (scale_in_codes): 42 GMAC/s, ~90 % of the 2-core build machine's read bandwidth. At 8 lanes
+// (two steps a block) the per-block scale stays: prescaling there lost a third at 8 input rows.
 struct Q8_0Codes {
   using L = layout::Q8_0;
   static constexpr int group = L::group;
   static constexpr int block_bytes = L::block_bytes;
   static constexpr bool interleaved = false;
   static constexpr bool has_min = false;
+  static constexpr bool scale_in_codes = L::group == kFactoredStep;
   static float scale(const uint8_t* block) { return Isa::f16_to_f32(block + L::scale_offset); }
   static float min(const uint8_t*) { return 0.0f; }
   static void step(const uint8_t* block, int i, V& first, V& second) {
     Isa::signed_bytes(block + L::codes_offset + kFactoredStep * i, first, second);
+    if constexpr (scale_in_codes) {
+      const V d = Isa::set1(scale(block));
+      first = Isa::mul(first, d);
+      second = Isa::mul(second, d);
+    }
   }
 };
 static_assert(layout::Q8_0::group % kFactoredStep == 0 && layout::Hfq4G128::group % kFactoredStep == 0,
@@ -110,6 +124,16 @@ inline void factored_step(const uint8_t* block, int i, const float* const* xb, i
   }
 }
 
+// Rows are taken in blocks of kRowBlock and tokens in tiles of NT. With more than one tile, K is
+// cut in chunks of kChunkValues: a chunk of x for the tile (8 KB) and of the row block's weights
+// (~9 KB of HFQ4) stay in L1 while every row of the block passes over them; unchunked, two
+// tokens' whole x (22 KB at K = 2816) and 16 rows (24 KB) overflowed L1 and both streamed from L2
+// once per row (AVX2, 2-core build machine, 8 tokens: 28 GMAC/s; chunked, 41). One tile (decode)
+// reads each row whole, in order: the weights are then one sequential stream from memory, which
+// the chunks' 16 interleaved streams slowed 2.3x.
+constexpr int64_t kRowBlock = 16;
+constexpr int64_t kChunkValues = 1024;
+
 // Blocks [b0, b1) of rows [m0, m1) against the NT prepared tokens xt, continuing each (row,
 // token)'s running sums in total / min_total (indexed by m - m0): calls over consecutive block
 // ranges perform exactly the operations of one call over all blocks, in the same order.
@@ -121,6 +145,47 @@ void factored_blocks(const PreparedLayout& l, const simd::MatmulArgs& a, const f
     const uint8_t* row = a.w + m * a.w_stride;
     V row_total[NT];
     for (int j = 0; j < NT; ++j) row_total[j] = total[m - m0][j];
+    if constexpr (C::scale_in_codes) {
+      // The chains run across blocks and fold into the total every kChunkValues values: at the
+      // same blocks whether or not the call is cut into chunks (which are kChunkValues long and
+      // start at such a fold), so a token's sums are the same in any call. Steps alternate
+      // between chain pairs (0, 1) and (2, 3): by step within a block of two or more steps, by
+      // block when a block is one step; constant indices keep the chains in registers.
+      constexpr int steps_per_block = C::group / kFactoredStep;
+      const int64_t fold_blocks = kChunkValues / C::group;
+      V acc[NT][A];
+      for (int j = 0; j < NT; ++j)
+        for (int c = 0; c < A; ++c) acc[j][c] = Isa::zero();
+      for (int64_t b = b0; b < b1; ++b) {
+        const uint8_t* block = row + b * C::block_bytes;
+        const int steps = static_cast<int>((min64(C::group, a.K - b * C::group) + kFactoredStep - 1) / kFactoredStep);
+        const float* xb[NT];
+        for (int j = 0; j < NT; ++j) xb[j] = xt[j] + b * C::group;
+        if constexpr (steps_per_block == 1) {
+          if (b % 2 == 0)
+            factored_step<NT, A, C>(block, 0, xb, 0, acc);
+          else
+            factored_step<NT, A, C>(block, 0, xb, 2, acc);
+        } else {
+          int i = 0;
+          for (; i + 1 < steps; i += 2) {
+            factored_step<NT, A, C>(block, i, xb, 0, acc);
+            factored_step<NT, A, C>(block, i + 1, xb, 2, acc);
+          }
+          if (i < steps) factored_step<NT, A, C>(block, i, xb, 0, acc);
+        }
+        if ((b + 1) % fold_blocks == 0 || b + 1 == l.blocks) {
+          for (int j = 0; j < NT; ++j) {
+            V sum = acc[j][0];
+            for (int k = 1; k < A; ++k) sum = Isa::add(sum, acc[j][k]);
+            row_total[j] = Isa::add(row_total[j], sum);
+            for (int k = 0; k < A; ++k) acc[j][k] = Isa::zero();
+          }
+        }
+      }
+      for (int j = 0; j < NT; ++j) total[m - m0][j] = row_total[j];
+      continue;
+    }
     for (int64_t b = b0; b < b1; ++b) {
       const uint8_t* block = row + b * C::block_bytes;
       // Steps holding real values; the rest of a tail block meets zeros in x and is skipped.
@@ -147,16 +212,6 @@ void factored_blocks(const PreparedLayout& l, const simd::MatmulArgs& a, const f
     for (int j = 0; j < NT; ++j) total[m - m0][j] = row_total[j];
   }
 }
-
-// Rows are taken in blocks of kRowBlock and tokens in tiles of NT. With more than one tile, K is
-// cut in chunks of kChunkValues: a chunk of x for the tile (8 KB) and of the row block's weights
-// (~9 KB of HFQ4) stay in L1 while every row of the block passes over them; unchunked, two
-// tokens' whole x (22 KB at K = 2816) and 16 rows (24 KB) overflowed L1 and both streamed from L2
-// once per row (AVX2, 2-core build machine, 8 tokens: 28 GMAC/s; chunked, 41). One tile (decode)
-// reads each row whole, in order: the weights are then one sequential stream from memory, which
-// the chunks' 16 interleaved streams slowed 2.3x.
-constexpr int64_t kRowBlock = 16;
-constexpr int64_t kChunkValues = 1024;
 
 template <int NT, typename C>
 void factored_tile(const simd::MatmulArgs& a, const float* prepared, int64_t m0, int64_t m1, int64_t t0) {

@@ -38,7 +38,7 @@ void matmul_rows(const simd::MatmulArgs& args, const float* prepared, int64_t m_
 
 namespace fl::avx512 {
 
-// HFQ4 only, at 16 lanes (see supports()); cpu_matmul runs the AVX2 kernels for the other
+// The factored formats (HFQ4, Q8_0) at 16 lanes; cpu_matmul runs the AVX2 kernels for the other
 // formats on the avx512 path. Same contract as avx2's functions; x is prepared in this path's own
 // layout (de-interleaved per 32 values), so prepare with these functions, not avx2's.
 bool supports(int w_type);
