@@ -10,7 +10,7 @@
 // - avx2:      one group at a time with AVX2/FMA decoders and 8-lane accumulators (a different
 //   summation order, so within 1e-5 of the reference relative to sum |w x|, not bit-equal).
 //   Compiled when the compiler can target AVX2 and used only when the CPU has AVX2, FMA, F16C.
-// - avx512:    HFQ4 and Q8_0 at 16 lanes (the others as avx2), when the CPU also has AVX-512 F,
+// - avx512:    every format but HFQ6 at 16 lanes (HFQ6 as avx2), when the CPU also has AVX-512 F,
 //   BW and VL; the same tolerance, its own summation order.
 // Every path reads only the K real lanes of a row: the padded tail of the last group is
 // never used (tail predication), and x is never read past K.

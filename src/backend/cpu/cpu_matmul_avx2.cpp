@@ -1,23 +1,19 @@
 // AVX2 + FMA + F16C kernels for cpu_matmul (compiled with -mavx2 -mfma -mf16c; called only
 // after a CPU check). Two kinds of kernel:
-// - Factored (HFQ4, Q8_0: the formats models are run in). A block's dot product is taken as
-//   scale * sum(q x) + min * sum(x): the codes are converted to floats and multiplied into x
-//   straight from registers, the scale is applied once per block, and the min once per block
-//   and token against a precomputed sum of x. x is prepared once per call (prepare_x): padded
-//   to whole blocks with zeros, block sums taken, and for HFQ4 each 16 values de-interleaved
-//   into even then odd positions, the order in which one 8-byte load of codes yields them (low
-//   nibbles = even weights, high nibbles = odd). Independent accumulators per token hide the
-//   FMA latency, which bound the one-token case of the decode-to-buffer kernel below (a single
-//   chain: one 8-lane FMA per 4 cycles); they are the same for any number of tokens, so a
-//   token's result does not depend on the others in the call.
-// - Decode to buffer (f32, f16, bf16, HFQ6): decode one group into an aligned buffer of floats,
-//   then multiply-accumulate it into one 8-lane accumulator per token of a tile of up to 8
-//   tokens. The decoders reproduce the reference decode exactly (q * scale, then + min).
+// - Factored (HFQ4, Q8_0, and f32/f16/bf16 as blocks of scale 1): cpu_matmul_factored.h over
+//   this file's Isa, 8 lanes. A block's dot product is scale * sum(q x) + min * sum(x), the codes
+//   converted straight into four FMA chains per token against x prepared once per call. Four
+//   chains hide the FMA latency, which bound the one-token case of the decode-to-buffer kernel
+//   below (one chain: one 8-lane FMA per 4 cycles); they are the same for any number of tokens,
+//   so a token's result does not depend on the others in the call.
+// - Decode to buffer (HFQ6): decode one group into an aligned buffer of floats, then
+//   multiply-accumulate it into one 8-lane accumulator per token of a tile of up to 8 tokens.
+//   The decoder reproduces the reference decode exactly (q * scale, then + min).
 // Either way only the order of the sums differs from the reference, within cpu_matmul_test's
 // tolerance (1e-5 of sum |w x|).
 //
 // No standard-library templates or shared inline functions are used here (see
-// cpu_matmul_avx2.h): everything is a static function of this file or an intrinsic.
+// cpu_matmul_simd.h): everything is a static function of this file or an intrinsic.
 #include "backend/cpu/cpu_matmul_simd.h"
 
 #include <immintrin.h>
@@ -30,8 +26,7 @@
 namespace fl::avx2 {
 namespace {
 
-constexpr int kMaxTile = 8;       // tokens per pass over a row
-constexpr int kPlainChunk = 256;  // values decoded per step for f16/bf16 rows
+constexpr int kMaxTile = 8;  // tokens per pass over a row
 
 inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -60,42 +55,6 @@ inline __m256 affine(__m256i codes, __m256 scale, __m256 min) {
 // ---- decoders: values [k0, k0 + n) of a row (n <= group), returned as a float pointer ----
 // Blocked formats decode the whole group (its bytes always exist); the caller reads only n.
 // Plain formats decode exactly n values (a row has no bytes past K).
-
-struct DecodeF32 {
-  static constexpr int group = kPlainChunk;
-  static const float* decode(const uint8_t* row, int64_t, int64_t k0, int, float*) {
-    return reinterpret_cast<const float*>(row) + k0;
-  }
-};
-
-struct DecodeF16 {
-  static constexpr int group = kPlainChunk;
-  static const float* decode(const uint8_t* row, int64_t, int64_t k0, int n, float* buf) {
-    const uint8_t* p = row + 2 * k0;
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-      _mm256_store_ps(buf + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i))));
-    for (; i < n; ++i) buf[i] = _cvtsh_ss(load_u16(p + 2 * i));
-    return buf;
-  }
-};
-
-struct DecodeBF16 {
-  static constexpr int group = kPlainChunk;
-  static const float* decode(const uint8_t* row, int64_t, int64_t k0, int n, float* buf) {
-    const uint8_t* p = row + 2 * k0;
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-      __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i)));
-      _mm256_store_ps(buf + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
-    }
-    for (; i < n; ++i) {
-      uint32_t bits = static_cast<uint32_t>(load_u16(p + 2 * i)) << 16;
-      std::memcpy(buf + i, &bits, 4);
-    }
-    return buf;
-  }
-};
 
 struct DecodeHfq6 {
   using L = layout::Hfq6G256;
@@ -202,6 +161,17 @@ struct Isa {
     first = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
     second = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8))));
   }
+  static void f16_values(const uint8_t* p, V& first, V& second) {
+    first = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    second = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+  }
+  // bf16 is the top half of an f32: widen each to 32 bits and shift it up.
+  static void bf16_values(const uint8_t* p, V& first, V& second) {
+    const __m256i a = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    const __m256i b = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+    first = _mm256_castsi256_ps(_mm256_slli_epi32(a, 16));
+    second = _mm256_castsi256_ps(_mm256_slli_epi32(b, 16));
+  }
 };
 
 #define FIRELINE_MATMUL_FACTORED_ISA
@@ -229,9 +199,6 @@ bool supports(int w_type) {
 void matmul_rows(const simd::MatmulArgs& a, const float* prepared, int64_t m_begin, int64_t m_end) {
   if (factored_matmul_rows(a, prepared, m_begin, m_end)) return;
   switch (static_cast<DType>(a.w_type)) {
-    case DType::f32: rows_for_format<DecodeF32>(a, m_begin, m_end); break;
-    case DType::f16: rows_for_format<DecodeF16>(a, m_begin, m_end); break;
-    case DType::bf16: rows_for_format<DecodeBF16>(a, m_begin, m_end); break;
     case DType::hfq6_g256: rows_for_format<DecodeHfq6>(a, m_begin, m_end); break;
     default: break;  // excluded by supports()
   }

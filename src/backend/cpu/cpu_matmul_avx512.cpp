@@ -1,5 +1,5 @@
-// AVX-512 (F, BW, VL) kernels for cpu_matmul: the factored HFQ4 and Q8_0 kernels of
-// cpu_matmul_factored.h at 16 lanes (compiled with -mavx512f -mavx512bw -mavx512vl -mfma -mf16c;
+// AVX-512 (F, BW, VL) kernels for cpu_matmul: the factored kernel of cpu_matmul_factored.h
+// (HFQ4, Q8_0, f32, f16, bf16) at 16 lanes (compiled with -mavx512f -mavx512bw -mavx512vl -mfma -mf16c;
 // called only after a CPU check). On a core with full-width 512-bit units (Zen 5; Intel server
 // cores) each instruction does twice the AVX2 kernel's work; the instruction stream is otherwise
 // the same: one 16-byte code load widened to 16 lanes gives 32 HFQ4 weights, low nibbles the even
@@ -48,6 +48,16 @@ struct Isa {
     even = _mm512_cvtepi32_ps(_mm512_and_si512(bytes, _mm512_set1_epi32(0x0f)));
     odd = _mm512_cvtepi32_ps(_mm512_srli_epi32(bytes, 4));
   }
+  static void f16_values(const uint8_t* p, V& first, V& second) {
+    first = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    second = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+  }
+  static void bf16_values(const uint8_t* p, V& first, V& second) {
+    const __m512i a = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    const __m512i b = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 32)));
+    first = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
+    second = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
+  }
   static void signed_bytes(const uint8_t* p, V& first, V& second) {
     first = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
     second = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))));
@@ -61,6 +71,9 @@ struct Isa {
 
 bool supports(int w_type) {
   switch (static_cast<DType>(w_type)) {
+    case DType::f32:
+    case DType::f16:
+    case DType::bf16:
     case DType::q8_0:
     case DType::hfq4_g256:
     case DType::hfq4_g128: return true;

@@ -1,4 +1,5 @@
-// The factored kernels of the CPU matmul's SIMD paths (HFQ4, Q8_0; see cpu_matmul.h): a block's
+// The factored kernels of the CPU matmul's SIMD paths (HFQ4, Q8_0, and the unquantized f32, f16
+// and bf16 rows as blocks of scale 1; see cpu_matmul.h): a block's
 // dot product as scale * sum(q x) + min * sum(x), the codes converted straight into FMA chains
 // against x prepared once per call (padded to whole blocks, block sums taken, HFQ4's steps
 // de-interleaved into even then odd values, the order in which one code load yields them).
@@ -13,6 +14,7 @@
 //   nibble_pairs(const uint8_t* p, V& even, V& odd): lanes bytes at p, low nibbles (even
 //     weights) and high nibbles (odd weights) as floats;
 //   signed_bytes(const uint8_t* p, V& first, V& second): 2 x lanes int8 at p as floats;
+//   f16_values / bf16_values(const uint8_t* p, V& first, V& second): 2 x lanes halves at p;
 // and the unit's helpers min64(a, b) and load_f32(p) (a little-endian f32 at any address).
 // Everything here then has internal linkage in that unit, compiled for its target flags: no
 // template or inline function is shared between units built for different instruction sets
@@ -34,6 +36,7 @@ struct Hfq4Codes {
   static constexpr bool interleaved = true;  // x de-interleaved per step: even values, then odd
   static constexpr bool has_min = true;
   static constexpr bool scale_in_codes = false;  // scale (and min) applied once per block
+  static constexpr bool whole_blocks = true;     // a row's last block has all its bytes
   static float scale(const uint8_t* block) { return load_f32(block + L::scale_offset); }
   static float min(const uint8_t* block) { return load_f32(block + L::min_offset); }
   static void step(const uint8_t* block, int i, V& even, V& odd) {
@@ -54,6 +57,7 @@ struct Q8_0Codes {
   static constexpr bool interleaved = false;
   static constexpr bool has_min = false;
   static constexpr bool scale_in_codes = L::group == kFactoredStep;
+  static constexpr bool whole_blocks = true;
   static float scale(const uint8_t* block) { return Isa::f16_to_f32(block + L::scale_offset); }
   static float min(const uint8_t*) { return 0.0f; }
   static void step(const uint8_t* block, int i, V& first, V& second) {
@@ -65,6 +69,32 @@ struct Q8_0Codes {
     }
   }
 };
+// Unquantized rows (f32, f16, bf16: an unconverted checkpoint's weights): no blocks and no scale.
+// One step is a "block" of the kernel, its values are the weights (scale_in_codes), and the
+// chains run across steps. A row holds exactly K values, so a partial last step is copied into
+// a zero-padded buffer rather than read past the row (whole_blocks = false).
+template <DType T>
+struct PlainCodes {
+  static constexpr int group = kFactoredStep;
+  static constexpr int block_bytes = kFactoredStep * (T == DType::f32 ? 4 : 2);
+  static constexpr bool interleaved = false;
+  static constexpr bool has_min = false;
+  static constexpr bool scale_in_codes = true;
+  static constexpr bool whole_blocks = false;
+  static float scale(const uint8_t*) { return 1.0f; }
+  static float min(const uint8_t*) { return 0.0f; }
+  static void step(const uint8_t* block, int, V& first, V& second) {
+    if constexpr (T == DType::f32) {
+      first = Isa::loadu(reinterpret_cast<const float*>(block));
+      second = Isa::loadu(reinterpret_cast<const float*>(block) + kLanes);
+    } else if constexpr (T == DType::f16) {
+      Isa::f16_values(block, first, second);
+    } else {
+      Isa::bf16_values(block, first, second);
+    }
+  }
+};
+
 static_assert(layout::Q8_0::group % kFactoredStep == 0 && layout::Hfq4G128::group % kFactoredStep == 0,
               "a step never crosses a block");
 // Four FMA chains per token hide the FMA's latency (~4 cycles, two pipes) when one token is
@@ -158,7 +188,14 @@ void factored_blocks(const PreparedLayout& l, const simd::MatmulArgs& a, const f
         for (int c = 0; c < A; ++c) acc[j][c] = Isa::zero();
       for (int64_t b = b0; b < b1; ++b) {
         const uint8_t* block = row + b * C::block_bytes;
-        const int steps = static_cast<int>((min64(C::group, a.K - b * C::group) + kFactoredStep - 1) / kFactoredStep);
+        const int64_t n = min64(C::group, a.K - b * C::group);  // real values in the block
+        const int steps = static_cast<int>((n + kFactoredStep - 1) / kFactoredStep);
+        alignas(64) uint8_t tail[C::block_bytes];
+        if (!C::whole_blocks && n < C::group) {  // a plain row's last, partial step
+          std::memset(tail, 0, sizeof tail);
+          std::memcpy(tail, block, static_cast<size_t>(n * C::block_bytes / C::group));
+          block = tail;
+        }
         const float* xb[NT];
         for (int j = 0; j < NT; ++j) xb[j] = xt[j] + b * C::group;
         if constexpr (steps_per_block == 1) {
@@ -253,6 +290,9 @@ bool with_factored_codes(int w_type, Fn&& fn) {
     case DType::q8_0: fn.template operator()<Q8_0Codes>(); return true;
     case DType::hfq4_g256: fn.template operator()<Hfq4Codes<layout::Hfq4G256>>(); return true;
     case DType::hfq4_g128: fn.template operator()<Hfq4Codes<layout::Hfq4G128>>(); return true;
+    case DType::f32: fn.template operator()<PlainCodes<DType::f32>>(); return true;
+    case DType::f16: fn.template operator()<PlainCodes<DType::f16>>(); return true;
+    case DType::bf16: fn.template operator()<PlainCodes<DType::bf16>>(); return true;
     default: return false;
   }
 }

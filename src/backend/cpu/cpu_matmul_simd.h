@@ -27,7 +27,7 @@ namespace fl::avx2 {
 
 // Whether the kernels handle this weight type (every registry format does).
 bool supports(int w_type);
-// Floats of x prepared for the factored kernels (HFQ4, Q8_0; 0 for the other formats), and
+// Floats of x prepared for the factored kernel (0 for HFQ6, which reads x as it is), and
 // filling them: call once per matmul, before the rows, with a 64-byte aligned buffer.
 int64_t prepared_floats(const simd::MatmulArgs& args);
 void prepare_x(const simd::MatmulArgs& args, float* prepared);
@@ -38,9 +38,9 @@ void matmul_rows(const simd::MatmulArgs& args, const float* prepared, int64_t m_
 
 namespace fl::avx512 {
 
-// The factored formats (HFQ4, Q8_0) at 16 lanes; cpu_matmul runs the AVX2 kernels for the other
-// formats on the avx512 path. Same contract as avx2's functions; x is prepared in this path's own
-// layout (de-interleaved per 32 values), so prepare with these functions, not avx2's.
+// The factored kernel's formats (HFQ4, Q8_0, f32, f16, bf16) at 16 lanes; cpu_matmul runs the
+// AVX2 kernel for HFQ6 on the avx512 path. Same contract as avx2's functions; x is prepared in
+// this path's own layout (HFQ4 de-interleaved per 32 values), so prepare with these functions.
 bool supports(int w_type);
 int64_t prepared_floats(const simd::MatmulArgs& args);
 void prepare_x(const simd::MatmulArgs& args, float* prepared);
