@@ -230,10 +230,9 @@ TEST(CliSynth, BenchRooflineUsesTheCpusMeasuredBandwidth) {
 }
 
 // bench --profile on the CPU times every op by wall clock: the decode table has the model's ops
-// with calls per token as the forward makes them (one embed; a matmul per projection), times
-// that add up to the total, no kernel counts, and moe_experts' inner matmuls counted once (in
-// moe_experts, not again under matmul: the tiny MoE's matmuls per token stay those of the model's
-// own projections).
+// with calls per token as the forward makes them (one embed; a matmul per projection), positive
+// times, no kernel counts, and moe_experts' inner matmuls counted once (in moe_experts, not again
+// under matmul: the tiny MoE's matmuls per token stay those of the model's own projections).
 TEST(CliSynth, BenchProfileTimesTheCpuOps) {
   auto r = fireline(kTinyBench + " --backend cpu --profile --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;

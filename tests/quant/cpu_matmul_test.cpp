@@ -159,7 +159,7 @@ TEST(CpuMatmul, LargerTokenBatchesUseSeveralTiles) {
 }
 
 TEST(CpuMatmul, ResultDoesNotDependOnTheThreadCount) {
-  for (DType t : {DType::hfq6_g256, DType::hfq4_g256, DType::f16}) {
+  for (DType t : {DType::hfq6_g256, DType::hfq4_g256, DType::q8_0, DType::f16}) {
     Problem p(t, 67, 2816, 3, 5);
     ThreadPool one(1), three(3), four(4);
     for (MatmulPath path : fast_paths()) {
@@ -331,6 +331,52 @@ TEST(CpuMatmul, MoeExpertsOnQuantizedWeights) {
     }
     EXPECT_GT(max_abs, 1.0);
     EXPECT_LE(max_diff, 1e-4 * max_abs);  // same weights, only the summation order differs
+  }
+}
+
+// moe_experts runs each expert's tokens together: with 5 tokens sharing experts (every expert
+// chosen by several), each token's output equals that token's experts run alone, bit for bit,
+// and a token whose pairs are all another rank's (-1) gets zeros.
+TEST(CpuMatmul, MoeExpertsGroupedByExpertEqualOneTokenAtATime) {
+  auto backend = make_cpu_backend();
+  const int64_t E = 3, H = 256, I = 128, T = 6, top_k = 2;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  std::vector<float> x(static_cast<size_t>(T * H));
+  for (float& v : x) v = normal(rng);
+  const std::vector<int32_t> ids = {0, 1, 1, 2, 2, 0, 0, 1, 1, 2, -1, -1};
+  const std::vector<float> weights = {0.6f, 0.4f, 0.5f, 0.5f, 0.9f, 0.1f, 0.3f, 0.7f, 0.2f, 0.8f, 0.0f, 0.0f};
+  for (DType t : {DType::hfq4_g256, DType::q8_0, DType::bf16}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    const QuantFormat& f = quant_format(t);
+    auto packed = [&](int64_t rows, int64_t k) {
+      std::vector<uint8_t> bytes(static_cast<size_t>(rows * row_bytes(t, k)));
+      std::vector<float> row(static_cast<size_t>(k));
+      for (int64_t r = 0; r < rows; ++r) {
+        for (float& v : row) v = normal(rng);
+        f.quantize_row(row.data(), bytes.data() + r * row_bytes(t, k), k);
+      }
+      return bytes;
+    };
+    std::vector<uint8_t> gu = packed(E * 2 * I, H), dn = packed(E * H, I);
+    const Tensor gate_up = make_tensor(gu.data(), t, {E, 2 * I, H}), down = make_tensor(dn.data(), t, {E, H, I});
+    auto run = [&](int64_t t0, int64_t n) {
+      std::vector<float> out(static_cast<size_t>(n * H), NAN);
+      std::vector<int32_t> id(ids.begin() + t0 * top_k, ids.begin() + (t0 + n) * top_k);
+      std::vector<float> w(weights.begin() + t0 * top_k, weights.begin() + (t0 + n) * top_k);
+      backend->moe_experts(make_tensor(out.data(), DType::f32, {n, H}),
+                           make_tensor(x.data() + t0 * H, DType::f32, {n, H}), gate_up, down,
+                           make_tensor(id.data(), DType::i32, {n, top_k}),
+                           make_tensor(w.data(), DType::f32, {n, top_k}), Activation::gelu_tanh);
+      return out;
+    };
+    const std::vector<float> together = run(0, T);
+    for (int64_t tok = 0; tok < T; ++tok) {
+      const std::vector<float> alone = run(tok, 1);
+      for (int64_t i = 0; i < H; ++i) ASSERT_EQ(together[tok * H + i], alone[i]) << "token " << tok << " value " << i;
+    }
+    for (int64_t i = 0; i < H; ++i) ASSERT_EQ(together[(T - 1) * H + i], 0.0f);
+    EXPECT_NE(together[0], together[H]);  // tokens do differ
   }
 }
 

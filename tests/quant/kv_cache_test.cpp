@@ -15,6 +15,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_attention.h"
 #include "core/thread_pool.h"
+#include "core/error.h"
 #include "core/half.h"
 #include "core/tensor.h"
 #include "quant/quant.h"
@@ -240,11 +241,11 @@ TEST(KvCache, CompressedCacheStaysWithinItsErrorBound) {
     }
 }
 
-// The CPU backend's attention path (cpu_attention.h: a KV head's query heads together, dots in
-// eight lanes) against the oracle loop, over every cache format, a head_dim with a tail of 8 and
-// Gemma's 256, groups of 1-8 heads, a linear cache and a ring past rollover, 1- and 3-token
-// steps: within 1e-5 of the largest |value| (only the q.k dots' summation order differs). The
-// grouped path's output does not depend on the thread count, which changes how it cuts groups.
+// The CPU backend's attention path (cpu_attention.h: a KV head's query heads together, their
+// scores one matmul over the cached key rows) against the oracle loop, over every cache format, a head_dim with a tail
+// of 8 and Gemma's 256, groups of 1-8 heads, a linear cache and a ring past rollover, 1- and 3-token steps: within 1e-5
+// of the largest |value| (only the q.k dots' summation order differs). The grouped path's output does not depend on the
+// thread count, which changes how it cuts groups.
 TEST(KvCache, GroupedAttentionMatchesTheReferenceLoop) {
   auto backend = make_cpu_backend();
   ThreadPool one(1), three(3), seven(7);
@@ -287,6 +288,60 @@ TEST(KvCache, GroupedAttentionMatchesTheReferenceLoop) {
             p += T;
           }
         }
+}
+
+// q may be a view whose head rows are wider than head_dim (the query half of a fused query/gate
+// projection, as Qwen3.5's attention has): the grouped path reads each head at q's stride, not D
+// floats after the last. The other half holds NaN, which any misplaced read would spread.
+TEST(KvCache, GroupedAttentionReadsQAtItsRowStride) {
+  auto backend = make_cpu_backend();
+  ThreadPool pool(2);
+  const int n_heads = 4, n_kv = 1, D = 64;
+  const int64_t n_pos = 12;
+  Sequence s(n_heads, n_kv, D, n_pos, 41);
+  Cache cache(*backend, DType::q8_0, n_pos, n_kv, D);
+  const AttentionParams params = params_for(s, 0);
+  for (int64_t p = 0; p < n_pos; ++p) {
+    std::vector<float> wide(static_cast<size_t>(n_heads * 2 * D), NAN);  // [1, heads, 2D]
+    for (int h = 0; h < n_heads; ++h) std::copy_n(s.q.data() + (p * n_heads + h) * D, D, wide.begin() + h * 2 * D);
+    const Tensor q = make_tensor(wide.data(), DType::f32, {1, n_heads, 2 * D}).narrow(2, 0, D);
+    int32_t pos = static_cast<int32_t>(p);
+    Tensor positions = make_tensor(&pos, DType::i32, {1});
+    Tensor k = make_tensor(s.k.data() + p * n_kv * D, DType::f32, {1, n_kv, D});
+    Tensor v = make_tensor(s.v.data() + p * n_kv * D, DType::f32, {1, n_kv, D});
+    auto run = [&](cpu::AttentionPath path) {
+      std::vector<float> out(static_cast<size_t>(n_heads * D), NAN);
+      cpu::attention(make_tensor(out.data(), DType::f32, {1, n_heads, D}), q, k, v, cache.view, positions, params, path,
+                     pool);
+      return out;
+    };
+    const std::vector<float> reference = run(cpu::AttentionPath::reference), grouped = run(cpu::AttentionPath::grouped);
+    for (size_t i = 0; i < reference.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(grouped[i])) << "position " << p << " element " << i;
+      ASSERT_NEAR(grouped[i], reference[i], 1e-4f) << "position " << p << " element " << i;
+    }
+    backend->kv_write(cache.view, k, v, positions);
+  }
+}
+
+// Bad positions are refused with an error, profiling or not (the profiler's byte count for
+// attention reads the positions only after the op has checked them).
+TEST(KvCache, AttentionRefusesPositionsThatAreNotI32) {
+  auto backend = make_cpu_backend();
+  Sequence s(2, 1, 32, 1, 5);
+  Cache cache(*backend, DType::q8_0, 4, 1, 32);
+  uint8_t bad_positions[1] = {0};
+  std::vector<float> out(2 * 32);
+  for (bool profiling : {false, true}) {
+    backend->set_profiling(profiling);
+    EXPECT_THROW(backend->attention(
+                     make_tensor(out.data(), DType::f32, {1, 2, 32}), make_tensor(s.q.data(), DType::f32, {1, 2, 32}),
+                     make_tensor(s.k.data(), DType::f32, {1, 1, 32}), make_tensor(s.v.data(), DType::f32, {1, 1, 32}),
+                     cache.view, make_tensor(bad_positions, DType::u8, {1}), params_for(s, 0)),
+                 Error);
+    EXPECT_TRUE(backend->take_profile().empty()) << "a refused op is not timed";
+  }
+  backend->set_profiling(false);
 }
 
 }  // namespace

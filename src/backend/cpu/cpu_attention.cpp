@@ -109,7 +109,7 @@ void reference_attention(const Operands& a, const AttentionParams& p, ThreadPool
   });
 }
 
-// The scores of `heads` query heads (rows of q, D floats apart) against keys [j0, j1) of KV head
+// The scores of `heads` query heads (consecutive rows of q from `q`) against keys [j0, j1) of KV head
 // g, into scores[i * n + (j - first)]: q.k as one matmul per contiguous run of key rows (the
 // cached rows in the ring's order, then the step's fresh f32 rows), whose packed rows the matmul
 // reads directly, block by block (cpu_matmul.h: the factored AVX2 kernels for Q8_0), not decoded
@@ -126,7 +126,7 @@ void key_scores(const Operands& a, int64_t g, int64_t n_kv, const float* q, int6
     op.M = count;
     op.K = a.D;
     op.x = q;
-    op.x_stride = a.D * 4;
+    op.x_stride = a.q.stride;  // q may be a view (heads of a wider row): its own stride
     op.T = heads;
     op.out = scores + (j - first);
     op.out_stride = n * 4;

@@ -65,11 +65,15 @@ class CpuBuffer final : public DeviceBuffer {
 class CpuBackend final : public Backend {
   // Wall time of one op while profiling (`fireline bench --profile`). CPU ops run to completion
   // on the calling thread, so the clock around a call is the op's time. An op called inside a
-  // timed op (moe_experts' matmuls, scale_by's scale) counts in the outer op only. `bytes` is
-  // what the op must move at least (weights, KV rows, activations), as the CUDA backend counts.
+  // timed op (moe_experts' matmuls, scale_by's scale) counts in the outer op only. `bytes()` is
+  // what the op must move at least (weights, KV rows, activations), as the CUDA backend counts;
+  // it is evaluated only while profiling and only after the op returned, so it sees operands the
+  // op has validated (an op that throws is not recorded).
+  template <typename Bytes>
   class OpClock {
    public:
-    OpClock(CpuBackend& backend, const char* op, double bytes) : backend_(backend), op_(op), bytes_(bytes) {
+    OpClock(CpuBackend& backend, const char* op, Bytes bytes)
+        : backend_(backend), op_(op), bytes_(bytes), exceptions_(std::uncaught_exceptions()) {
       if (!backend_.profiling_) return;
       outermost_ = backend_.clock_depth_++ == 0;
       if (outermost_) start_ = std::chrono::steady_clock::now();
@@ -77,14 +81,14 @@ class CpuBackend final : public Backend {
     ~OpClock() {
       if (!backend_.profiling_) return;
       --backend_.clock_depth_;
-      if (!outermost_) return;
+      if (!outermost_ || std::uncaught_exceptions() > exceptions_) return;
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
       auto& ops = backend_.profile_;
       auto it = std::find_if(ops.begin(), ops.end(), [&](const OpProfile& p) { return p.op == op_; });
       if (it == ops.end()) it = ops.insert(ops.end(), OpProfile{op_});
       it->calls += 1;
       it->ms += ms;
-      it->bytes += bytes_;
+      it->bytes += static_cast<double>(bytes_());
     }
     OpClock(const OpClock&) = delete;
     OpClock& operator=(const OpClock&) = delete;
@@ -92,7 +96,8 @@ class CpuBackend final : public Backend {
    private:
     CpuBackend& backend_;
     const char* op_;
-    double bytes_;
+    Bytes bytes_;
+    int exceptions_;
     bool outermost_ = false;
     std::chrono::steady_clock::time_point start_;
   };
@@ -137,7 +142,7 @@ class CpuBackend final : public Backend {
   }
 
   void embed(Tensor out, const Tensor& table, const Tensor& ids, float scale) override {
-    OpClock clock(*this, "embed", ids.numel() * (table.row_bytes() + 4.0 * table.cols()));
+    OpClock clock(*this, "embed", [&] { return ids.numel() * (table.row_bytes() + 4.0 * table.cols()); });
     Rows o = f32_rows(out, "embed");
     Rows tab = as_rows(table, "embed");
     if (ids.dtype != DType::i32 || ids.numel() != o.rows) fail("embed: ids must be i32[{}]", o.rows);
@@ -153,7 +158,7 @@ class CpuBackend final : public Backend {
   }
 
   void rms_norm(Tensor out, const Tensor& x, const Tensor* weight, NormGain gain, float eps) override {
-    OpClock clock(*this, "rms_norm", 8.0 * x.numel());
+    OpClock clock(*this, "rms_norm", [&] { return 8.0 * x.numel(); });
     Rows o = f32_rows(out, "rms_norm"), in = f32_rows(x, "rms_norm");
     check_same_shape(o, in, "rms_norm");
     std::vector<float> w;
@@ -178,7 +183,7 @@ class CpuBackend final : public Backend {
   }
 
   void matmul(Tensor out, const Tensor& x, const Tensor& weight) override {
-    OpClock clock(*this, "matmul", weight_bytes(weight) + 4.0 * (x.numel() + out.numel()));
+    OpClock clock(*this, "matmul", [&] { return weight_bytes(weight) + 4.0 * (x.numel() + out.numel()); });
     Rows o = f32_rows(out, "matmul"), in = f32_rows(x, "matmul");
     Rows w = as_rows(weight, "matmul");
     if (in.cols != w.cols || o.cols != w.rows || o.rows != in.rows)
@@ -200,7 +205,7 @@ class CpuBackend final : public Backend {
   }
 
   void rope(Tensor x, const Tensor& positions, const Tensor& inv_freq) override {
-    OpClock clock(*this, "rope", 8.0 * x.numel());
+    OpClock clock(*this, "rope", [&] { return 8.0 * x.numel(); });
     if (x.ndim != 3) fail("rope: expected x [T, heads, D], got {}", x.describe());
     Rows r = f32_rows(x, "rope");
     const int64_t T = x.dim(0), heads = x.dim(1), D = x.dim(2);
@@ -229,7 +234,7 @@ class CpuBackend final : public Backend {
   }
 
   void gated_activation(Tensor out, const Tensor& gate, const Tensor& up, Activation act) override {
-    OpClock clock(*this, "gated_activation", 12.0 * out.numel());
+    OpClock clock(*this, "gated_activation", [&] { return 12.0 * out.numel(); });
     Rows o = f32_rows(out, "gated_activation"), g = f32_rows(gate, "gated_activation"), u = f32_rows(up, "gated_activation");
     check_same_shape(o, g, "gated_activation");
     check_same_shape(o, u, "gated_activation");
@@ -241,7 +246,7 @@ class CpuBackend final : public Backend {
   }
 
   void add(Tensor out, const Tensor& a, const Tensor& b) override {
-    OpClock clock(*this, "add/scale/softcap", 12.0 * out.numel());
+    OpClock clock(*this, "add/scale/softcap", [&] { return 12.0 * out.numel(); });
     Rows o = f32_rows(out, "add"), x = f32_rows(a, "add"), y = f32_rows(b, "add");
     check_same_shape(o, x, "add");
     check_same_shape(o, y, "add");
@@ -250,20 +255,20 @@ class CpuBackend final : public Backend {
   }
 
   void scale(Tensor x, float s) override {
-    OpClock clock(*this, "add/scale/softcap", 8.0 * x.numel());
+    OpClock clock(*this, "add/scale/softcap", [&] { return 8.0 * x.numel(); });
     Rows r = f32_rows(x, "scale");
     for (int64_t i = 0; i < r.rows; ++i)
       for (int64_t j = 0; j < r.cols; ++j) r.row(i)[j] *= s;
   }
 
   void scale_by(Tensor x, const Tensor& scalar) override {
-    OpClock clock(*this, "add/scale/softcap", 8.0 * x.numel());
+    OpClock clock(*this, "add/scale/softcap", [&] { return 8.0 * x.numel(); });
     if (scalar.numel() != 1) fail("scale_by: expected a 1-element scalar, got {}", scalar.describe());
     scale(x, load_vector(scalar)[0]);
   }
 
   void softcap(Tensor x, float cap) override {
-    OpClock clock(*this, "add/scale/softcap", 8.0 * x.numel());
+    OpClock clock(*this, "add/scale/softcap", [&] { return 8.0 * x.numel(); });
     Rows r = f32_rows(x, "softcap");
     for (int64_t i = 0; i < r.rows; ++i)
       for (int64_t j = 0; j < r.cols; ++j) r.row(i)[j] = std::tanh(r.row(i)[j] / cap) * cap;
@@ -271,12 +276,12 @@ class CpuBackend final : public Backend {
 
   void attention(Tensor out, const Tensor& q, const Tensor& k_new, const Tensor& v_new, const KvView& cache,
                  const Tensor& positions, const AttentionParams& p) override {
-    OpClock clock(*this, "attention", attention_bytes(q, cache, positions, p));
+    OpClock clock(*this, "attention", [&] { return attention_bytes(q, cache, positions, p); });
     cpu::attention(out, q, k_new, v_new, cache, positions, p, cpu::AttentionPath::grouped, ThreadPool::global());
   }
 
   void kv_write(const KvView& cache, const Tensor& k, const Tensor& v, const Tensor& positions) override {
-    OpClock clock(*this, "kv_write", 4.0 * (k.numel() + v.numel()));
+    OpClock clock(*this, "kv_write", [&] { return 4.0 * (k.numel() + v.numel()); });
     Rows kr = f32_rows(k, "kv_write"), vr = f32_rows(v, "kv_write");
     Rows kc = as_rows(cache.k, "kv_write"), vc = as_rows(cache.v, "kv_write");
     const int64_t T = k.dim(0), n_kv = k.dim(1), D = k.dim(2);
@@ -298,7 +303,7 @@ class CpuBackend final : public Backend {
   }
 
   void moe_route(Tensor weights, Tensor ids, const Tensor& logits, const Tensor* per_expert_scale) override {
-    OpClock clock(*this, "moe_route", 4.0 * logits.numel());
+    OpClock clock(*this, "moe_route", [&] { return 4.0 * logits.numel(); });
     Rows l = f32_rows(logits, "moe_route"), w = f32_rows(weights, "moe_route");
     if (ids.dtype != DType::i32) fail("moe_route: ids must be i32");
     Rows id = as_rows(ids, "moe_route");
@@ -333,7 +338,7 @@ class CpuBackend final : public Backend {
 
   void moe_experts(Tensor out, const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                    const Tensor& weights, Activation act) override {
-    OpClock clock(*this, "moe_experts", moe_expert_bytes(gate_up, down, ids) + 8.0 * x.numel());
+    OpClock clock(*this, "moe_experts", [&] { return moe_expert_bytes(gate_up, down, ids) + 8.0 * x.numel(); });
     Rows o = f32_rows(out, "moe_experts"), in = f32_rows(x, "moe_experts"), w = f32_rows(weights, "moe_experts");
     Rows id = as_rows(ids, "moe_experts");
     check_same_shape(o, in, "moe_experts");
@@ -344,9 +349,9 @@ class CpuBackend final : public Backend {
     for (int64_t t = 0; t < o.rows; ++t) std::fill(o.row(t), o.row(t) + H, 0.0f);
     // The pairs grouped by expert, so that each expert's tokens are multiplied together and its
     // weights read once per call, not once per pair. Experts are taken in ascending id, so each
-    // token's terms are added in the same order as its pairs taken one by one (sorted by id),
-    // and matmul computes a token's row alike whatever other tokens share it: the result is that
-    // of the per-pair loop, bit for bit.
+    // token's terms are added in the same order as its pairs taken one by one (sorted by id;
+    // top-k routing never lists an expert twice for a token), and matmul computes a token's row
+    // alike whatever other tokens share it: a token's result is the same alone or in a batch.
     std::vector<std::vector<std::pair<int64_t, float>>> tokens_of(static_cast<size_t>(E));  // (token, weight)
     for (int64_t t = 0; t < o.rows; ++t)
       for (int64_t j = 0; j < K; ++j) {
@@ -385,31 +390,33 @@ class CpuBackend final : public Backend {
 
   // Gated DeltaNet ops: cpu_linear_attention.cpp.
   void causal_conv1d(Tensor out, const Tensor& x, const Tensor& weight, Tensor state, Activation act) override {
-    OpClock clock(*this, "causal_conv1d", 8.0 * x.numel() + 8.0 * state.numel() + weight_bytes(weight));
+    OpClock clock(*this, "causal_conv1d", [&] { return 8.0 * x.numel() + 8.0 * state.numel() + weight_bytes(weight); });
     cpu::causal_conv1d(out, x, weight, state, act);
   }
   void delta_rule_gates(Tensor g, Tensor beta, const Tensor& a, const Tensor& b, const Tensor& a_log,
                         const Tensor& dt_bias) override {
-    OpClock clock(*this, "delta_rule_gates", 16.0 * a.numel());
+    OpClock clock(*this, "delta_rule_gates", [&] { return 16.0 * a.numel(); });
     cpu::delta_rule_gates(g, beta, a, b, a_log, dt_bias);
   }
   void gated_delta_rule(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, Tensor state, const DeltaRuleParams& params) override {
-    OpClock clock(*this, "gated_delta_rule", 4.0 * (q.numel() + k.numel() + 2.0 * v.numel()) + 8.0 * state.numel());
+    OpClock clock(*this, "gated_delta_rule",
+                  [&] { return 4.0 * (q.numel() + k.numel() + 2.0 * v.numel()) + 8.0 * state.numel(); });
     cpu::gated_delta_rule(out, q, k, v, g, beta, state, params);
   }
   void gated_delta_rule_chunked(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                                 const Tensor& beta, Tensor state, const DeltaRuleParams& params) override {
-    OpClock clock(*this, "gated_delta_rule", 4.0 * (q.numel() + k.numel() + 2.0 * v.numel()) + 8.0 * state.numel());
+    OpClock clock(*this, "gated_delta_rule",
+                  [&] { return 4.0 * (q.numel() + k.numel() + 2.0 * v.numel()) + 8.0 * state.numel(); });
     cpu::gated_delta_rule_chunked(out, q, k, v, g, beta, state, params);
   }
   void sigmoid_gate(Tensor x, const Tensor& gate) override {
-    OpClock clock(*this, "sigmoid_gate", 8.0 * x.numel() + 4.0 * gate.numel());
+    OpClock clock(*this, "sigmoid_gate", [&] { return 8.0 * x.numel() + 4.0 * gate.numel(); });
     cpu::sigmoid_gate(x, gate);
   }
 
   void argmax(Tensor out_ids, const Tensor& logits) override {
-    OpClock clock(*this, "argmax", 4.0 * logits.numel());
+    OpClock clock(*this, "argmax", [&] { return 4.0 * logits.numel(); });
     Rows l = f32_rows(logits, "argmax");
     if (out_ids.dtype != DType::i32 || out_ids.numel() != l.rows) fail("argmax: out_ids must be i32[{}]", l.rows);
     for (int64_t r = 0; r < l.rows; ++r) {

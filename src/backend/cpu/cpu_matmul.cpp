@@ -124,8 +124,9 @@ void scalar_rows(const MatmulOperands& op, const QuantFormat& f, int64_t m0, int
 
 // The SIMD paths: x prepared once for every row (padded, block sums, de-interleaved for HFQ4),
 // then the rows split over the pool. The buffer is kept per calling thread (ranks of a split model
-// call from threads of their own). The avx512 path runs its own kernels for the formats it has
-// and the AVX2 ones for the rest.
+// call from threads of their own) up to kKeptPreparedFloats: a long prompt's (47 MB at 4096
+// tokens of K = 2816) is freed after its call rather than held for the thread's life. The avx512
+// path runs its own kernels for the formats it has and the AVX2 ones for the rest.
 void simd_rows(const MatmulOperands& op, MatmulPath path, ThreadPool& pool) {
 #ifdef FIRELINE_CPU_AVX2
   if (!avx2::supports(static_cast<int>(op.w_type)))
@@ -139,30 +140,28 @@ void simd_rows(const MatmulOperands& op, MatmulPath path, ThreadPool& pool) {
                               op.T,
                               op.out,
                               op.out_stride};
-  bool wide = false;
 #ifdef FIRELINE_CPU_AVX512
-  wide = path == MatmulPath::avx512 && avx512::supports(args.w_type);
+  const bool wide = path == MatmulPath::avx512 && avx512::supports(args.w_type);
+  const auto prepared_floats = wide ? avx512::prepared_floats : avx2::prepared_floats;
+  const auto prepare_x = wide ? avx512::prepare_x : avx2::prepare_x;
+  const auto rows = wide ? avx512::matmul_rows : avx2::matmul_rows;
+#else
+  const auto prepared_floats = avx2::prepared_floats;
+  const auto prepare_x = avx2::prepare_x;
+  const auto rows = avx2::matmul_rows;
 #endif
+  constexpr int64_t kKeptPreparedFloats = int64_t{1} << 20;  // 4 MiB
   thread_local std::vector<float> prepared_buffer;
-  int64_t floats = avx2::prepared_floats(args);
-#ifdef FIRELINE_CPU_AVX512
-  if (wide) floats = avx512::prepared_floats(args);
-#endif
+  const int64_t floats = prepared_floats(args);
   float* prepared = nullptr;
   if (floats > 0) {
     prepared_buffer.resize(static_cast<size_t>(floats) + 16);
     prepared = prepared_buffer.data();
     while (reinterpret_cast<uintptr_t>(prepared) % 64) ++prepared;  // whole cache lines for the loads
-#ifdef FIRELINE_CPU_AVX512
-    if (wide) {
-      avx512::prepare_x(args, prepared);
-      pool.parallel_for(op.M, [&](int64_t m0, int64_t m1) { avx512::matmul_rows(args, prepared, m0, m1); });
-      return;
-    }
-#endif
-    avx2::prepare_x(args, prepared);
+    prepare_x(args, prepared);
   }
-  pool.parallel_for(op.M, [&](int64_t m0, int64_t m1) { avx2::matmul_rows(args, prepared, m0, m1); });
+  pool.parallel_for(op.M, [&](int64_t m0, int64_t m1) { rows(args, prepared, m0, m1); });
+  if (floats > kKeptPreparedFloats) std::vector<float>().swap(prepared_buffer);
 #else
   (void)op, (void)path, (void)pool;
   fail("matmul: no SIMD kernels in this build");
