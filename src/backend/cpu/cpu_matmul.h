@@ -8,12 +8,12 @@
 // - scalar:    one group at a time through the registry decoder, accumulating in index order;
 //   equal to the reference bit for bit. Always available.
 // - avx2:      the factored kernel (cpu_matmul_factored.h: codes converted straight into four
-//   FMA chains per token, scale and min applied per block) for HFQ4, Q8_0, f32, f16 and bf16, and
-//   HFQ6 decoded a group at a time into 8-lane accumulators: a different summation order, so
-//   within 1e-5 of the reference relative to sum |w x|, not bit-equal. Compiled when the
-//   compiler can target AVX2 and used only when the CPU has AVX2, FMA, F16C.
-// - avx512:    the factored kernel at 16 lanes (HFQ6 as avx2), when the CPU also has AVX-512 F,
-//   BW and VL; the same tolerance, its own summation order.
+//   FMA chains per token, scale and min applied per block) for every format, 8 lanes: a
+//   different summation order, so within 1e-5 of the reference relative to sum |w x|, not
+//   bit-equal. Compiled when the compiler can target AVX2 and used only when the CPU has AVX2,
+//   FMA, F16C.
+// - avx512:    the factored kernel at 16 lanes, when the CPU also has AVX-512 F, BW and VL; the
+//   same tolerance, its own summation order.
 // Each path computes a token's outputs the same way whatever other tokens share the call and
 // whatever the thread count. No path reads a weight byte outside the row's blocks nor x past K;
 // the factored kernel multiplies the codes of a last block's padding against zeros in its

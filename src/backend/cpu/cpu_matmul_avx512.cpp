@@ -58,6 +58,21 @@ struct Isa {
     first = _mm512_castsi512_ps(_mm512_slli_epi32(a, 16));
     second = _mm512_castsi512_ps(_mm512_slli_epi32(b, 16));
   }
+  // 32 codes from 24 bytes: codes 0-15 from the 16 bytes at p - 4 and codes 16-31 from the 16
+  // at p + 8, each in all four 128-bit lanes; lane L of a half gathers the 3 bytes of its group of
+  // four codes, and each 32-bit element shifts its own code down (0, 6, 12, 18 bits).
+  static void six_bit_codes(const uint8_t* p, V& first, V& second) {
+    const __m512i take = _mm512_set_epi32(0xff0f0e0d, 0xff0f0e0d, 0xff0f0e0d, 0xff0f0e0d,   // lane 3: bytes 13-15
+                                          0xff0c0b0a, 0xff0c0b0a, 0xff0c0b0a, 0xff0c0b0a,   // lane 2: 10-12
+                                          0xff090807, 0xff090807, 0xff090807, 0xff090807,   // lane 1: 7-9
+                                          0xff060504, 0xff060504, 0xff060504, 0xff060504);  // lane 0: 4-6
+    const __m512i shifts = _mm512_set_epi32(18, 12, 6, 0, 18, 12, 6, 0, 18, 12, 6, 0, 18, 12, 6, 0);
+    const __m512i low6 = _mm512_set1_epi32(0x3f);
+    const __m512i a = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p - 4)));
+    const __m512i b = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)));
+    first = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(a, take), shifts), low6));
+    second = _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srlv_epi32(_mm512_shuffle_epi8(b, take), shifts), low6));
+  }
   static void signed_bytes(const uint8_t* p, V& first, V& second) {
     first = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
     second = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))));
@@ -71,6 +86,7 @@ struct Isa {
 
 bool supports(int w_type) {
   switch (static_cast<DType>(w_type)) {
+    case DType::hfq6_g256:
     case DType::f32:
     case DType::f16:
     case DType::bf16:

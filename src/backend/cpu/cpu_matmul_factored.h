@@ -1,5 +1,5 @@
-// The factored kernels of the CPU matmul's SIMD paths (HFQ4, Q8_0, and the unquantized f32, f16
-// and bf16 rows as blocks of scale 1; see cpu_matmul.h): a block's
+// The factored kernels of the CPU matmul's SIMD paths (HFQ4, HFQ6, Q8_0, and the unquantized f32,
+// f16 and bf16 rows as blocks of scale 1; see cpu_matmul.h): a block's
 // dot product as scale * sum(q x) + min * sum(x), the codes converted straight into FMA chains
 // against x prepared once per call (padded to whole blocks, block sums taken, HFQ4's steps
 // de-interleaved into even then odd values, the order in which one code load yields them).
@@ -15,6 +15,9 @@
 //     weights) and high nibbles (odd weights) as floats;
 //   signed_bytes(const uint8_t* p, V& first, V& second): 2 x lanes int8 at p as floats;
 //   f16_values / bf16_values(const uint8_t* p, V& first, V& second): 2 x lanes halves at p;
+//   six_bit_codes(const uint8_t* p, V& first, V& second): 2 x lanes 6-bit codes packed from p
+//     (3 bytes per 4 codes, code j at bits 6j of the little-endian stream) as floats, reading
+//     only the bytes [p - 4, p + 3 x lanes / 2);
 // and the unit's helpers min64(a, b) and load_f32(p) (a little-endian f32 at any address).
 // Everything here then has internal linkage in that unit, compiled for its target flags: no
 // template or inline function is shared between units built for different instruction sets
@@ -41,6 +44,26 @@ struct Hfq4Codes {
   static float min(const uint8_t* block) { return load_f32(block + L::min_offset); }
   static void step(const uint8_t* block, int i, V& even, V& odd) {
     Isa::nibble_pairs(block + L::codes_offset + kLanes * i, even, odd);
+  }
+};
+
+// HFQ6: 6-bit codes, four to every three bytes (layouts.h), in natural order. A step is 3 x kLanes / 2
+// bytes of codes; Isa::six_bit_codes widens each group of four codes' three bytes into four lanes
+// and shifts each code down. Its loads start 4 bytes before the step (into the block's 8-byte
+// header at the first step), so the last step of a block reads no byte past its codes.
+struct Hfq6Codes {
+  using L = layout::Hfq6G256;
+  static constexpr int group = L::group;
+  static constexpr int block_bytes = L::block_bytes;
+  static constexpr bool interleaved = false;
+  static constexpr bool has_min = true;
+  static constexpr bool scale_in_codes = false;
+  static constexpr bool whole_blocks = true;
+  static float scale(const uint8_t* block) { return load_f32(block + L::scale_offset); }
+  static float min(const uint8_t* block) { return load_f32(block + L::min_offset); }
+  static void step(const uint8_t* block, int i, V& first, V& second) {
+    static_assert(L::codes_offset >= 4, "the loads start 4 bytes before a step");
+    Isa::six_bit_codes(block + L::codes_offset + 3 * kFactoredStep / 4 * i, first, second);
   }
 };
 
@@ -290,6 +313,7 @@ bool with_factored_codes(int w_type, Fn&& fn) {
     case DType::q8_0: fn.template operator()<Q8_0Codes>(); return true;
     case DType::hfq4_g256: fn.template operator()<Hfq4Codes<layout::Hfq4G256>>(); return true;
     case DType::hfq4_g128: fn.template operator()<Hfq4Codes<layout::Hfq4G128>>(); return true;
+    case DType::hfq6_g256: fn.template operator()<Hfq6Codes>(); return true;
     case DType::f32: fn.template operator()<PlainCodes<DType::f32>>(); return true;
     case DType::f16: fn.template operator()<PlainCodes<DType::f16>>(); return true;
     case DType::bf16: fn.template operator()<PlainCodes<DType::bf16>>(); return true;

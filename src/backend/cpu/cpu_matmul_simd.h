@@ -27,8 +27,8 @@ namespace fl::avx2 {
 
 // Whether the kernels handle this weight type (every registry format does).
 bool supports(int w_type);
-// Floats of x prepared for the factored kernel (0 for HFQ6, which reads x as it is), and
-// filling them: call once per matmul, before the rows, with a 64-byte aligned buffer.
+// Floats of x prepared for the factored kernel, and filling them: call once per matmul, before
+// the rows, with a 64-byte aligned buffer.
 int64_t prepared_floats(const simd::MatmulArgs& args);
 void prepare_x(const simd::MatmulArgs& args, float* prepared);
 // Computes out[t, m] for all t and m in [m_begin, m_end); `prepared` as filled by prepare_x.
@@ -38,9 +38,9 @@ void matmul_rows(const simd::MatmulArgs& args, const float* prepared, int64_t m_
 
 namespace fl::avx512 {
 
-// The factored kernel's formats (HFQ4, Q8_0, f32, f16, bf16) at 16 lanes; cpu_matmul runs the
-// AVX2 kernel for HFQ6 on the avx512 path. Same contract as avx2's functions; x is prepared in
-// this path's own layout (HFQ4 de-interleaved per 32 values), so prepare with these functions.
+// The factored kernel at 16 lanes (every format today; cpu_matmul would run the AVX2 kernel for
+// one that supports() refused). Same contract as avx2's functions; x is prepared in this path's
+// own layout (HFQ4 de-interleaved per 32 values), so prepare with these functions.
 bool supports(int w_type);
 int64_t prepared_floats(const simd::MatmulArgs& args);
 void prepare_x(const simd::MatmulArgs& args, float* prepared);
