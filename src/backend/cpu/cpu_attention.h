@@ -7,8 +7,9 @@
 // - grouped: what the backend runs. The query heads that share a KV head are taken together:
 //   their scores are one matmul (cpu_matmul.h) of the heads' q rows against the packed key rows,
 //   read block by block by its fastest path, and each value row is decoded once for all of them
-//   (4-8 heads in Gemma 4 and Qwen3.5), not once per head. Only the order of the sums in the q.k
-//   dots differs from the reference: tests hold it within 1e-5 of the reference's scale.
+//   (4-8 heads in Gemma 4 and Qwen3.5), not once per head. The q.k dots sum in another order and
+//   the value sums fuse their multiply-adds where the CPU has FMA: tests hold the result within
+//   1e-5 of the reference's scale.
 // Both split independent (token, head) work over the pool and compute each output the same way
 // whatever the thread count and whatever other tokens or heads share the call, so a sequence's
 // rows are bit for bit alike alone and in a batch.
