@@ -271,13 +271,37 @@ __global__ void __launch_bounds__(kThreads, 2)
   };
   uint32_t code_next[4];
   float2 affine_next = make_float2(0.0f, 0.0f);
-  uint32_t q8_next[17];  // Q8_0: the block's 17 halfwords (f16 scale, then the codes two by two)
+  // Q8_0: a block is 34 bytes at a 2-byte boundary (a row ends after ceil(K / 32) of them), read
+  // as 8 aligned words and one halfword: 9 loads where 17 halfword loads were (the LM head's Q8_0
+  // GEMM at 64 inputs ran at ~610 GB/s), and 9 registers held across a stage instead of 17. The
+  // halfword is the block's last two bytes when the block starts on a 4-byte boundary, its first
+  // two (the scale) otherwise, so nothing outside the block is read. A thread's blocks all start
+  // alike (a stage's k0 / 32 is even: 68 bytes per pair of blocks); lanes are consecutive rows,
+  // so only rows of an odd number of blocks (row bytes = 2 mod 4) mix the two cases in a warp.
+  uint32_t q8_next[9] = {};
+  const bool q8_word_aligned = (reinterpret_cast<uintptr_t>(w_row + load_half * kBlockBytes) & 3u) == 0;
+  // Halfword i (bytes 2i, 2i + 1) of the loaded block, in the low 16 bits (the consumers read those).
+  auto q8_halfword = [&](int i) -> uint32_t {
+    return q8_word_aligned ? (i < 16 ? q8_next[i / 2] >> (16 * (i % 2)) : q8_next[8])
+                           : (i == 0 ? q8_next[0] : q8_next[1 + (i - 1) / 2] >> (16 * ((i - 1) % 2)));
+  };
   auto load_codes = [&](int64_t k0) {
     const int64_t kc = k0 + load_half * 32;
-    if constexpr (kQ8) {  // 2-byte aligned blocks; a row ends after ceil(K / 32) of them
-      const uint16_t* block = reinterpret_cast<const uint16_t*>(w_row + (kc / 32) * kBlockBytes);
+    if constexpr (kQ8) {
+      if (kc >= a.K) {
 #pragma unroll
-      for (int i = 0; i < 17; ++i) q8_next[i] = kc < a.K ? __ldg(block + i) : 0u;
+        for (int i = 0; i < 9; ++i) q8_next[i] = 0u;
+        return;
+      }
+      const uint8_t* block = w_row + (kc / 32) * kBlockBytes;
+      const uint32_t* words = reinterpret_cast<const uint32_t*>(block + (q8_word_aligned ? 0 : 2));
+      const uint32_t alone = __ldg(reinterpret_cast<const uint16_t*>(block + (q8_word_aligned ? 32 : 0)));
+      uint32_t w[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) w[j] = __ldg(words + j);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) q8_next[j] = q8_word_aligned ? w[j] : (j == 0 ? alone : w[j - 1]);
+      q8_next[8] = q8_word_aligned ? alone : w[7];
       return;
     }
     // HFQ4: within the row's padded blocks (kGroup % 64 == 0)
@@ -315,12 +339,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     if constexpr (kQ8) {
       uint32_t pairs[kQ8Words];
 #pragma unroll
-      for (int i = 0; i < kQ8Words; ++i) pairs[i] = int8_pair_to_bf16x2(q8_next[1 + i]);
+      for (int i = 0; i < kQ8Words; ++i) pairs[i] = int8_pair_to_bf16x2(q8_halfword(1 + i));
       uint4* dst = reinterpret_cast<uint4*>(s.b8[load_half][load_n]);
 #pragma unroll
       for (int i = 0; i < kQ8Words / 4; ++i)
         dst[i] = make_uint4(pairs[4 * i], pairs[4 * i + 1], pairs[4 * i + 2], pairs[4 * i + 3]);
-      s.scale[load_half][load_n] = f16_bits_to_float(static_cast<uint16_t>(q8_next[0]));
+      s.scale[load_half][load_n] = f16_bits_to_float(static_cast<uint16_t>(q8_halfword(0)));
     } else {
       s.b[load_half][load_n] = transpose_bytes(code_next[0], code_next[1], code_next[2], code_next[3]);
     }
