@@ -49,28 +49,34 @@ struct Result {
   double weight_gbs;
 };
 
-// One quantized copy of random N(0, 1) weights, repeated until the copies exceed 256 MiB.
-std::vector<uint8_t> make_weights(DType type, int64_t M, int64_t K, int64_t* copies, int64_t* matrix_bytes) {
+// One quantized copy of random N(0, 1) weights, repeated until the copies exceed 256 MiB; made
+// once per shape and format, for every number of input rows.
+struct Weights {
+  std::vector<uint8_t> bytes;
+  int64_t copies = 0, matrix_bytes = 0;
+};
+
+Weights make_weights(DType type, int64_t M, int64_t K) {
   const QuantFormat& f = quant_format(type);
   const int64_t row = row_bytes(type, K);
-  *matrix_bytes = row * M;
-  *copies = std::max<int64_t>(1, ((int64_t{256} << 20) + *matrix_bytes - 1) / *matrix_bytes);
-  std::vector<uint8_t> w(static_cast<size_t>(*copies * *matrix_bytes));
+  Weights w;
+  w.matrix_bytes = row * M;
+  w.copies = std::max<int64_t>(1, ((int64_t{256} << 20) + w.matrix_bytes - 1) / w.matrix_bytes);
+  w.bytes.resize(static_cast<size_t>(w.copies * w.matrix_bytes));
   std::mt19937 rng(3);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> values(static_cast<size_t>(K));
   for (int64_t m = 0; m < M; ++m) {
     for (float& v : values) v = normal(rng);
-    f.quantize_row(values.data(), w.data() + m * row, K);
+    f.quantize_row(values.data(), w.bytes.data() + m * row, K);
   }
-  for (int64_t c = 1; c < *copies; ++c)
-    std::memcpy(w.data() + c * *matrix_bytes, w.data(), static_cast<size_t>(*matrix_bytes));
+  for (int64_t c = 1; c < w.copies; ++c)
+    std::memcpy(w.bytes.data() + c * w.matrix_bytes, w.bytes.data(), static_cast<size_t>(w.matrix_bytes));
   return w;
 }
 
-Result time_matmul(const Shape& s, DType type, int64_t T, MatmulPath path, ThreadPool& pool) {
-  int64_t copies = 0, matrix_bytes = 0;
-  std::vector<uint8_t> w = make_weights(type, s.M, s.K, &copies, &matrix_bytes);
+Result time_matmul(const Shape& s, DType type, const Weights& w, int64_t T, MatmulPath path, ThreadPool& pool) {
+  const int64_t copies = w.copies, matrix_bytes = w.matrix_bytes;
   std::vector<float> x(static_cast<size_t>(T * s.K)), out(static_cast<size_t>(T * s.M));
   std::mt19937 rng(4);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -86,7 +92,7 @@ Result time_matmul(const Shape& s, DType type, int64_t T, MatmulPath path, Threa
   op.out = out.data();
   op.out_stride = s.M * 4;
   auto call = [&](int64_t c) {
-    op.w = w.data() + (c % copies) * matrix_bytes;
+    op.w = w.bytes.data() + (c % copies) * matrix_bytes;
     matmul_rows(op, path, pool);
   };
   for (int64_t c = 0; c < copies; ++c) call(c);  // warm-up: pages touched, code paged in
@@ -142,10 +148,11 @@ int run(int argc, char** argv) {
   const std::vector<int64_t> token_counts = quick ? std::vector<int64_t>{1, 8} : std::vector<int64_t>{1, 4, 8, 64};
   for (const Shape& s : kShapes) {
     if (quick && s.M > 100000) continue;
-    for (DType type : s.formats)
+    for (DType type : s.formats) {
+      const Weights w = make_weights(type, s.M, s.K);
       for (int64_t T : token_counts) {
         if (s.M > 100000 && T > 8) continue;  // the LM head at 64 rows takes seconds a call
-        const Result r = time_matmul(s, type, T, path, pool);
+        const Result r = time_matmul(s, type, w, T, path, pool);
         const double gmacs = static_cast<double>(s.M) * s.K * T / (r.us_per_call * 1e-6) / 1e9;
         fmt::print("{:<26} {:<10} {:>5} {:>11.1f} {:>11.1f} {:>8.1f}% {:>9.1f}\n", s.name, dtype_name(type), T,
                    r.us_per_call, r.weight_gbs, 100.0 * r.weight_gbs / read_gbs, gmacs);
@@ -157,6 +164,7 @@ int run(int argc, char** argv) {
               s.name, dtype_name(type), T, matmul_path_name(path), pool.size(), r.us_per_call, r.weight_gbs, read_gbs,
               gmacs);
       }
+    }
   }
   return 0;
 }

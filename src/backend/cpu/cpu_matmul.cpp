@@ -125,11 +125,21 @@ void scalar_rows(const MatmulOperands& op, const QuantFormat& f, int64_t m0, int
 // The SIMD paths: x prepared once for every row (padded, block sums, de-interleaved for HFQ4),
 // then the rows split over the pool. The buffer is kept per calling thread (ranks of a split model
 // call from threads of their own) up to kKeptPreparedFloats: a long prompt's (47 MB at 4096
-// tokens of K = 2816) is freed after its call rather than held for the thread's life. The avx512
-// path runs its own kernels for the formats it has and the AVX2 ones for the rest.
+// tokens of K = 2816) is freed after its call rather than held for the thread's life.
 void simd_rows(const MatmulOperands& op, MatmulPath path, ThreadPool& pool) {
 #ifdef FIRELINE_CPU_AVX2
-  if (!avx2::supports(static_cast<int>(op.w_type)))
+  struct Kernels {
+    bool (*supports)(int);
+    int64_t (*prepared_floats)(const simd::MatmulArgs&);
+    void (*prepare_x)(const simd::MatmulArgs&, float*);
+    void (*rows)(const simd::MatmulArgs&, const float*, int64_t, int64_t);
+  };
+  Kernels k{avx2::supports, avx2::prepared_floats, avx2::prepare_x, avx2::matmul_rows};
+#ifdef FIRELINE_CPU_AVX512
+  if (path == MatmulPath::avx512)
+    k = {avx512::supports, avx512::prepared_floats, avx512::prepare_x, avx512::matmul_rows};
+#endif
+  if (!k.supports(static_cast<int>(op.w_type)))
     fail("matmul: the {} path has no kernel for {}", matmul_path_name(path), dtype_name(op.w_type));
   const simd::MatmulArgs args{static_cast<int>(op.w_type),
                               static_cast<const uint8_t*>(op.w),
@@ -140,27 +150,14 @@ void simd_rows(const MatmulOperands& op, MatmulPath path, ThreadPool& pool) {
                               op.T,
                               op.out,
                               op.out_stride};
-#ifdef FIRELINE_CPU_AVX512
-  const bool wide = path == MatmulPath::avx512 && avx512::supports(args.w_type);
-  const auto prepared_floats = wide ? avx512::prepared_floats : avx2::prepared_floats;
-  const auto prepare_x = wide ? avx512::prepare_x : avx2::prepare_x;
-  const auto rows = wide ? avx512::matmul_rows : avx2::matmul_rows;
-#else
-  const auto prepared_floats = avx2::prepared_floats;
-  const auto prepare_x = avx2::prepare_x;
-  const auto rows = avx2::matmul_rows;
-#endif
   constexpr int64_t kKeptPreparedFloats = int64_t{1} << 20;  // 4 MiB
   thread_local std::vector<float> prepared_buffer;
-  const int64_t floats = prepared_floats(args);
-  float* prepared = nullptr;
-  if (floats > 0) {
-    prepared_buffer.resize(static_cast<size_t>(floats) + 16);
-    prepared = prepared_buffer.data();
-    while (reinterpret_cast<uintptr_t>(prepared) % 64) ++prepared;  // whole cache lines for the loads
-    prepare_x(args, prepared);
-  }
-  pool.parallel_for(op.M, [&](int64_t m0, int64_t m1) { rows(args, prepared, m0, m1); });
+  const int64_t floats = k.prepared_floats(args);
+  prepared_buffer.resize(static_cast<size_t>(floats) + 16);
+  float* prepared = prepared_buffer.data();
+  while (reinterpret_cast<uintptr_t>(prepared) % 64) ++prepared;  // whole cache lines for the loads
+  k.prepare_x(args, prepared);
+  pool.parallel_for(op.M, [&](int64_t m0, int64_t m1) { k.rows(args, prepared, m0, m1); });
   if (floats > kKeptPreparedFloats) std::vector<float>().swap(prepared_buffer);
 #else
   (void)op, (void)path, (void)pool;

@@ -21,15 +21,6 @@
 namespace fl::avx2 {
 namespace {
 
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-inline float load_f32(const uint8_t* p) {
-  float f;
-  std::memcpy(&f, p, 4);
-  return f;
-}
-inline uint16_t load_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | p[1] << 8); }
-
 inline float horizontal_sum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -49,7 +40,6 @@ struct Isa {
   static V add(V a, V b) { return _mm256_add_ps(a, b); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
   static float hsum(V v) { return horizontal_sum(v); }
-  static float f16_to_f32(const uint8_t* p) { return _cvtsh_ss(load_u16(p)); }
   // Eight bytes, each widened to a 32-bit lane: its low nibble an even weight, its high nibble
   // (already zero-extended) the next odd one.
   static void nibble_pairs(const uint8_t* p, V& even, V& odd) {
@@ -100,18 +90,7 @@ int64_t prepared_floats(const simd::MatmulArgs& a) { return factored_prepared_fl
 
 void prepare_x(const simd::MatmulArgs& a, float* prepared) { factored_prepare_x(a, prepared); }
 
-bool supports(int w_type) {
-  switch (static_cast<DType>(w_type)) {
-    case DType::f32:
-    case DType::f16:
-    case DType::bf16:
-    case DType::q8_0:
-    case DType::hfq4_g256:
-    case DType::hfq4_g128:
-    case DType::hfq6_g256: return true;
-    default: return false;
-  }
-}
+bool supports(int w_type) { return factored_supports(w_type); }
 
 void matmul_rows(const simd::MatmulArgs& a, const float* prepared, int64_t m_begin, int64_t m_end) {
   factored_matmul_rows(a, prepared, m_begin, m_end);

@@ -1,5 +1,5 @@
 // AVX-512 (F, BW, VL) kernels for cpu_matmul: the factored kernel of cpu_matmul_factored.h
-// (HFQ4, Q8_0, f32, f16, bf16) at 16 lanes (compiled with -mavx512f -mavx512bw -mavx512vl -mfma -mf16c;
+// (every weight format) at 16 lanes (compiled with -mavx512f -mavx512bw -mavx512vl -mfma -mf16c;
 // called only after a CPU check). On a core with full-width 512-bit units (Zen 5; Intel server
 // cores) each instruction does twice the AVX2 kernel's work; the instruction stream is otherwise
 // the same: one 16-byte code load widened to 16 lanes gives 32 HFQ4 weights, low nibbles the even
@@ -15,14 +15,6 @@
 
 namespace fl::avx512 {
 namespace {
-
-inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
-inline float load_f32(const uint8_t* p) {
-  float f;
-  std::memcpy(&f, p, 4);
-  return f;
-}
 
 struct Isa {
   using V = __m512;
@@ -42,7 +34,6 @@ struct Isa {
     s4 = _mm_add_ss(s4, _mm_movehdup_ps(s4));
     return _mm_cvtss_f32(s4);
   }
-  static float f16_to_f32(const uint8_t* p) { return _cvtsh_ss(static_cast<uint16_t>(p[0] | p[1] << 8)); }
   static void nibble_pairs(const uint8_t* p, V& even, V& odd) {
     const __m512i bytes = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
     even = _mm512_cvtepi32_ps(_mm512_and_si512(bytes, _mm512_set1_epi32(0x0f)));
@@ -84,18 +75,7 @@ struct Isa {
 
 }  // namespace
 
-bool supports(int w_type) {
-  switch (static_cast<DType>(w_type)) {
-    case DType::hfq6_g256:
-    case DType::f32:
-    case DType::f16:
-    case DType::bf16:
-    case DType::q8_0:
-    case DType::hfq4_g256:
-    case DType::hfq4_g128: return true;
-    default: return false;
-  }
-}
+bool supports(int w_type) { return factored_supports(w_type); }
 
 int64_t prepared_floats(const simd::MatmulArgs& a) { return factored_prepared_floats(a); }
 

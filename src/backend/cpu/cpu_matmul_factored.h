@@ -1,6 +1,6 @@
-// The factored kernels of the CPU matmul's SIMD paths (HFQ4, HFQ6, Q8_0, and the unquantized f32,
-// f16 and bf16 rows as blocks of scale 1; see cpu_matmul.h): a block's
-// dot product as scale * sum(q x) + min * sum(x), the codes converted straight into FMA chains
+// The factored kernel of the CPU matmul's SIMD paths (HFQ4, HFQ6, Q8_0, and the unquantized f32,
+// f16 and bf16 rows as blocks of scale 1; see cpu_matmul.h): a block's dot product as
+// scale * sum(q x) + min * sum(x), the codes converted straight into FMA chains
 // against x prepared once per call (padded to whole blocks, block sums taken, HFQ4's steps
 // de-interleaved into even then odd values, the order in which one code load yields them).
 //
@@ -10,21 +10,30 @@
 //   using V (the float vector); static constexpr int lanes;
 //   V zero(); V set1(float); V loadu(const float*); V fmadd(V a, V b, V c) (a b + c); V add(V, V);
 //   V mul(V, V);
-//   float hsum(V);  float f16_to_f32(const uint8_t*);
+//   float hsum(V);
 //   nibble_pairs(const uint8_t* p, V& even, V& odd): lanes bytes at p, low nibbles (even
 //     weights) and high nibbles (odd weights) as floats;
 //   signed_bytes(const uint8_t* p, V& first, V& second): 2 x lanes int8 at p as floats;
 //   f16_values / bf16_values(const uint8_t* p, V& first, V& second): 2 x lanes halves at p;
 //   six_bit_codes(const uint8_t* p, V& first, V& second): 2 x lanes 6-bit codes packed from p
 //     (3 bytes per 4 codes, code j at bits 6j of the little-endian stream) as floats, reading
-//     only the bytes [p - 4, p + 3 x lanes / 2);
-// and the unit's helpers min64(a, b) and load_f32(p) (a little-endian f32 at any address).
+//     only the bytes [p - 4, p + 3 x lanes / 2).
 // Everything here then has internal linkage in that unit, compiled for its target flags: no
 // template or inline function is shared between units built for different instruction sets
 // (the linker could keep one unit's copy for the other's callers).
 #ifndef FIRELINE_MATMUL_FACTORED_ISA
 #error "include cpu_matmul_factored.h only from a SIMD unit that defines Isa (see above)"
 #endif
+
+inline int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+// A little-endian f32 or f16 (as f32) at any address.
+inline float load_f32(const uint8_t* p) {
+  float f;
+  std::memcpy(&f, p, 4);
+  return f;
+}
+inline float load_f16(const uint8_t* p) { return _cvtsh_ss(static_cast<uint16_t>(p[0] | p[1] << 8)); }
 
 using V = typename Isa::V;
 constexpr int kLanes = Isa::lanes;
@@ -81,7 +90,7 @@ struct Q8_0Codes {
   static constexpr bool has_min = false;
   static constexpr bool scale_in_codes = L::group == kFactoredStep;
   static constexpr bool whole_blocks = true;
-  static float scale(const uint8_t* block) { return Isa::f16_to_f32(block + L::scale_offset); }
+  static float scale(const uint8_t* block) { return load_f16(block + L::scale_offset); }
   static float min(const uint8_t*) { return 0.0f; }
   static void step(const uint8_t* block, int i, V& first, V& second) {
     Isa::signed_bytes(block + L::codes_offset + kFactoredStep * i, first, second);
@@ -331,7 +340,10 @@ void factored_prepare_x(const simd::MatmulArgs& a, float* prepared) {
   with_factored_codes(a.w_type, [&]<typename C>() { prepare_tokens<C>(a, prepared); });
 }
 
-// False (nothing computed) for a format without a factored kernel.
-bool factored_matmul_rows(const simd::MatmulArgs& a, const float* prepared, int64_t m_begin, int64_t m_end) {
-  return with_factored_codes(a.w_type, [&]<typename C>() { factored_rows<C>(a, prepared, m_begin, m_end); });
+void factored_matmul_rows(const simd::MatmulArgs& a, const float* prepared, int64_t m_begin, int64_t m_end) {
+  with_factored_codes(a.w_type, [&]<typename C>() { factored_rows<C>(a, prepared, m_begin, m_end); });
+}
+
+bool factored_supports(int w_type) {
+  return with_factored_codes(w_type, []<typename C>() {});
 }

@@ -23,24 +23,22 @@ struct MatmulArgs {
 
 }  // namespace fl::simd
 
+// Each path has the same four functions: whether it has a kernel for a weight type (every
+// registry format today); the floats of x its factored kernel prepares, and preparing them (once
+// per matmul, before the rows, into a 64-byte aligned buffer; each path lays x out its own way,
+// so prepare with the path's own functions); and out[t, m] for all t and m in [m_begin, m_end).
 namespace fl::avx2 {
 
-// Whether the kernels handle this weight type (every registry format does).
 bool supports(int w_type);
-// Floats of x prepared for the factored kernel, and filling them: call once per matmul, before
-// the rows, with a 64-byte aligned buffer.
 int64_t prepared_floats(const simd::MatmulArgs& args);
 void prepare_x(const simd::MatmulArgs& args, float* prepared);
-// Computes out[t, m] for all t and m in [m_begin, m_end); `prepared` as filled by prepare_x.
 void matmul_rows(const simd::MatmulArgs& args, const float* prepared, int64_t m_begin, int64_t m_end);
 
 }  // namespace fl::avx2
 
+// The same kernel at 16 lanes.
 namespace fl::avx512 {
 
-// The factored kernel at 16 lanes (every format today; cpu_matmul would run the AVX2 kernel for
-// one that supports() refused). Same contract as avx2's functions; x is prepared in this path's
-// own layout (HFQ4 de-interleaved per 32 values), so prepare with these functions.
 bool supports(int w_type);
 int64_t prepared_floats(const simd::MatmulArgs& args);
 void prepare_x(const simd::MatmulArgs& args, float* prepared);
