@@ -1,7 +1,8 @@
 // The matmul op family's kernels alone on the H200, at the shapes of Gemma 4 26B-A4B and 31B (and
 // Qwen3.5-4B's MLP):
 // the tensor-core GEMM (plain and grouped over experts) for prefill-sized inputs, for each
-// number of bf16 pieces per input (3 = exact), and the batch-1 matvec. Prints time, TFLOP/s and
+// number of bf16 pieces per input (3 = exact; one piece also on the Hopper wgmma kernel, "1w"),
+// and the batch-1 matvec. Prints time, TFLOP/s and
 // the weight bytes' rate per case; `--json` adds one JSON object per line. The one-input matvecs
 // are timed back to back over copies of the matrix that together exceed L2 (each read once per
 // pass, as a decode step reads each weight once): bracketing one launch with events measured
@@ -84,6 +85,13 @@ double time_us(cudaStream_t stream, int runs, Fn&& f) {
   return time_rotating_us(stream, runs, 1, [&](int) { f(); }, 1);
 }
 
+// The pieces column: "1w" for one piece on the Hopper (wgmma) kernel, "1" for one piece on
+// mma.sync, 2 and 3 pieces (mma.sync), 0 for the one-input matvec.
+std::string piece_label(int64_t T, int variant) {
+  if (T == 1) return "0";
+  return variant == 0 ? "1w" : std::to_string(variant);
+}
+
 struct Shape {
   const char* name;
   int64_t M, K;
@@ -154,9 +162,12 @@ int main(int argc, char** argv) {
       if (T > 1024 && s.M * s.K > 100'000'000) continue;  // the 31B shapes at 4k inputs take seconds
       if (T * s.M > max_T * 43008) continue;               // more outputs than `out` holds
       a.n_inputs = T;
-      for (int pieces : {1, 2, 3}) {
+      for (int variant : {0, 1, 2, 3}) {  // 0: one piece on the Hopper (wgmma) kernel; else the pieces
+        const int pieces = variant == 0 ? 1 : variant;
         if (T == 1 && pieces != 3) continue;  // the matvec has no pieces
+        if (variant == 0 && (T < 64 || s.type == fl::DType::q8_0)) continue;  // its tiles: 64 or 128 HFQ4 inputs
         a.act_pieces = pieces;
+        fl::cuda::allow_hopper_gemm(variant == 0);
         const uint8_t* first = static_cast<const uint8_t*>(w);
         const double us =
             T == 1 ? time_rotating_us(stream, runs, copies,
@@ -166,8 +177,9 @@ int main(int argc, char** argv) {
                                       })
                    : time_us(stream, runs, [&] { cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec"); });
         a.weight = first;
+        fl::cuda::allow_hopper_gemm(true);
         const double flops = 2.0 * T * s.M * s.K;
-        fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, T == 1 ? 0 : pieces, us,
+        fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, piece_label(T, variant), us,
                    flops / us / 1e6, weight_bytes / us / 1e3);
       }
     }
@@ -202,7 +214,10 @@ int main(int argc, char** argv) {
       cuda_ok(cudaMemcpy(d_ids, ids.data(), pairs * 4, cudaMemcpyHostToDevice), "copy ids");
       float* hidden = nullptr;
       cuda_ok(cudaMalloc(&hidden, pairs * 2 * I * 4), "hidden");
-      for (int pieces : {1, 2, 3}) {
+      for (int variant : {0, 1, 2, 3}) {
+        const int pieces = variant == 0 ? 1 : variant;
+        if (variant == 0) continue;  // expert items gather their rows: never the Hopper kernel
+        fl::cuda::allow_hopper_gemm(variant == 0);
         fl::cuda::MmaGroupedRows grouped;
         const double us = time_us(stream, runs, [&] {
           cuda_ok(fl::cuda::launch_moe_sort_pairs(grouped, items, ints, ints + 1, d_ids, pairs, E, stream), "sort");
@@ -234,10 +249,11 @@ int main(int argc, char** argv) {
           a.x_row_div = 1;
           cuda_ok(fl::cuda::launch_matmul_mma(a, pieces, stream, &grouped), "down");
         });
+        fl::cuda::allow_hopper_gemm(true);
         const double flops = 2.0 * pairs * (2 * I * H + H * I);
         const double bytes = static_cast<double>(E) * (2 * I * gu_row + H * down_row);
-        fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", "26b experts (sort+2 GEMM)", T, pieces, us,
-                   flops / us / 1e6, bytes / us / 1e3);
+        fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", "26b experts (sort+2 GEMM)", T,
+                   piece_label(T, variant), us, flops / us / 1e6, bytes / us / 1e3);
       }
       cudaFree(d_ids);
       cudaFree(items);

@@ -949,19 +949,33 @@ TEST_F(CudaOps, Bf16TensorCoresMultiplyRoundedInputs) {
         expect_close(out, dot_budget(K), what);
       }
 
-  // Enough row tiles for the pipelined kernel's 128-input tiles without a K split (more tiles
-  // than SMs: 65 x 3 blocks), a partial last tile in both directions and a partial last group.
-  for (DType type : {DType::hfq4_g256, DType::hfq4_g128}) {
-    const int64_t T = 257, M = 8300, K = 352;
-    const std::string what = std::string("bf16 GEMM, 128-input tiles, ") + std::string(dtype_name(type));
-    Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {T, K});
-    Twin out = twin_output(DType::f32, {T, M});
-    HostBuffer rounded;
-    bf16->matmul(out.gpu, x.gpu, w.gpu);
-    bf16->synchronize();
-    cpu_->matmul(out.cpu, rounded_to_bf16(x, rounded), w.cpu);
-    expect_close(out, dot_budget(K), what);
-  }
+  // Enough row tiles for the 128-input tiles without a K split (more tiles than SMs: 65 x 3
+  // blocks), a partial last tile in both directions and a partial last group; on the Hopper kernel
+  // (where it runs: an H200) and on mma.sync.
+  for (bool hopper : {true, false})
+    for (DType type : {DType::hfq4_g256, DType::hfq4_g128}) {
+      cuda_allow_hopper_gemm(hopper);
+      const int64_t T = 257, M = 8300, K = 352;
+      const std::string what = std::string("bf16 GEMM, 128-input tiles, ") + std::string(dtype_name(type)) +
+                               (hopper ? "" : ", mma.sync kernel");
+      Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {T, K});
+      Twin out = twin_output(DType::f32, {T, M});
+      HostBuffer rounded;
+      bf16->matmul(out.gpu, x.gpu, w.gpu);
+      bf16->synchronize();
+      cpu_->matmul(out.cpu, rounded_to_bf16(x, rounded), w.cpu);
+      expect_close(out, dot_budget(K), what);
+      if (hopper && cuda_hopper_gemm_active(*bf16)) {  // the same product on mma.sync
+        const std::vector<uint8_t> on_hopper = gpu_bytes(out);
+        cuda_allow_hopper_gemm(false);
+        bf16->matmul(out.gpu, x.gpu, w.gpu);
+        bf16->synchronize();
+        cuda_allow_hopper_gemm(true);
+        // Both sum each group's k-steps in the same order and fold it alike: the same bits.
+        EXPECT_EQ(on_hopper, gpu_bytes(out)) << what << ": the Hopper and mma.sync kernels differ";
+      }
+    }
+  cuda_allow_hopper_gemm(true);
 
   // 64 and 512 tokens over 128 experts: 16- and 64-pair work items (4 and 32 pairs per expert);
   // 517 tokens over 8 experts: 517 pairs each, eight full 64-pair items and a partial one.

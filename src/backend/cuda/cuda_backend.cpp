@@ -1133,6 +1133,13 @@ CudaBackend& cuda_backend_of(Backend& backend) {
 int cuda_device_index(Backend& backend) { return cuda_backend_of(backend).device_index(); }
 void* cuda_stream_of(Backend& backend) { return cuda_backend_of(backend).stream(); }
 
+void cuda_allow_hopper_gemm(bool allowed) { cuda::allow_hopper_gemm(allowed); }
+
+bool cuda_hopper_gemm_active(Backend& backend) {
+  backend.bind_to_this_thread();  // the answer depends on the current device
+  return cuda::hopper_gemm_active();
+}
+
 int cuda_max_block_shared_memory(Backend& backend) {
   int bytes = 0;
   check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, cuda_device_index(backend)),

@@ -27,6 +27,11 @@ void* cuda_stream_of(Backend& backend);
 // kernel on the backend's GPU (its shared memory: D = 512 needs Hopper's), for tests that check
 // which kernel ran.
 bool cuda_bf16_prompt_attention_applies(Backend& backend, int64_t n_tokens, int head_dim);
+// Whether the GEMM's Hopper (wgmma) kernel may take the products it would take (default yes), for
+// tests and benches that compare it with the mma.sync kernels; process-wide, set between launches.
+// And whether it takes them now on the backend's GPU (allowed, the build has sm_90a code, a 9.0 GPU).
+void cuda_allow_hopper_gemm(bool allowed);
+bool cuda_hopper_gemm_active(Backend& backend);
 // Bytes of shared memory one block may opt in to on the backend's GPU (sm_80: 163 KiB, sm_90:
 // 227 KiB).
 int cuda_max_block_shared_memory(Backend& backend);

@@ -8,7 +8,9 @@
 // multiplied by the same code fragment, so that with 3 pieces the result is the f32 dot product up
 // to summation order and the op harness's 1e-5 budget holds for prefill as for decode.
 //
-// Two kernels:
+// Three kernels:
+//   - matmul_wgmma_kernel (Hopper, one piece, HFQ4, plain products of 64 or 128 inputs per tile):
+//     warpgroup MMA with the inputs bulk-copied per stage; see its comment. The same bits as:
 //   - matmul_bf16_pipelined_kernel (one piece, HFQ4): 16, 64 or 128 inputs x 128 weight rows per
 //     block (128 inputs where that still gives every SM a block; 16 for sparse expert groups), 64
 //     k per stage, every operand copied by cp.async four stages deep; see its comment.
@@ -22,11 +24,14 @@
 // Grouped (mixture of experts): the block's 64 inputs are routed pairs of one expert, gathered by
 // index (MmaWorkItem); the routed pairs are sorted by expert on the device first.
 #include <algorithm>
+#include <atomic>
+#include <type_traits>
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/matmul_mma.cuh"
 #if !defined(FIRELINE_GPU_HIP)
 #include "backend/cuda/mma_sync.cuh"
+#include "backend/cuda/wgmma.cuh"
 #endif
 
 namespace fl::cuda {
@@ -129,17 +134,22 @@ __host__ __device__ constexpr int pipelined_k_of_position(int p) {
 
 // Thread: 8 consecutive k of one row (or, kPipelinedOrder, 8 consecutive positions of that order)
 // -> one 16-byte store per piece; 8 threads make a 64-wide chunk's sum (shuffles within the 8).
+//
+// tile_rows > 0 (the Hopper kernel, one piece): the pieces are stored tiled instead, so that one
+// bulk copy moves a block's inputs of one stage: [row / tile_rows][stage][8-position chunk]
+// [row % tile_rows][8], over rows rounded up to tile_rows (the rows past `rows` zero).
 template <int kParts, bool kPipelinedOrder>
-__global__ void split_inputs_kernel(SplitInputs out, const float* x, int64_t x_stride, int64_t K) {
+__global__ void split_inputs_kernel(SplitInputs out, const float* x, int64_t x_stride, int64_t K, int tile_rows) {
   enter_kernel();
   const int64_t k = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
-  for (int64_t row = blockIdx.y; row < out.rows; row += gridDim.y) {
+  const int64_t padded_rows = tile_rows > 0 ? (out.rows + tile_rows - 1) / tile_rows * tile_rows : out.rows;
+  for (int64_t row = blockIdx.y; row < padded_rows; row += gridDim.y) {
     float v[8];
-    const float* src = x + row * x_stride;
+    const float* src = x + (row < out.rows ? row : 0) * x_stride;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int64_t at = kPipelinedOrder ? k / 32 * 32 + pipelined_k_of_position(static_cast<int>(k % 32) + i) : k + i;
-      v[i] = at < K ? src[at] : 0.0f;
+      v[i] = at < K && row < out.rows ? src[at] : 0.0f;
     }
     if constexpr (kParts < kMmaExactParts) {
 #pragma unroll
@@ -152,10 +162,17 @@ __global__ void split_inputs_kernel(SplitInputs out, const float* x, int64_t x_s
     sum += gpu::shfl_xor(sum, 2);
     sum += gpu::shfl_xor(sum, 4);
     if (k >= out.k_pad) continue;  // after the shuffles: every lane takes part
-    if (threadIdx.x % 8 == 0) out.sums[row * (out.k_pad / kTileK) + k / kTileK] = sum;
+    if (threadIdx.x % 8 == 0 && row < out.rows) out.sums[row * (out.k_pad / kTileK) + k / kTileK] = sum;
     uint32_t pairs[4][kParts];  // [k pair][piece]
 #pragma unroll
     for (int i = 0; i < 4; ++i) split_pair<kParts>(v[2 * i], v[2 * i + 1], pairs[i]);
+    if (tile_rows > 0) {  // one piece: [tile][stage][chunk][row in tile][8]
+      const int64_t tile = row / tile_rows, stage = k / kTileK, chunk = (k % kTileK) / 8;
+      *reinterpret_cast<uint4*>(out.pieces +
+                                (((tile * (out.k_pad / kTileK) + stage) * 8 + chunk) * tile_rows + row % tile_rows) * 8) =
+          make_uint4(pairs[0][0], pairs[1][0], pairs[2][0], pairs[3][0]);
+      continue;
+    }
 #pragma unroll
     for (int p = 0; p < kParts; ++p)
       *reinterpret_cast<uint4*>(out.pieces + (p * out.rows + row) * out.k_pad + k) =
@@ -621,6 +638,220 @@ __global__ void __launch_bounds__(kThreads, kTileRows == 128  ? 1
   store_warp_tile(a, rows, k_partial, acc, warp_t * kWarpRows, n0 + warp_n * kWarpCols, g, q);
 }
 
+// ---- Hopper: the one-piece GEMM on warpgroup MMA (wgmma, sm_90a) ----
+//
+// matmul_bf16_pipelined_kernel's mma.sync keeps the tensor pipe about a third busy (its entry in
+// bench/RESULTS.md: 210 TFLOPS, latency-bound at 8 warps per SM). wgmma runs asynchronously: a
+// warpgroup issues a stage's four k-steps and converts the next stage's codes while they run. The
+// weights are the MMA's A operand (64 rows per warpgroup, two warpgroups: 128 rows per block),
+// converted from their codes straight into A's registers as in the pipelined kernel (the inputs'
+// k permuted the same way, so one 32-bit load gives a lane its codes for two k-steps); the inputs
+// are B (kTileT = 64 or 128 per block: the wgmma's N), read by the tensor cores from shared
+// memory in the canonical layout (wgmma.cuh): [stage][8-position chunk][input] of 16 bytes. The
+// split kernel stores them in that layout (tiled), so one bulk copy per stage brings them: a copy
+// of the async proxy, which the wgmma reads without the per-thread proxy fence that cp.async's
+// writes need (with that fence after each stage's copies, the first version took ~3000 cycles a
+// stage for ~500 of tensor work). Plain products only: expert items gather their rows.
+// The group's affine map is applied as in the other kernels: sums of code products per group in
+// `part` (the group's first k-step overwrites it), then acc += scale * part + min * sum(x).
+//
+// Stages: kWgStages slots, copies kWgAhead stages ahead. The slot refilled at stage s was read by
+// the wgmma of stage s - 2, which each warpgroup has waited for (at most one stage in flight after
+// each stage) before the barrier that precedes the refill.
+constexpr int kWgStages = 6;
+[[maybe_unused]] constexpr int kWgAhead = kWgStages - 2;
+constexpr int kWgGroups = 2;             // consumer warpgroups per block
+constexpr int kWgRows = 64 * kWgGroups;  // weight rows per block
+constexpr int kWgThreads = 128 * kWgGroups;
+constexpr int kWgSumRing = 4;  // groups whose stage sums are kept (copies run at most 2 groups ahead)
+
+template <int kTileT>
+struct WgmmaShared {
+  uint4 inputs[kWgStages][8][kTileT];               // bf16 inputs, 8 positions each [stage][chunk][t]
+  uint32_t codes[kWgStages][kWgRows][kCodeStride];  // raw code bytes [stage][n][k / 8]
+  float sums[kWgSumRing][4][kTileT];                // the inputs' 64-wide sums [group % ring][stage of group][t]
+  float2 affine[kAffineRing][kWgRows];              // (scale, min) [group % ring][n]
+  uint64_t inputs_landed[kWgStages];                // transaction barriers of the inputs' bulk copies
+};
+
+template <int kTileT>
+__device__ __forceinline__ void wgmma_rs(float (&d)[kTileT / 2], const uint32_t (&a)[4], uint64_t b_desc,
+                                         bool accumulate) {
+  if constexpr (kTileT == 128) wgmma_m64n128k16_rs(d, a, b_desc, accumulate);
+  else wgmma_m64n64k16_rs(d, a, b_desc, accumulate);
+}
+
+template <DType F, int kTileT>
+__global__ void __launch_bounds__(kWgThreads, 1)
+    matmul_wgmma_kernel(MatvecArgs a, MmaGroupedRows grouped, SplitInputs in, float* k_partial,
+                        int k_groups_per_split) {
+  static_assert(kTileT == 64 || kTileT == 128, "64 or 128 inputs per block");
+  static_assert(F == DType::hfq4_g256 || F == DType::hfq4_g128, "HFQ4 codes");
+  static_assert(kWgThreads >= kTileT && kWgThreads >= kWgRows, "a thread per input sum and per row's map");
+#if FIRELINE_GPU_HOPPER
+  constexpr int kGroup = F == DType::hfq4_g256 ? 256 : 128;
+  constexpr int kBlockBytes = 8 + kGroup / 2;
+  constexpr int kStagesPerGroup = kGroup / kTileK;
+  constexpr uint32_t kInputBytes = kTileT * kTileK * 2;  // a stage's inputs: one bulk copy
+  constexpr int kCodeCopies = kWgRows * 4 / kWgThreads;  // 8-byte code copies per thread
+  constexpr int kAcc = kTileT / 2;                     // accumulators per thread (64 x kTileT per warpgroup)
+  enter_kernel();
+  extern __shared__ uint4 smem_raw[];
+  WgmmaShared<kTileT>& s = *reinterpret_cast<WgmmaShared<kTileT>*>(smem_raw);
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int g = lane / 4, q = lane % 4;
+  const int row0 = (warp / 4) * 64 + (warp % 4) * 16 + g;  // this thread's weight rows: row0, row0 + 8
+
+  BlockRows rows;
+  if (!block_rows(a, grouped, kTileT, rows)) return;
+  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kWgRows;
+  auto input_row = [&](int r) { return rows.pairs ? rows.pairs[r] / a.x_row_div : rows.t0 + r; };
+  auto weight_row = [&](int n) { return rows.matrix + (n0 + n < a.M ? n0 + n : a.M - 1) * a.row_bytes; };
+
+  // Copy roles. Inputs: thread 0, the block's tile ([tile][stage][...], split_inputs_kernel). Codes:
+  // row c / 4, bytes 8 (c % 4) .. of the stage's 32. Sums: input tid. Maps: weight row tid.
+  const uint16_t* tile_src = in.pieces + static_cast<int64_t>(blockIdx.y) * (in.k_pad / kTileK) * (kInputBytes / 2);
+  const uint8_t* code_src[kCodeCopies];
+#pragma unroll
+  for (int i = 0; i < kCodeCopies; ++i)
+    code_src[i] = weight_row((tid + i * kWgThreads) / 4) + 8 + ((tid + i * kWgThreads) % 4) * 8;
+  const bool sum_valid = tid < rows.t_count;
+  const float* sum_src = in.sums + (sum_valid ? input_row(tid) : 0) * (in.k_pad / kTileK);
+  const uint8_t* affine_src = weight_row(tid % kWgRows);
+
+  const int n_stages = static_cast<int>((a.K + kTileK - 1) / kTileK);
+  const int64_t stages_per_split = static_cast<int64_t>(k_groups_per_split) * kStagesPerGroup;
+  const int64_t split_begin = blockIdx.z * stages_per_split, split_end = split_begin + stages_per_split;
+  const int stage_begin = static_cast<int>(split_begin < n_stages ? split_begin : n_stages);
+  const int stage_end = static_cast<int>(split_end < n_stages ? split_end : n_stages);
+
+  int load_stage = stage_begin, load_block = (stage_begin / kStagesPerGroup) * kBlockBytes;
+  int load_in_group = 0, load_slot = 0;
+  auto load_next = [&]() {
+    if (tid == 0) {
+      mbarrier_arrive_expect_tx(&s.inputs_landed[load_slot], kInputBytes);
+      bulk_copy_to_shared(&s.inputs[load_slot][0][0], tile_src + static_cast<int64_t>(load_stage) * (kInputBytes / 2),
+                          kInputBytes, &s.inputs_landed[load_slot]);
+    }
+    const int code_offset = load_block + load_in_group * (kTileK / 2);
+#pragma unroll
+    for (int i = 0; i < kCodeCopies; ++i) {
+      const int c = tid + i * kWgThreads;
+      cp_async_small<8>(&s.codes[load_slot][c / 4][(c % 4) * 2], code_src[i] + code_offset);
+    }
+    const int group = load_stage / kStagesPerGroup;
+    if (tid < kTileT)
+      cp_async_small<4>(&s.sums[group % kWgSumRing][load_in_group][tid], sum_src + load_stage, sum_valid);
+    if (tid < kWgRows && load_in_group == 0)
+      cp_async_small<8>(&s.affine[group % kAffineRing][tid], affine_src + load_block);
+    ++load_stage;
+    load_slot = load_slot + 1 == kWgStages ? 0 : load_slot + 1;
+    if (++load_in_group == kStagesPerGroup) load_in_group = 0, load_block += kBlockBytes;
+  };
+
+  float acc[kAcc], part[kAcc];
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = part[i] = 0.0f;
+  uint32_t frag[2][4][4];  // A fragments [stage parity][k-step][register]: read by wgmma until waited for
+
+  const uint32_t bias = 0x43004300u;
+  if (tid == 0) {
+    for (int i = 0; i < kWgStages; ++i) mbarrier_init(&s.inputs_landed[i], 1);
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kWgAhead; ++i) {
+    if (load_stage < stage_end) load_next();
+    cp_async_commit();
+  }
+  // One stage; the A fragments alternate between two register sets by stage parity (a compile-time
+  // index: a run-time one would put them in local memory).
+  int slot = 0, in_group = 0;
+  auto run_stage = [&](auto parity, int stage) {
+    cp_async_wait<kWgAhead - 1>();  // this stage's code copies (this thread's) ...
+    __syncthreads();                // ... and everyone's; the slot refilled below was read at stage - 2
+    if (load_stage < stage_end) load_next();
+    cp_async_commit();
+
+    uint32_t(&f)[4][4] = frag[decltype(parity)::value];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t w0 = s.codes[slot][row0][half * 4 + q], w1 = s.codes[slot][row0 + 8][half * 4 + q];
+#pragma unroll
+      for (int step = 0; step < 2; ++step) {
+        f[half * 2 + step][0] = nibble_pair_to_bf16x2(w0 >> (8 * step), bias);
+        f[half * 2 + step][1] = nibble_pair_to_bf16x2(w1 >> (8 * step), bias);
+        f[half * 2 + step][2] = nibble_pair_to_bf16x2(w0 >> (8 * step + 4), bias);
+        f[half * 2 + step][3] = nibble_pair_to_bf16x2(w1 >> (8 * step + 4), bias);
+      }
+    }
+    // the stage's inputs: the slot's ((stage - begin) / kWgStages)-th bulk copy
+    mbarrier_wait_parity(&s.inputs_landed[slot], static_cast<uint32_t>((stage - stage_begin) / kWgStages) & 1);
+    wgmma_fence_operands(part);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks)
+      wgmma_rs<kTileT>(part, f[ks], wgmma_descriptor(&s.inputs[slot][2 * ks][0], kTileT * 16, 128),
+                       in_group != 0 || ks != 0);
+    wgmma_commit();
+    wgmma_fence_operands(part);
+
+    if (++in_group == kStagesPerGroup || stage + 1 == n_stages) {  // acc += scale * part + min * sum(x)
+      wgmma_wait<0>();
+      wgmma_fence_operands(part);
+      const int group = stage / kStagesPerGroup;
+      const float2 map0 = s.affine[group % kAffineRing][row0], map1 = s.affine[group % kAffineRing][row0 + 8];
+      const float(&sums)[4][kTileT] = s.sums[group % kWgSumRing];
+#pragma unroll
+      for (int j = 0; j < kTileT / 8; ++j) {
+        float2 xsum = *reinterpret_cast<const float2*>(&sums[0][8 * j + 2 * q]);
+#pragma unroll
+        for (int st = 1; st < kStagesPerGroup; ++st) {
+          if (st >= in_group) break;  // a partial last group
+          const float2 v = *reinterpret_cast<const float2*>(&sums[st][8 * j + 2 * q]);
+          xsum.x += v.x, xsum.y += v.y;
+        }
+        acc[4 * j + 0] = fmaf(map0.y, xsum.x, fmaf(map0.x, part[4 * j + 0], acc[4 * j + 0]));
+        acc[4 * j + 1] = fmaf(map0.y, xsum.y, fmaf(map0.x, part[4 * j + 1], acc[4 * j + 1]));
+        acc[4 * j + 2] = fmaf(map1.y, xsum.x, fmaf(map1.x, part[4 * j + 2], acc[4 * j + 2]));
+        acc[4 * j + 3] = fmaf(map1.y, xsum.y, fmaf(map1.x, part[4 * j + 3], acc[4 * j + 3]));
+      }
+      in_group = 0;
+    } else {
+      wgmma_wait<1>();  // the previous stage's: its A registers and its slot are free again
+    }
+    slot = slot + 1 == kWgStages ? 0 : slot + 1;
+  };
+  for (int stage = stage_begin; stage < stage_end; stage += 2) {
+    run_stage(std::integral_constant<int, 0>{}, stage);
+    if (stage + 1 < stage_end) run_stage(std::integral_constant<int, 1>{}, stage + 1);
+  }
+  // (The last stage folded, so nothing is in flight; saying so spares the loop's back edge the
+  // wait ptxas would otherwise put there for the exit path.)
+  wgmma_wait<0>();
+  wgmma_fence_operands(part);
+  cp_async_wait<0>();
+
+  // out[t, n0 + row]: d[4 j + c] holds row row0 + 8 (c / 2), input 8 j + 2 q + c % 2.
+#pragma unroll
+  for (int j = 0; j < kTileT / 8; ++j)
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      const int t = 8 * j + 2 * q + (c & 1);
+      const int64_t n = n0 + row0 + 8 * (c / 2);
+      if (t >= rows.t_count || n >= a.M) continue;
+      const int64_t row = rows.pairs ? rows.pairs[t] : rows.t0 + t;
+      if (k_partial)
+        k_partial[(static_cast<int64_t>(blockIdx.z) * a.n_inputs + row) * a.M + n] = acc[4 * j + c];
+      else
+        a.out[row * a.out_stride + n] = acc[4 * j + c];
+    }
+#else
+  __trap();  // launched only where hopper_gemm_runs()
+#endif
+}
+
 // One block: count the pairs per expert, cut each expert's pairs into work items of <= tile, and
 // list the pairs by expert (the order within an expert is whatever the atomics give: each pair's
 // output is computed on its own, so the result does not depend on it).
@@ -701,31 +932,49 @@ KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type, int ti
   return k;
 }
 
+// Whether the Hopper kernel takes one-piece HFQ4 products of 64 or more inputs per tile: in a
+// build carrying sm_90a code, on a 9.0 device, unless a bench or test turned it off.
+std::atomic<bool> g_hopper_gemm_allowed{true};
+bool hopper_gemm_runs() {
+#if defined(FIRELINE_CUDA_SM90A)
+  return g_hopper_gemm_allowed.load(std::memory_order_relaxed) && current_device_traits().major == 9;
+#else
+  return false;
+#endif
+}
+
 template <DType F, int kParts>
 cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cudaStream_t stream) {
   constexpr bool kPipelined = takes_pipelined(F, kParts);
   const int tile_rows = grouped ? grouped->tile_rows : dense_tile_rows(a.M, a.n_inputs, F, kParts);
-  const unsigned n_tiles = static_cast<unsigned>((a.M + kTileN - 1) / kTileN);
   const int64_t t_tiles = grouped ? grouped->max_items : (a.n_inputs + tile_rows - 1) / tile_rows;
   if (t_tiles > 65535) return cudaErrorInvalidValue;  // 4M inputs: the caller splits first
   const int64_t x_rows = grouped ? (a.n_inputs + a.x_row_div - 1) / a.x_row_div : a.n_inputs;
   if (!a.scratch || a.scratch_bytes < (grouped ? mma_scratch_bytes(x_rows, a.K, kParts) : matmul_mma_scratch_bytes(a, kParts)))
     return cudaErrorInvalidValue;
+  // The Hopper kernel (plain products of 64- and 128-input tiles: its inputs arrive tiled, one bulk
+  // copy per stage): kWgRows weight rows and kWgThreads threads per block.
+  const bool hopper = kPipelined && !grouped && tile_rows >= 64 && hopper_gemm_runs();
   const SplitInputs in = split_layout(a.scratch, x_rows, a.K);
   const dim3 split_grid(static_cast<unsigned>((in.k_pad / 8 + 255) / 256),
                         static_cast<unsigned>(x_rows < 65535 ? x_rows : 65535));
-  cudaError_t err =
-      launch_kernel(split_inputs_kernel<kParts, kPipelined>, split_grid, 256, 0, stream, in, a.x, a.x_stride, a.K);
+  cudaError_t err = launch_kernel(split_inputs_kernel<kParts, kPipelined>, split_grid, 256, 0, stream, in, a.x,
+                                  a.x_stride, a.K, hopper ? tile_rows : 0);
   if (err != cudaSuccess) return err;
   void (*kernel)(MatvecArgs, MmaGroupedRows, SplitInputs, float*, int) = nullptr;  // both kernels' signature
   size_t smem = 0;
   if constexpr (kPipelined) {
-    kernel = tile_rows == 128  ? matmul_bf16_pipelined_kernel<F, 128>
-             : tile_rows == 64 ? matmul_bf16_pipelined_kernel<F, 64>
-                               : matmul_bf16_pipelined_kernel<F, 16>;
-    smem = tile_rows == 128  ? sizeof(PipelinedShared<128>)
-           : tile_rows == 64 ? sizeof(PipelinedShared<64>)
-                             : sizeof(PipelinedShared<16>);
+    if (hopper) {
+      kernel = tile_rows == 128 ? matmul_wgmma_kernel<F, 128> : matmul_wgmma_kernel<F, 64>;
+      smem = tile_rows == 128 ? sizeof(WgmmaShared<128>) : sizeof(WgmmaShared<64>);
+    } else {
+      kernel = tile_rows == 128  ? matmul_bf16_pipelined_kernel<F, 128>
+               : tile_rows == 64 ? matmul_bf16_pipelined_kernel<F, 64>
+                                 : matmul_bf16_pipelined_kernel<F, 16>;
+      smem = tile_rows == 128  ? sizeof(PipelinedShared<128>)
+             : tile_rows == 64 ? sizeof(PipelinedShared<64>)
+                               : sizeof(PipelinedShared<16>);
+    }
   } else {
     kernel = tile_rows == 16 ? matmul_mma_kernel<F, kParts, 16> : matmul_mma_kernel<F, kParts, 64>;
     smem = tile_rows == 16 ? sizeof(MmaShared<F, kParts, 16>) : sizeof(MmaShared<F, kParts, 64>);
@@ -737,8 +986,10 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
   float* partial = k.splits > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(a.scratch) +
                                                            mma_scratch_bytes(x_rows, a.K, kParts))
                                 : nullptr;
-  err = launch_kernel(kernel, dim3(n_tiles, static_cast<unsigned>(t_tiles), static_cast<unsigned>(k.splits)), kThreads,
-                      smem, stream, a, rows, in, partial, k.groups_per_split);
+  const int64_t rows_per_block = hopper ? kWgRows : kTileN;
+  const unsigned row_tiles = static_cast<unsigned>((a.M + rows_per_block - 1) / rows_per_block);
+  err = launch_kernel(kernel, dim3(row_tiles, static_cast<unsigned>(t_tiles), static_cast<unsigned>(k.splits)),
+                      hopper ? kWgThreads : kThreads, smem, stream, a, rows, in, partial, k.groups_per_split);
   if (err != cudaSuccess || k.splits == 1) return err;
   const int64_t n = a.n_inputs * a.M;
   return launch_kernel(sum_k_splits_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, a.out, a.out_stride,
@@ -757,6 +1008,9 @@ cudaError_t launch_format(const MatvecArgs& a, int parts, const MmaGroupedRows* 
 
 }  // namespace
 
+void allow_hopper_gemm(bool allowed) { g_hopper_gemm_allowed.store(allowed, std::memory_order_relaxed); }
+bool hopper_gemm_active() { return hopper_gemm_runs(); }
+
 bool matmul_mma_supports(DType type) {
   return type == DType::hfq4_g256 || type == DType::hfq4_g128 || type == DType::q8_0;
 }
@@ -764,7 +1018,8 @@ bool matmul_mma_supports(DType type) {
 size_t mma_scratch_bytes(int64_t x_rows, int64_t K, int parts) {
   const int64_t k_pad = padded_k(K);
   const int64_t sum_bytes = (x_rows * (k_pad / kTileK) * 4 + 15) / 16 * 16;
-  return static_cast<size_t>(sum_bytes + static_cast<int64_t>(parts) * x_rows * k_pad * 2);
+  const int64_t piece_rows = (x_rows + 127) / 128 * 128;  // the Hopper kernel's tiles: whole ones
+  return static_cast<size_t>(sum_bytes + static_cast<int64_t>(parts) * piece_rows * k_pad * 2);
 }
 
 size_t matmul_mma_scratch_bytes(const MatvecArgs& a, int parts) {
@@ -805,6 +1060,9 @@ cudaError_t launch_moe_sort_pairs(MmaGroupedRows& out, MmaWorkItem* items, int32
 }
 
 #else  // HIP: no mma.sync; launch_matvec keeps its several-input kernel
+
+void allow_hopper_gemm(bool) {}
+bool hopper_gemm_active() { return false; }
 
 bool matmul_mma_supports(DType) { return false; }
 size_t mma_scratch_bytes(int64_t, int64_t, int) { return 0; }

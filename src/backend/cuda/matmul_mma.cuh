@@ -10,6 +10,13 @@
 
 namespace fl::cuda {
 
+// Benches and tests that compare the GEMM's kernels: whether the Hopper (wgmma) kernel may take
+// the products it would (default yes; it runs only on a 9.0 device in a build with sm_90a code).
+// Process-wide; set it while no product is being launched.
+void allow_hopper_gemm(bool allowed);
+// Whether it would take them now (allowed, the build carries sm_90a code, the device is a 9.0 one).
+bool hopper_gemm_active();
+
 // Whether this build has the mma.sync GEMM (CUDA, sm_80 and later; not HIP) and it takes `type`.
 bool matmul_mma_supports(DType type);
 
