@@ -705,10 +705,10 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   BlockRows rows;
   if (!block_rows(a, grouped, kTileT, rows)) return;
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kWgRows;
-  auto input_row = [&](int r) { return rows.pairs ? rows.pairs[r] / a.x_row_div : rows.t0 + r; };
   auto weight_row = [&](int n) { return rows.matrix + (n0 + n < a.M ? n0 + n : a.M - 1) * a.row_bytes; };
 
-  // Copy roles. Inputs: thread 0, the block's tile ([tile][stage][...], split_inputs_kernel). Codes:
+  // Plain products only (the launcher never passes expert items): inputs t0 + t. Copy roles.
+  // Inputs: thread 0, the block's tile ([tile][stage][...], split_inputs_kernel). Codes:
   // row c / 4, bytes 8 (c % 4) .. of the stage's 32. Sums: input tid. Maps: weight row tid.
   const uint16_t* tile_src = in.pieces + static_cast<int64_t>(blockIdx.y) * (in.k_pad / kTileK) * (kInputBytes / 2);
   const uint8_t* code_src[kCodeCopies];
@@ -716,7 +716,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   for (int i = 0; i < kCodeCopies; ++i)
     code_src[i] = weight_row((tid + i * kWgThreads) / 4) + 8 + ((tid + i * kWgThreads) % 4) * 8;
   const bool sum_valid = tid < rows.t_count;
-  const float* sum_src = in.sums + (sum_valid ? input_row(tid) : 0) * (in.k_pad / kTileK);
+  const float* sum_src = in.sums + (sum_valid ? rows.t0 + tid : 0) * (in.k_pad / kTileK);
   const uint8_t* affine_src = weight_row(tid % kWgRows);
 
   const int n_stages = static_cast<int>((a.K + kTileK - 1) / kTileK);
@@ -841,14 +841,14 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       const int t = 8 * j + 2 * q + (c & 1);
       const int64_t n = n0 + row0 + 8 * (c / 2);
       if (t >= rows.t_count || n >= a.M) continue;
-      const int64_t row = rows.pairs ? rows.pairs[t] : rows.t0 + t;
+      const int64_t row = rows.t0 + t;
       if (k_partial)
         k_partial[(static_cast<int64_t>(blockIdx.z) * a.n_inputs + row) * a.M + n] = acc[4 * j + c];
       else
         a.out[row * a.out_stride + n] = acc[4 * j + c];
     }
 #else
-  __trap();  // launched only where hopper_gemm_runs()
+  __trap();  // launched only where hopper_gemm_active()
 #endif
 }
 
@@ -932,16 +932,8 @@ KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type, int ti
   return k;
 }
 
-// Whether the Hopper kernel takes one-piece HFQ4 products of 64 or more inputs per tile: in a
-// build carrying sm_90a code, on a 9.0 device, unless a bench or test turned it off.
+// Whether a bench or test turned the Hopper kernel off (allow_hopper_gemm).
 std::atomic<bool> g_hopper_gemm_allowed{true};
-bool hopper_gemm_runs() {
-#if defined(FIRELINE_CUDA_SM90A)
-  return g_hopper_gemm_allowed.load(std::memory_order_relaxed) && current_device_traits().major == 9;
-#else
-  return false;
-#endif
-}
 
 template <DType F, int kParts>
 cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cudaStream_t stream) {
@@ -954,7 +946,7 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
     return cudaErrorInvalidValue;
   // The Hopper kernel (plain products of 64- and 128-input tiles: its inputs arrive tiled, one bulk
   // copy per stage): kWgRows weight rows and kWgThreads threads per block.
-  const bool hopper = kPipelined && !grouped && tile_rows >= 64 && hopper_gemm_runs();
+  const bool hopper = kPipelined && !grouped && hopper_gemm_active();
   const SplitInputs in = split_layout(a.scratch, x_rows, a.K);
   const dim3 split_grid(static_cast<unsigned>((in.k_pad / 8 + 255) / 256),
                         static_cast<unsigned>(x_rows < 65535 ? x_rows : 65535));
@@ -1009,7 +1001,14 @@ cudaError_t launch_format(const MatvecArgs& a, int parts, const MmaGroupedRows* 
 }  // namespace
 
 void allow_hopper_gemm(bool allowed) { g_hopper_gemm_allowed.store(allowed, std::memory_order_relaxed); }
-bool hopper_gemm_active() { return hopper_gemm_runs(); }
+
+bool hopper_gemm_active() {
+#if defined(FIRELINE_CUDA_SM90A)
+  return g_hopper_gemm_allowed.load(std::memory_order_relaxed) && current_device_traits().major == 9;
+#else
+  return false;
+#endif
+}
 
 bool matmul_mma_supports(DType type) {
   return type == DType::hfq4_g256 || type == DType::hfq4_g128 || type == DType::q8_0;
