@@ -8,7 +8,7 @@
 // pass, as a decode step reads each weight once): bracketing one launch with events measured
 // launch latency on the small matrices.
 //   matmul_bench [--quick] [--shape SUBSTR]   (--quick: 1, 64 and 512 inputs only; --shape: the
-//   shapes whose name holds SUBSTR, and no grouped experts)
+//   shapes whose name holds SUBSTR, e.g. "26b gate_up", or "experts" for the grouped experts)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -188,7 +188,8 @@ int main(int argc, char** argv) {
 
   // Grouped experts (26B-A4B: 128 experts, top-8, gate_up [1408, 2816], down [2816, 704]): the
   // pairs sorted by expert, then both products.
-  if (only.empty()) {
+  const std::string experts_name = "26b experts (sort+2 GEMM)";
+  if (only.empty() || experts_name.find(only) != std::string::npos) {
     const int64_t E = 128, top_k = 8, H = 2816, I = 704;
     int64_t gu_row = 0, down_row = 0;
     void* gate_up = random_hfq4(E * 2 * I, H, &gu_row);
@@ -248,7 +249,7 @@ int main(int argc, char** argv) {
         });
         const double flops = 2.0 * pairs * (2 * I * H + H * I);
         const double bytes = static_cast<double>(E) * (2 * I * gu_row + H * down_row);
-        fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", "26b experts (sort+2 GEMM)", T,
+        fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", experts_name, T,
                    piece_label(T, pieces), us, flops / us / 1e6, bytes / us / 1e3);
       }
       cudaFree(d_ids);
