@@ -6,10 +6,11 @@
 // result into a GenerationTask. The inference thread (InferenceLoop) is the only caller of an
 // Engine: it starts tasks while the engine has free slots, calls step() to advance every running
 // task, and cancels tasks whose client went away. The engine reports what each task produced as
-// EngineEvents (reasoning text, answer text, tool calls, then exactly one finish), already split
-// into channels: the engine side owns detokenization, stop strings, the reasoning parser and the
-// tool-call parser, because they act on the token stream (a stop string ends generation; the
-// thinking budget injects a closing marker).
+// EngineEvents (reasoning text, answer text, tool calls, the sampled tokens' log-probabilities
+// when asked for, then exactly one finish), already split into channels: the engine side owns
+// detokenization, stop strings, the reasoning parser and the tool-call parser, because they act
+// on the token stream (a stop string ends generation; the thinking budget injects a closing
+// marker).
 //
 // Nothing here is JSON: requests arrive as typed fields, tool schemas as their JSON text only
 // because the tool-call parser types XML parameters with them.
@@ -67,6 +68,9 @@ struct GenerationTask {
   std::vector<ToolDefinition> tools;  // empty: no tool-call parsing
   ToolChoice tool_choice;
   ResponseFormat response_format = ResponseFormat::text;
+  // Log-probabilities of each sampled token: -1 none; else that many most likely alternatives
+  // with each (0 .. 20).
+  int logprobs = -1;
 };
 
 enum class FinishReason {
@@ -97,11 +101,25 @@ struct ToolCallOutput {
   std::string arguments_json;  // a JSON object, compact, as OpenAI's `arguments` string
 };
 
+// One sampled token's log-probability (runtime/logprobs.h: the model's own distribution), with
+// the most likely alternatives when asked for. Forced tokens (a thought's close marker, a
+// required call's opening) and the end-of-sequence token have none.
+struct LogprobEntry {
+  std::string token;  // its text (valid UTF-8: U+FFFD where the token is part of a character)
+  std::string bytes;  // its raw bytes
+  float logprob = 0.0f;
+};
+struct TokenLogprobOutput {
+  LogprobEntry chosen;
+  std::vector<LogprobEntry> top;
+};
+
 struct EngineEvent {
-  enum class Kind { reasoning, content, tool_call, finish };
+  enum class Kind { reasoning, content, tool_call, logprob, finish };
   Kind kind = Kind::content;
   std::string text;          // reasoning, content: the next piece (valid UTF-8)
   ToolCallOutput tool_call;  // tool_call
+  TokenLogprobOutput logprob;  // logprob: a sampled token's, sent before the text it adds
   // finish:
   FinishReason finish_reason = FinishReason::stop;
   Usage usage;
@@ -111,6 +129,7 @@ struct EngineEvent {
   static EngineEvent reasoning(std::string text);
   static EngineEvent content(std::string text);
   static EngineEvent tool(ToolCallOutput call);
+  static EngineEvent token_logprob(TokenLogprobOutput logprob);
   static EngineEvent finish(FinishReason reason, Usage usage, Timings timings, std::string error = {});
 };
 

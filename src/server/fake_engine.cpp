@@ -58,6 +58,26 @@ FakeEngine::FakeEngine(FakeEngineConfig config) : config_(std::move(config)) {
 
 EngineInfo FakeEngine::info() const { return {config_.model_id, config_.context_length, config_.parallel, 256}; }
 
+namespace {
+
+// The fake tokens' log-probabilities: the piece itself at -0.25 (n % 4), then `top` - 1 made-up
+// alternatives ("<alt1>", ...) each 0.5 less likely than the one before.
+TokenLogprobOutput fake_logprobs(const std::string& piece, size_t n, int top) {
+  TokenLogprobOutput out;
+  out.chosen = {piece, piece, n % 4 == 0 ? 0.0f : -0.25f * static_cast<float>(n % 4)};
+  for (int i = 0; i < top; ++i) {
+    if (i == 0) {
+      out.top.push_back(out.chosen);
+      continue;
+    }
+    const std::string alt = fmt::format("<alt{}>", i);
+    out.top.push_back({alt, alt, out.chosen.logprob - 0.5f * static_cast<float>(i)});
+  }
+  return out;
+}
+
+}  // namespace
+
 int FakeEngine::free_slots() const { return std::max(0, config_.parallel - static_cast<int>(tasks_.size())); }
 
 void FakeEngine::start(TaskId id, GenerationTask task) {
@@ -68,6 +88,7 @@ void FakeEngine::start(TaskId id, GenerationTask task) {
   Task t;
   t.id = id;
   t.prompt_tokens = task.prompt_token_count;
+  t.logprobs = task.logprobs;
   t.delay = delay_directive(subject);
   t.started_at = std::chrono::steady_clock::now();
 
@@ -149,6 +170,8 @@ int64_t FakeEngine::step(const EmitFn& emit) {
     if (t.next < t.script.size()) {
       Piece& piece = t.script[t.next++];
       ++generated;
+      if (t.logprobs >= 0 && piece.kind != EngineEvent::Kind::tool_call)
+        emit(t.id, EngineEvent::token_logprob(fake_logprobs(piece.text, t.next - 1, t.logprobs)));
       switch (piece.kind) {
         case EngineEvent::Kind::reasoning:
           emit(t.id, EngineEvent::reasoning(std::move(piece.text)));
@@ -159,6 +182,7 @@ int64_t FakeEngine::step(const EmitFn& emit) {
         case EngineEvent::Kind::tool_call:
           emit(t.id, EngineEvent::tool(std::move(piece.call)));
           break;
+        case EngineEvent::Kind::logprob:
         case EngineEvent::Kind::finish:
           break;
       }

@@ -21,6 +21,8 @@
 // tool_choice "required" or a named function always calls; "none" never does. response_format
 // json_object answers {"echo": "<the text>"}. Stop strings cut the answer before their first
 // occurrence (finish: stop); max_tokens counts reasoning and answer tokens (finish: length).
+// Asked for log-probabilities, it sends one before each reasoning or answer piece: the piece at
+// -0.25 (i % 4) for the i-th piece, and alternatives "<alt1>", "<alt2>", ... each 0.5 below.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -75,6 +77,7 @@ class FakeEngine final : public Engine {
     FinishReason reason = FinishReason::stop;
     int64_t prompt_tokens = 0;
     int64_t reasoning_tokens = 0;
+    int logprobs = -1;  // GenerationTask::logprobs
     std::chrono::milliseconds delay{0};
     std::chrono::steady_clock::time_point started_at, first_token_at;
   };

@@ -76,6 +76,7 @@ void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
     task.tools = request.prompt.tools;
     task.tool_choice = request.tool_choice;
     task.response_format = request.response_format;
+    task.logprobs = request.generation.logprobs;
     respond(std::move(task), request.generation, /*chat=*/true, res);
   } catch (const ApiError& e) {
     send_error(res, e);
@@ -106,6 +107,7 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     task.sampling = request.generation.sampling;
     task.stop = request.generation.stop;
     task.thinking.enabled = false;
+    task.logprobs = request.generation.logprobs;
     respond(std::move(task), request.generation, /*chat=*/false, res);
   } catch (const ApiError& e) {
     send_error(res, e);
@@ -114,7 +116,7 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
 
 void Server::respond(GenerationTask task, const GenerationRequest& generation, bool chat, httplib::Response& res) {
   const ResponseMeta meta{next_id(chat ? "chatcmpl" : "cmpl"), static_cast<int64_t>(std::time(nullptr)),
-                          loop_.info().model_id};
+                          loop_.info().model_id, task.logprobs >= 0};
   task.request_id = meta.id;
   auto submitted = loop_.submit(std::move(task));
   if (submitted.admission == InferenceLoop::Admission::shutting_down) throw shutting_down_error();

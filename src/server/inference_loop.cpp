@@ -49,6 +49,13 @@ EngineEvent EngineEvent::tool(ToolCallOutput call) {
   e.tool_call = std::move(call);
   return e;
 }
+EngineEvent EngineEvent::token_logprob(TokenLogprobOutput logprob) {
+  EngineEvent e;
+  e.kind = Kind::logprob;
+  e.logprob = std::move(logprob);
+  return e;
+}
+
 EngineEvent EngineEvent::finish(FinishReason reason, Usage usage, Timings timings, std::string error) {
   EngineEvent e;
   e.kind = Kind::finish;

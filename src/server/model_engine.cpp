@@ -6,7 +6,9 @@
 
 #include "core/error.h"
 #include "core/log.h"
+#include "runtime/logprobs.h"
 #include "text/chat/reasoning_parser.h"
+#include "text/tokenizer/utf8.h"
 
 namespace fl::server {
 namespace {
@@ -260,6 +262,14 @@ int64_t ModelEngine::force_call_opening(Slot& slot, const EmitFn& emit) {
   return forced;
 }
 
+LogprobEntry ModelEngine::logprob_entry(const TokenLogprob& p) const {
+  LogprobEntry e;
+  e.bytes = text_->tokenizer.token_bytes(p.id);
+  e.token = utf8::sanitize(e.bytes);
+  e.logprob = p.logprob;
+  return e;
+}
+
 int64_t ModelEngine::advance(Slot& slot, const EmitFn& emit) {
   Running& r = *slot.run;
   if (!r.forced_call.empty() && !r.text->in_reasoning()) return force_call_opening(slot, emit);
@@ -268,10 +278,14 @@ int64_t ModelEngine::advance(Slot& slot, const EmitFn& emit) {
   if (r.sampled) {  // sampled on the device from logits that never left it
     token = *r.sampled;
     if (token < 0) fail("sampler: every token is banned");
+    // (step() keeps the logits of a task that wants log-probabilities on the host)
+    if (r.task.logprobs >= 0) fail("internal: log-probabilities asked for, but the token was sampled on the device");
   } else {
     token = constrained ? sample_json(r) : r.sampler->sample(r.logits);
     if (token < 0) fail("JSON mode: no token of the vocabulary can continue the JSON object");
   }
+  std::optional<TokenLogprobs> logprobs;
+  if (r.task.logprobs >= 0) logprobs = token_logprobs(r.logits, token, r.task.logprobs);
   if (constrained && !r.stopper->is_eos(token)) r.json->feed(token_text(token));
   r.logits.clear();
   r.sampled.reset();
@@ -284,6 +298,12 @@ int64_t ModelEngine::advance(Slot& slot, const EmitFn& emit) {
   if (cause == StopCause::eos_token) {
     finish(slot, cause, emit);
     return 1;
+  }
+  if (logprobs) {  // before the text this token adds (which a stop string may yet hold back)
+    TokenLogprobOutput out;
+    out.chosen = logprob_entry(logprobs->chosen);
+    for (const TokenLogprob& p : logprobs->top) out.top.push_back(logprob_entry(p));
+    emit(r.id, EngineEvent::token_logprob(std::move(out)));
   }
   std::vector<TextEvent> events;
   r.text->push(token, events);
@@ -370,7 +390,7 @@ int64_t ModelEngine::step(const EmitFn& emit) {
       const Running& r = *batch[b]->run;
       if (r.to_feed.size() != 1 || (!r.forced_call.empty() && !r.text->in_reasoning())) continue;
       wants[b] = true;
-      if (r.json && !r.text->in_reasoning()) on_device = false;
+      if ((r.json && !r.text->in_reasoning()) || r.task.logprobs >= 0) on_device = false;
     }
     for (SampleSpec& spec : specs) spec.temperature = 0.0f;
     try {

@@ -19,6 +19,10 @@
 // are the longest prefix of its prompt (a chat's next turn finds its conversation) and runs only
 // the rest (usage.cached_prompt_tokens); otherwise the slot starts over (Model::reset_sequence).
 //
+// Log-probabilities (GenerationTask::logprobs): each sampled token's, from the model's logits,
+// emitted before the text it adds; a step with such a task keeps every row's logits on the host
+// (as JSON mode does) instead of sampling on the device.
+//
 // JSON mode (response_format json_object): outside a thought, each sampled token must keep the
 // answer a prefix of one JSON object (runtime/json_prefix.h); special tokens are refused, EOS
 // is allowed only once the object is complete, and the answer ends as soon as it is.
@@ -37,6 +41,7 @@
 
 #include "model/model.h"
 #include "runtime/json_prefix.h"
+#include "runtime/logprobs.h"
 #include "runtime/prompt_builder.h"
 #include "runtime/sampler.h"
 #include "runtime/stop_conditions.h"
@@ -107,6 +112,7 @@ class ModelEngine final : public Engine {
   // Feeds r.forced_call as generated tokens (shown, as the model's own would be); may finish.
   int64_t force_call_opening(Slot& slot, const EmitFn& emit);
   const std::string& token_text(int32_t id);  // decoded alone; "" for special tokens
+  LogprobEntry logprob_entry(const TokenLogprob& p) const;  // with its text and bytes
 
   Model& model_;
   std::shared_ptr<const ModelText> text_;

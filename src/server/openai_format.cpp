@@ -18,6 +18,50 @@ ordered_json tool_call_json(const ToolCallOutput& call) {
 
 double per_second(int64_t n, double ms) { return ms > 0 ? n * 1000.0 / ms : 0.0; }
 
+ordered_json byte_values(const std::string& bytes) {
+  ordered_json out = ordered_json::array();
+  for (unsigned char c : bytes) out.push_back(static_cast<int>(c));
+  return out;
+}
+
+ordered_json chat_logprob_entry(const LogprobEntry& e) {
+  return {{"token", e.token}, {"logprob", e.logprob}, {"bytes", byte_values(e.bytes)}};
+}
+
+// {"content": [...], "refusal": null}: chat's log-probabilities of `entries`.
+ordered_json chat_logprobs(const std::vector<TokenLogprobOutput>& entries) {
+  ordered_json content = ordered_json::array();
+  for (const TokenLogprobOutput& t : entries) {
+    ordered_json entry = chat_logprob_entry(t.chosen);
+    ordered_json top = ordered_json::array();
+    for (const LogprobEntry& alt : t.top) top.push_back(chat_logprob_entry(alt));
+    entry["top_logprobs"] = std::move(top);
+    content.push_back(std::move(entry));
+  }
+  return {{"content", std::move(content)}, {"refusal", nullptr}};
+}
+
+// The legacy completions object; text_offset counts the bytes of token text before each token,
+// from `offset` (advanced past these entries).
+ordered_json completion_logprobs(const std::vector<TokenLogprobOutput>& entries, int64_t& offset) {
+  ordered_json tokens = ordered_json::array(), values = ordered_json::array(), top = ordered_json::array(),
+               offsets = ordered_json::array();
+  for (const TokenLogprobOutput& t : entries) {
+    tokens.push_back(t.chosen.token);
+    values.push_back(t.chosen.logprob);
+    ordered_json alternatives = ordered_json::object();
+    for (const LogprobEntry& alt : t.top)
+      if (!alternatives.contains(alt.token)) alternatives[alt.token] = alt.logprob;  // (the likelier of two spellings)
+    top.push_back(std::move(alternatives));
+    offsets.push_back(offset);
+    offset += static_cast<int64_t>(t.chosen.token.size());
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(values)},
+          {"top_logprobs", std::move(top)},
+          {"text_offset", std::move(offsets)}};
+}
+
 }  // namespace
 
 void CollectedOutput::add(const EngineEvent& event) {
@@ -31,6 +75,7 @@ void CollectedOutput::add(const EngineEvent& event) {
     case EngineEvent::Kind::tool_call:
       tool_calls.push_back(event.tool_call);
       break;
+    case EngineEvent::Kind::logprob: logprobs.push_back(event.logprob); break;
     case EngineEvent::Kind::finish:
       finished = true;
       finish_reason = event.finish_reason;
@@ -84,23 +129,26 @@ std::string chat_completion_body(const ResponseMeta& meta, const CollectedOutput
                     {"object", "chat.completion"},
                     {"created", meta.created},
                     {"model", meta.model},
-                    {"choices", ordered_json::array({{{"index", 0},
-                                                      {"message", std::move(message)},
-                                                      {"logprobs", nullptr},
-                                                      {"finish_reason", finish_reason_name(out.finish_reason)}}})},
+                    {"choices", ordered_json::array(
+                                    {{{"index", 0},
+                                      {"message", std::move(message)},
+                                      {"logprobs", meta.logprobs ? chat_logprobs(out.logprobs) : ordered_json(nullptr)},
+                                      {"finish_reason", finish_reason_name(out.finish_reason)}}})},
                     {"usage", usage_json(out.usage)},
                     {"timings", timings_json(out.timings, out.usage)}};
   return dump(j);
 }
 
 std::string text_completion_body(const ResponseMeta& meta, const CollectedOutput& out) {
+  int64_t offset = 0;
+  ordered_json logprobs = meta.logprobs ? completion_logprobs(out.logprobs, offset) : ordered_json(nullptr);
   ordered_json j = {{"id", meta.id},
                     {"object", "text_completion"},
                     {"created", meta.created},
                     {"model", meta.model},
                     {"choices", ordered_json::array({{{"index", 0},
                                                       {"text", out.content},
-                                                      {"logprobs", nullptr},
+                                                      {"logprobs", std::move(logprobs)},
                                                       {"finish_reason", finish_reason_name(out.finish_reason)}}})},
                     {"usage", usage_json(out.usage)},
                     {"timings", timings_json(out.timings, out.usage)}};
@@ -127,10 +175,21 @@ std::string StreamFormatter::begin() {
                          {"finish_reason", nullptr}}));
 }
 
+ordered_json StreamFormatter::take_logprobs() {
+  if (!meta_.logprobs) return nullptr;
+  ordered_json out = chat_ ? chat_logprobs(pending_logprobs_) : completion_logprobs(pending_logprobs_, text_offset_);
+  pending_logprobs_.clear();
+  return out;
+}
+
 std::string StreamFormatter::event(const EngineEvent& e) {
+  if (e.kind == EngineEvent::Kind::logprob) {  // sent with the next chunk that carries text
+    pending_logprobs_.push_back(e.logprob);
+    return {};
+  }
   if (!chat_) {
     if (e.kind != EngineEvent::Kind::content || e.text.empty()) return {};
-    return sse_data(chunk({{"index", 0}, {"text", e.text}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
+    return sse_data(chunk({{"index", 0}, {"text", e.text}, {"logprobs", take_logprobs()}, {"finish_reason", nullptr}}));
   }
   ordered_json delta;
   switch (e.kind) {
@@ -149,11 +208,12 @@ std::string StreamFormatter::event(const EngineEvent& e) {
       delta = {{"tool_calls", ordered_json::array({std::move(call)})}};
       break;
     }
+    case EngineEvent::Kind::logprob:
     case EngineEvent::Kind::finish:
       return {};
   }
   return sse_data(
-      chunk({{"index", 0}, {"delta", std::move(delta)}, {"logprobs", nullptr}, {"finish_reason", nullptr}}));
+      chunk({{"index", 0}, {"delta", std::move(delta)}, {"logprobs", take_logprobs()}, {"finish_reason", nullptr}}));
 }
 
 std::string StreamFormatter::finish(const EngineEvent& e) {
@@ -163,7 +223,8 @@ std::string StreamFormatter::finish(const EngineEvent& e) {
     choice["delta"] = ordered_json::object();
   else
     choice["text"] = "";
-  choice["logprobs"] = nullptr;
+  // the entries of tokens whose text never came (held back by a stop string, or all whitespace)
+  choice["logprobs"] = pending_logprobs_.empty() ? ordered_json(nullptr) : take_logprobs();
   choice["finish_reason"] = finish_reason_name(e.finish_reason);
   ordered_json last = chunk(std::move(choice));
   if (!include_usage_) last["timings"] = timings_json(e.timings, e.usage);

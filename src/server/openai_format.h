@@ -4,6 +4,12 @@
 //
 // Beyond OpenAI's schema, fireline adds (as llama.cpp and vLLM do) `reasoning_content` for the
 // thinking channel, and a `timings` object next to `usage`.
+//
+// Log-probabilities: chat's `logprobs.content` lists every sampled token in order (the thought's
+// too) as {token, logprob, bytes, top_logprobs}; completions' legacy object has parallel lists
+// `tokens`, `token_logprobs`, `top_logprobs` ({token: logprob}) and `text_offset`. A stream sends
+// a token's entry with the next chunk that carries text (a stop string can hold text back), and
+// whatever is left with the finish chunk.
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -18,12 +24,14 @@ struct ResponseMeta {
   std::string id;       // "chatcmpl-..." or "cmpl-..."
   int64_t created = 0;  // unix seconds
   std::string model;
+  bool logprobs = false;  // the request asked for log-probabilities: `logprobs` is an object, not null
 };
 
 // A task's events gathered for a non-streaming response.
 struct CollectedOutput {
   std::string content, reasoning;
   std::vector<ToolCallOutput> tool_calls;
+  std::vector<TokenLogprobOutput> logprobs;  // one per sampled token, in order
   bool finished = false;
   FinishReason finish_reason = FinishReason::stop;
   Usage usage;
@@ -58,10 +66,15 @@ class StreamFormatter {
  private:
   nlohmann::ordered_json chunk(nlohmann::ordered_json choice) const;
 
+  // The entries gathered since the last chunk, as the chunk's `logprobs` (null when not asked for).
+  nlohmann::ordered_json take_logprobs();
+
   ResponseMeta meta_;
   bool chat_;
   bool include_usage_;
   int tool_calls_ = 0;
+  std::vector<TokenLogprobOutput> pending_logprobs_;
+  int64_t text_offset_ = 0;  // completions: bytes of token text before the pending entries
 };
 
 }  // namespace fl::server

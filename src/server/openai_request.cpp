@@ -202,12 +202,19 @@ GenerationRequest parse_generation(const Fields& f, const RequestLimits& limits,
   }
 
   if (auto n = f.integer("n"); n && *n != 1) invalid_param("n", "n = {}: only one choice per request is supported", *n);
-  if (const json* lp = f.get("logprobs")) {
-    const bool wanted = lp->is_boolean() ? lp->get<bool>() : !(lp->is_number() && lp->get<double>() == 0);
-    if (wanted) invalid_param("logprobs", "logprobs are not supported");
+  // Log-probabilities: chat `logprobs: true` with `top_logprobs` alternatives (0 .. 20); the
+  // legacy completions `logprobs: N` (0 .. 5: N alternatives, the sampled token's always given).
+  if (chat) {
+    const bool wanted = f.boolean("logprobs").value_or(false);
+    const std::optional<int64_t> top = f.integer("top_logprobs");
+    if (top && (*top < 0 || *top > 20)) invalid_param("top_logprobs", "top_logprobs = {} is outside [0, 20]", *top);
+    if (top && *top > 0 && !wanted)
+      invalid_param("top_logprobs", "top_logprobs needs logprobs: true (it says how many alternatives to list)");
+    if (wanted) g.logprobs = static_cast<int>(top.value_or(0));
+  } else if (auto n = f.integer("logprobs")) {
+    if (*n < 0 || *n > 5) invalid_param("logprobs", "logprobs = {} is outside [0, 5]", *n);
+    g.logprobs = static_cast<int>(*n);
   }
-  if (auto top = f.integer("top_logprobs"); top && *top != 0)
-    invalid_param("top_logprobs", "top_logprobs are not supported");
   if (const json* model = f.get("model"); model && !model->is_string())
     invalid_param("model", "model must be a string, got {}", a_type(*model));
   return g;

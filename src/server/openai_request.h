@@ -4,7 +4,7 @@
 // nothing past this point sees raw or unchecked JSON.
 //
 // Unknown fields are ignored (clients send `user`, `store`, `metadata`, ...); known fields with
-// values fireline cannot honour (n > 1, logprobs, json_schema, image parts, ...) are refused
+// values fireline cannot honour (n > 1, echo, json_schema, image parts, ...) are refused
 // rather than silently ignored.
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -41,6 +41,7 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  int logprobs = -1;           // GenerationTask::logprobs (-1: not asked for)
 };
 
 struct ChatRequest {

@@ -126,6 +126,25 @@ await check("reasoning", async () => {
   };
 });
 
+await check("logprobs", async () => {
+  const r = await client.chat.completions.create({
+    model,
+    messages: [{ role: "user", content: "rate these" }],
+    logprobs: true,
+    top_logprobs: 2,
+  });
+  // The stream helper gathers the chunks' logprobs into the final message's.
+  const runner = client.chat.completions.stream({
+    model,
+    messages: [{ role: "user", content: "rate these" }],
+    logprobs: true,
+    top_logprobs: 2,
+  });
+  const final = await runner.finalChatCompletion();
+  const entries = (lp) => (lp?.content ?? []).map((e) => ({ token: e.token, logprob: e.logprob, top: e.top_logprobs.length }));
+  return { entries: entries(r.choices[0].logprobs), streamed: entries(final.choices[0].logprobs) };
+});
+
 await check("completion", async () => {
   const r = await client.completions.create({ model, prompt: "complete me", max_tokens: 16 });
   return { object: r.object, text: r.choices[0].text, finish_reason: r.choices[0].finish_reason };

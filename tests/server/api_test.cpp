@@ -305,7 +305,8 @@ TEST(ServeApi, SamplingParametersAreAcceptedAndChecked) {
                                                                      {"min_p", 1.5},
                                                                      {"presence_penalty", 2.5},
                                                                      {"n", 2},
-                                                                     {"logprobs", true},
+                                                                     {"logprobs", "yes"},
+                                                                     {"top_logprobs", 3},  // without logprobs
                                                                      {"logit_bias", {{"x", 1}}}}) {
     json bad = chat_body("sample");
     bad[key] = value;
@@ -315,6 +316,120 @@ TEST(ServeApi, SamplingParametersAreAcceptedAndChecked) {
         r.json()["error"]["param"].is_string() ? r.json()["error"]["param"].get<std::string>() : "";
     EXPECT_EQ(param.rfind(key, 0), 0u) << key << ": " << r.body;
   }
+}
+
+// The fake engine's log-probabilities: piece i at -0.25 (i % 4), alternatives "<altK>" 0.5 apart.
+TEST(ServeApi, ChatLogprobsListEverySampledToken) {
+  TestServer s;
+  json body = chat_body("one two three");
+  body["logprobs"] = true;
+  body["top_logprobs"] = 2;
+  auto r = s.post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json response = r.json();
+  const json& lp = response["choices"][0]["logprobs"];
+  ASSERT_TRUE(lp.is_object()) << r.body;
+  EXPECT_TRUE(lp["refusal"].is_null());
+  const json& content = lp["content"];
+  ASSERT_EQ(content.size(), 5u);  // "You" " said:" " one" " two" " three"
+  std::string joined;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& e = content[i];
+    joined += e["token"].get<std::string>();
+    EXPECT_FLOAT_EQ(e["logprob"].get<float>(), -0.25f * static_cast<float>(i % 4));
+    std::string bytes;
+    for (const json& b : e["bytes"]) bytes += static_cast<char>(b.get<int>());
+    EXPECT_EQ(bytes, e["token"].get<std::string>());
+    ASSERT_EQ(e["top_logprobs"].size(), 2u);
+    EXPECT_EQ(e["top_logprobs"][0]["token"], e["token"]);
+    EXPECT_EQ(e["top_logprobs"][1]["token"], "<alt1>");
+    EXPECT_FLOAT_EQ(e["top_logprobs"][1]["logprob"].get<float>(), e["logprob"].get<float>() - 0.5f);
+    EXPECT_TRUE(e["top_logprobs"][1]["bytes"].is_array());
+  }
+  EXPECT_EQ(joined, "You said: one two three");
+  // logprobs: true alone gives entries with no alternatives; not asking gives null.
+  body.erase("top_logprobs");
+  auto plain = s.post("/v1/chat/completions", body);
+  ASSERT_EQ(plain.status, 200) << plain.body;
+  EXPECT_TRUE(plain.json()["choices"][0]["logprobs"]["content"][0]["top_logprobs"].empty());
+  body["logprobs"] = false;
+  EXPECT_TRUE(s.post("/v1/chat/completions", body).json()["choices"][0]["logprobs"].is_null());
+  for (int bad : {-1, 21}) {
+    body["logprobs"] = true;
+    body["top_logprobs"] = bad;
+    auto r2 = s.post("/v1/chat/completions", body);
+    EXPECT_EQ(r2.status, 400) << bad;
+    EXPECT_EQ(r2.json()["error"]["param"], "top_logprobs");
+  }
+
+  // Streamed: each entry rides with a chunk that carries text (the thought's tokens with the
+  // reasoning chunks), none is lost, and the order is the tokens'.
+  body = chat_body("four five", true);
+  body["logprobs"] = true;
+  body["top_logprobs"] = 1;
+  body["chat_template_kwargs"] = {{"enable_thinking", true}};
+  auto st = s.post("/v1/chat/completions", body);
+  ASSERT_EQ(st.status, 200) << st.body;
+  std::string streamed_tokens, text;
+  size_t entries = 0;
+  for (const auto& p : sse_payloads(st.body)) {
+    if (p == "[DONE]") continue;
+    const json c = json::parse(p);
+    const json& choice = c["choices"][0];
+    const json& delta = choice["delta"];
+    if (delta.contains("content")) text += delta["content"].get<std::string>();
+    if (delta.contains("reasoning_content")) text += delta["reasoning_content"].get<std::string>();
+    if (choice["logprobs"].is_null()) continue;
+    for (const json& e : choice["logprobs"]["content"]) {
+      streamed_tokens += e["token"].get<std::string>();
+      EXPECT_EQ(e["top_logprobs"].size(), 1u);
+      ++entries;
+    }
+  }
+  EXPECT_EQ(streamed_tokens, text);
+  EXPECT_EQ(entries, 10u + 4u);  // the thought's 10 words, then the answer's 4
+}
+
+TEST(ServeApi, CompletionLogprobsUseTheLegacyLists) {
+  TestServer s;
+  json body = {{"prompt", "alpha beta"}, {"logprobs", 2}};
+  auto r = s.post("/v1/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json response = r.json();
+  const json& lp = response["choices"][0]["logprobs"];
+  ASSERT_TRUE(lp.is_object()) << r.body;
+  const std::vector<std::string> tokens = {"You", " said:", " alpha", " beta"};
+  ASSERT_EQ(lp["tokens"].size(), tokens.size());
+  int64_t offset = 0;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    EXPECT_EQ(lp["tokens"][i], tokens[i]);
+    EXPECT_FLOAT_EQ(lp["token_logprobs"][i].get<float>(), -0.25f * static_cast<float>(i % 4));
+    EXPECT_EQ(lp["text_offset"][i], offset);
+    offset += static_cast<int64_t>(tokens[i].size());
+    const json& top = lp["top_logprobs"][i];
+    ASSERT_EQ(top.size(), 2u);
+    EXPECT_FLOAT_EQ(top[tokens[i]].get<float>(), -0.25f * static_cast<float>(i % 4));
+    EXPECT_TRUE(top.contains("<alt1>"));
+  }
+  // Streamed, the offsets continue from chunk to chunk.
+  body["stream"] = true;
+  auto st = s.post("/v1/completions", body);
+  std::vector<int64_t> offsets;
+  for (const auto& p : sse_payloads(st.body)) {
+    if (p == "[DONE]") continue;
+    const json c = json::parse(p);
+    const json& choice = c["choices"][0];
+    if (choice["logprobs"].is_null()) continue;
+    for (const json& o : choice["logprobs"]["text_offset"]) offsets.push_back(o.get<int64_t>());
+  }
+  EXPECT_EQ(offsets, (std::vector<int64_t>{0, 3, 9, 15}));
+  for (const json& bad : {json(6), json(-1), json("two"), json(true)}) {
+    json b = {{"prompt", "x"}, {"logprobs", bad}};
+    auto r2 = s.post("/v1/completions", b);
+    EXPECT_EQ(r2.status, 400) << bad.dump();
+    EXPECT_EQ(r2.json()["error"]["param"], "logprobs") << bad.dump();
+  }
+  EXPECT_TRUE(s.post("/v1/completions", json{{"prompt", "x"}}).json()["choices"][0]["logprobs"].is_null());
 }
 
 TEST(ServeApi, CompletionsEndpoint) {

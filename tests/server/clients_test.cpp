@@ -57,6 +57,16 @@ TEST(ServeClients, OpenAiNpmClient) {
   EXPECT_EQ(r["streamed_reasoning"], "The user wrote 2 words. I will repeat them back.");
   EXPECT_EQ(r["streamed_content"], "You said: think first");
 
+  // The fake engine's log-probabilities (its 4 answer tokens at 0, -0.25, -0.5, -0.75), whole and
+  // as the client's stream helper puts the chunks' entries together.
+  const json& lp = out["logprobs"];
+  ASSERT_EQ(lp["entries"].size(), 4u) << lp;
+  EXPECT_EQ(lp["streamed"], lp["entries"]) << lp;
+  EXPECT_EQ(lp["entries"][0]["token"], "You");
+  EXPECT_EQ(lp["entries"][3]["token"], " these");
+  EXPECT_EQ(lp["entries"][3]["logprob"], -0.75);
+  EXPECT_EQ(lp["entries"][3]["top"], 2);
+
   EXPECT_EQ(out["completion"]["object"], "text_completion") << out["completion"];
   EXPECT_EQ(out["completion"]["text"], "You said: complete me");
 

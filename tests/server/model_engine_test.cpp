@@ -4,6 +4,8 @@
 // tokens; stop strings, max_tokens, the thinking budget, cancel and bad tasks behave.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "core/error.h"
@@ -28,6 +30,7 @@ struct Outcome {
   FinishReason reason = FinishReason::stop;
   Usage usage;
   std::string error;
+  std::vector<TokenLogprobOutput> logprobs;
 };
 
 // Each test runs on a Gemma 4 MoE and on a Qwen3.5 MoE (hybrid: linear-attention layers carry a
@@ -109,6 +112,7 @@ class ModelEngineTest : public ::testing::TestWithParam<std::string> {
       case EngineEvent::Kind::content: o.content += ev.text; break;
       case EngineEvent::Kind::reasoning: o.reasoning += ev.text; break;
       case EngineEvent::Kind::tool_call: ++o.tool_calls; break;
+      case EngineEvent::Kind::logprob: o.logprobs.push_back(ev.logprob); break;
       case EngineEvent::Kind::finish:
         o.finished = true;
         o.reason = ev.finish_reason;
@@ -212,6 +216,64 @@ TEST_P(ModelEngineTest, NextTurnReusesTheSlotsTokens) {
   run(*e, out);
   EXPECT_EQ(out[3].usage.cached_prompt_tokens, 0);
   expect_same(out[3], reference(other, task(other, 15)), "unrelated prompt");
+}
+
+TEST_P(ModelEngineTest, LogprobsAreTheModelsOwnLogSoftmax) {
+  // A task that asks for log-probabilities beside one that does not (the step then samples both
+  // on the host): both answer as the Generator does, and the first's entries are log_softmax of
+  // the model's logits, recomputed here on a sequence of its own. A logit_bias makes the sampler
+  // pick a token the model itself finds unlikely, which the entries must show (they are the
+  // model's distribution, not the sampler's).
+  auto e = engine(2);
+  const Prompt p = chat_prompt("Why is the sky blue?"), other = chat_prompt("Tell me a story");
+  const std::vector<int32_t> pushed = text_->tokenizer.encode(" sea", false);
+  ASSERT_FALSE(pushed.empty());
+  SamplingParams biased = greedy();
+  biased.repetition_penalty = 1.0f;
+  biased.logit_bias = {{pushed[0], 100.0f}};
+  GenerationTask with = task(p, 16, biased);
+  with.logprobs = 3;
+  const GenerationTask plain = task(other, 16);
+  std::map<TaskId, Outcome> out;
+  e->start(1, with);
+  e->start(2, plain);
+  run(*e, out);
+  const GenerationResult want = reference(p, with);
+  expect_same(out[1], want, "with logprobs");
+  expect_same(out[2], reference(other, plain), "beside it");
+  EXPECT_TRUE(out[2].logprobs.empty());
+  // One entry per sampled token; none for an ending EOS.
+  const bool eos_end = want.stop_cause == StopCause::eos_token;
+  ASSERT_EQ(out[1].logprobs.size(), want.tokens.size() - (eos_end ? 1 : 0));
+
+  auto seq = model_->new_sequence({kContext, DType::f32, true});
+  std::vector<float> logits = model_->forward(*seq, p.ids, LogitsMode::last);
+  int not_top = 0;
+  for (size_t i = 0; i < out[1].logprobs.size(); ++i) {
+    SCOPED_TRACE("token " + std::to_string(i));
+    const int32_t token = want.tokens[i];
+    double max_logit = -INFINITY, sum = 0.0;
+    for (float l : logits) max_logit = std::max(max_logit, static_cast<double>(l));
+    for (float l : logits) sum += std::exp(l - max_logit);
+    auto logprob = [&](int32_t id) { return logits[static_cast<size_t>(id)] - max_logit - std::log(sum); };
+    std::vector<int32_t> order(logits.size());
+    for (size_t k = 0; k < order.size(); ++k) order[k] = static_cast<int32_t>(k);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+
+    const TokenLogprobOutput& got = out[1].logprobs[i];
+    EXPECT_NEAR(got.chosen.logprob, logprob(token), 1e-4);
+    EXPECT_LE(got.chosen.logprob, 0.0f);
+    EXPECT_EQ(got.chosen.bytes, text_->tokenizer.token_bytes(token));
+    ASSERT_EQ(got.top.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_NEAR(got.top[k].logprob, logprob(order[k]), 1e-4) << "alternative " << k;
+      EXPECT_EQ(got.top[k].bytes, text_->tokenizer.token_bytes(order[k])) << "alternative " << k;
+    }
+    EXPECT_EQ(token, pushed[0]);
+    if (token != order[0]) ++not_top;
+    logits = model_->forward(*seq, std::span<const int32_t>(&token, 1), LogitsMode::last);
+  }
+  EXPECT_GT(not_top, 0) << "the bias never moved the pick: the test shows nothing about whose distribution it is";
 }
 
 TEST_P(ModelEngineTest, StopStringsMaxTokensAndTheThinkingBudget) {

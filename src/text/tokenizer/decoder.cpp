@@ -177,4 +177,28 @@ std::string Decoder::decode(std::vector<std::string> tokens, bool at_start, bool
   return out;
 }
 
+std::string Decoder::token_bytes(std::string token) const {
+  if (steps_.empty()) return token;
+  for (const DecoderStep& step : steps_) {
+    switch (step.kind) {
+      case DecoderStep::Kind::byte_level: {
+        std::string bytes;
+        if (!byte_level_decode(token, bytes)) bytes = token;
+        token = std::move(bytes);
+        break;
+      }
+      case DecoderStep::Kind::replace: token = step.pattern.replace_all(token, step.content); break;
+      case DecoderStep::Kind::byte_fallback: {
+        const int b = byte_fallback_value(token);
+        if (b >= 0) token.assign(1, static_cast<char>(b));
+        break;
+      }
+      case DecoderStep::Kind::fuse:
+      case DecoderStep::Kind::strip: break;  // inside an output: nothing to join or trim
+      case DecoderStep::Kind::metaspace: token = metaspace(token, step.replacement, false); break;
+    }
+  }
+  return token;
+}
+
 }  // namespace fl

@@ -34,6 +34,10 @@ class Decoder {
   explicit Decoder(std::vector<DecoderStep> steps);
 
   std::string decode(std::vector<std::string> tokens, bool at_start = true, bool at_end = true) const;
+  // The bytes one token adds to the text in the middle of an output (no Strip at its ends, no
+  // Metaspace prefix dropped), raw: a byte-level or byte-fallback token that is part of a UTF-8
+  // character gives that part, where decode() would give U+FFFD. (OpenAI's logprobs `bytes`.)
+  std::string token_bytes(std::string token) const;
 
   // --- what StreamingDetokenizer needs to know to cut safely between windows ---
   bool has_byte_fallback() const { return has_byte_fallback_; }

@@ -92,6 +92,12 @@ std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
   return std::string(*t);
 }
 
+std::string Tokenizer::token_bytes(int32_t id) const {
+  auto t = impl_->token(id);
+  if (!t) return {};
+  return impl_->decoder.token_bytes(std::string(*t));
+}
+
 bool Tokenizer::is_special(int32_t id) const { return impl_->is_special(id); }
 int32_t Tokenizer::vocab_size() const { return impl_->vocab_end; }
 std::optional<int32_t> Tokenizer::bos_id() const { return impl_->bos_id; }

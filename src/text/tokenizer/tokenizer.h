@@ -35,6 +35,9 @@ class Tokenizer {
 
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::optional<std::string> id_to_token(int32_t id) const;
+  // The raw bytes this id adds to decoded text in the middle of an output (a part of a UTF-8
+  // character for a byte token; a special token's own text); empty for an id without a token.
+  std::string token_bytes(int32_t id) const;
   bool is_special(int32_t id) const;
   // One more than the largest id (the size an embedding table needs at least).
   int32_t vocab_size() const;

@@ -313,6 +313,33 @@ TEST(Decoder, MetaspaceStripAndNoDecoder) {
   EXPECT_EQ(none.decode({"c"}, /*at_start=*/false, true), " c");
 }
 
+TEST(Decoder, TokenBytesKeepPartsOfCharacters) {
+  Decoder bytes({dec_step(DecoderStep::Kind::byte_level)});
+  // "âĢ" is the first two bytes of ’: decode() says U+FFFD, token_bytes the bytes.
+  EXPECT_EQ(bytes.token_bytes("\xC3\xA2\xC4\xA2"), "\xE2\x80");
+  EXPECT_EQ(bytes.token_bytes("\xC4\xA0h"), " h");
+  EXPECT_EQ(bytes.token_bytes("<|x|>"), "<|x|>");  // outside the byte table: as it is
+  DecoderStep replace = dec_step(DecoderStep::Kind::replace);
+  replace.pattern = TextPattern::literal("\xE2\x96\x81");
+  replace.content = " ";
+  Decoder gemma({replace, dec_step(DecoderStep::Kind::byte_fallback), dec_step(DecoderStep::Kind::fuse)});
+  EXPECT_EQ(gemma.token_bytes("\xE2\x96\x81"
+                              "a"),
+            " a");
+  EXPECT_EQ(gemma.token_bytes("<0xE2>"), "\xE2");
+  // Metaspace inside an output keeps its space; Strip trims only the ends of a whole output.
+  Decoder meta({dec_step(DecoderStep::Kind::metaspace)});
+  EXPECT_EQ(meta.token_bytes("\xE2\x96\x81"
+                             "b"),
+            " b");
+  DecoderStep strip = dec_step(DecoderStep::Kind::strip);
+  strip.strip_char = ' ';
+  strip.strip_start = 1;
+  Decoder llama2({dec_step(DecoderStep::Kind::fuse), strip});
+  EXPECT_EQ(llama2.token_bytes(" b"), " b");
+  EXPECT_EQ(Decoder().token_bytes("c"), "c");
+}
+
 TEST(Decoder, ByteFallbackValue) {
   EXPECT_EQ(byte_fallback_value("<0x0A>"), 10);
   EXPECT_EQ(byte_fallback_value("<0xff>"), 255);

@@ -131,6 +131,29 @@ TEST_F(ByteLevelFixture, StreamingNeverSplitsACharacter) {
   EXPECT_EQ(stream_all(tok, with_special, true), tok.decode(with_special, true));
 }
 
+TEST_F(ByteLevelFixture, TokenBytesAreTheRawBytesOfEachToken) {
+  // 🙂's four bytes are four tokens: each gives its byte (decode() of one alone gives U+FFFD), and
+  // the pieces joined are the text.
+  const auto v = tok.encode(
+      "a\xF0\x9F\x99\x82"
+      "b",
+      false);
+  ASSERT_EQ(v.size(), 6u);
+  std::string joined;
+  for (int32_t id : v) joined += tok.token_bytes(id);
+  EXPECT_EQ(joined,
+            "a\xF0\x9F\x99\x82"
+            "b");
+  EXPECT_EQ(tok.token_bytes(v[1]), "\xF0");
+  EXPECT_EQ(tok.decode(ids({v[1]})), "\uFFFD");
+  // A special token's own text; an id without a token, nothing.
+  const auto eos = tok.encode("</s>", false);
+  ASSERT_EQ(eos.size(), 1u);
+  EXPECT_EQ(tok.token_bytes(eos[0]), "</s>");
+  EXPECT_EQ(tok.token_bytes(99999), "");
+  EXPECT_EQ(tok.token_bytes(-1), "");
+}
+
 // ---- SentencePiece-style BPE (tiny_spm: Replace " "->"▁", byte fallback, <bos> template) ----
 
 class SpmFixture : public ::testing::Test {
@@ -160,6 +183,17 @@ TEST_F(SpmFixture, DecodesByteFallbackAndSpaces) {
   }
   EXPECT_EQ(tok.decode(tok.encode("hello")), "<bos>hello");
   EXPECT_EQ(tok.decode(tok.encode("hello"), true), "hello");
+}
+
+TEST_F(SpmFixture, TokenBytesGiveSpacesAndFallbackBytes) {
+  // "▁" is a space; é's byte-fallback tokens <0xC3> <0xA9> one byte each; joined: the text.
+  const std::string text = " caf\xC3\xA9 and\n";
+  const auto v = tok.encode(text, false);
+  std::string joined;
+  for (int32_t id : v) joined += tok.token_bytes(id);
+  EXPECT_EQ(joined, text);
+  EXPECT_EQ(tok.token_bytes(4 + 0xC3), "\xC3");
+  EXPECT_EQ(tok.token_bytes(284), tok.decode(ids({284})));  // an ordinary token: as decoded
 }
 
 TEST_F(SpmFixture, StreamingHoldsByteRunsUntilTheyEnd) {
