@@ -62,7 +62,7 @@ struct GenerationTask {
   std::vector<int32_t> prompt_tokens;  // its token ids (empty when the frontend does not tokenize)
   int64_t prompt_token_count = 0;      // what the prompt counts for in usage and context checks
   SamplingParams sampling;
-  int64_t max_tokens = 1;         // > 0; prompt + max_tokens <= the engine's context
+  int64_t max_tokens = 1;         // > 0 (>= 0 with echo); prompt + max_tokens <= the engine's context
   std::vector<std::string> stop;  // generation ends before the first of these; not emitted
   ThinkingOptions thinking;
   std::vector<ToolDefinition> tools;  // empty: no tool-call parsing
@@ -71,6 +71,9 @@ struct GenerationTask {
   // Log-probabilities of each sampled token: -1 none; else that many most likely alternatives
   // with each (0 .. 20).
   int logprobs = -1;
+  // Completions: the prompt's text comes first in the answer, and with logprobs its tokens' entries
+  // (the first token's has no value: nothing precedes it). max_tokens may then be 0: scoring only.
+  bool echo = false;
 };
 
 enum class FinishReason {
@@ -112,6 +115,7 @@ struct LogprobEntry {
 struct TokenLogprobOutput {
   LogprobEntry chosen;
   std::vector<LogprobEntry> top;
+  bool has_logprob = true;  // false: an echoed prompt's first token (chosen.logprob and top unused)
 };
 
 struct EngineEvent {

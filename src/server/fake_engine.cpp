@@ -83,7 +83,7 @@ int FakeEngine::free_slots() const { return std::max(0, config_.parallel - stati
 void FakeEngine::start(TaskId id, GenerationTask task) {
   const std::string subject = utf8::sanitize(answer_subject(task));
   if (has(subject, "[[fail]]")) fail("fake engine: the request asked it to fail ([[fail]])");
-  FL_ASSERT(task.max_tokens > 0);
+  FL_ASSERT(task.max_tokens > 0 || (task.echo && task.max_tokens == 0));
 
   Task t;
   t.id = id;
@@ -143,7 +143,11 @@ void FakeEngine::start(TaskId id, GenerationTask task) {
     script.resize(task.max_tokens);
     reason = FinishReason::length;
   }
-  t.reasoning_tokens = std::min<int64_t>(reasoning_count, static_cast<int64_t>(script.size()));
+  if (task.echo) {  // the prompt first, not counted as generated (its one logprob entry has no value)
+    script.insert(script.begin(), Piece{EngineEvent::Kind::content, task.prompt_text, {}});
+    t.echoed = 1;
+  }
+  t.reasoning_tokens = std::min<int64_t>(reasoning_count, static_cast<int64_t>(script.size()) - t.echoed);
   t.script = std::move(script);
   t.reason = reason;
   tasks_.push_back(std::move(t));
@@ -170,8 +174,11 @@ int64_t FakeEngine::step(const EmitFn& emit) {
     if (t.next < t.script.size()) {
       Piece& piece = t.script[t.next++];
       ++generated;
-      if (t.logprobs >= 0 && piece.kind != EngineEvent::Kind::tool_call)
-        emit(t.id, EngineEvent::token_logprob(fake_logprobs(piece.text, t.next - 1, t.logprobs)));
+      if (t.logprobs >= 0 && piece.kind != EngineEvent::Kind::tool_call) {
+        TokenLogprobOutput lp = fake_logprobs(piece.text, t.next - 1 - t.echoed, t.logprobs);
+        if (t.next - 1 < t.echoed) lp.has_logprob = false, lp.top.clear();
+        emit(t.id, EngineEvent::token_logprob(std::move(lp)));
+      }
       switch (piece.kind) {
         case EngineEvent::Kind::reasoning:
           emit(t.id, EngineEvent::reasoning(std::move(piece.text)));
@@ -193,7 +200,7 @@ int64_t FakeEngine::step(const EmitFn& emit) {
     }
     Usage usage;
     usage.prompt_tokens = t.prompt_tokens;
-    usage.completion_tokens = static_cast<int64_t>(t.script.size());
+    usage.completion_tokens = static_cast<int64_t>(t.script.size()) - t.echoed;
     usage.reasoning_tokens = t.reasoning_tokens;
     Timings timings;
     timings.prompt_ms = std::chrono::duration<double, std::milli>(t.first_token_at - t.started_at).count();

@@ -22,7 +22,8 @@
 // json_object answers {"echo": "<the text>"}. Stop strings cut the answer before their first
 // occurrence (finish: stop); max_tokens counts reasoning and answer tokens (finish: length).
 // Asked for log-probabilities, it sends one before each reasoning or answer piece: the piece at
-// -0.25 (i % 4) for the i-th piece, and alternatives "<alt1>", "<alt2>", ... each 0.5 below.
+// -0.25 (i % 4) for the i-th piece, and alternatives "<alt1>", "<alt2>", ... each 0.5 below. Echo
+// (completions) sends the prompt text first, as one piece whose entry has no value.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -78,6 +79,7 @@ class FakeEngine final : public Engine {
     int64_t prompt_tokens = 0;
     int64_t reasoning_tokens = 0;
     int logprobs = -1;  // GenerationTask::logprobs
+    size_t echoed = 0;  // 1: the script starts with the echoed prompt (not a generated token)
     std::chrono::milliseconds delay{0};
     std::chrono::steady_clock::time_point started_at, first_token_at;
   };

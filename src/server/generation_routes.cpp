@@ -108,6 +108,7 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     task.stop = request.generation.stop;
     task.thinking.enabled = false;
     task.logprobs = request.generation.logprobs;
+    task.echo = request.echo;
     respond(std::move(task), request.generation, /*chat=*/false, res);
   } catch (const ApiError& e) {
     send_error(res, e);

@@ -75,14 +75,17 @@ void ModelEngine::start(TaskId id, GenerationTask task) {
   for (const auto& [t, bias] : task.sampling.logit_bias)
     if (t >= model_.vocab_size())
       fail("logit_bias names token {}, outside the vocabulary [0, {})", t, model_.vocab_size());
-  if (task.max_tokens < 1) fail("max_tokens must be at least 1, not {}", task.max_tokens);
+  if (task.max_tokens < (task.echo ? 0 : 1))
+    fail("max_tokens must be at least {}, not {}", task.echo ? 0 : 1, task.max_tokens);
 
-  // The free slot that already holds the longest prefix of this prompt; else the emptiest one.
+  // The free slot that already holds the longest prefix of this prompt; else the emptiest one. (An
+  // echoed prompt's log-probabilities need the logits of every prompt token: it runs whole.)
+  const bool prompt_logprobs = task.echo && task.logprobs >= 0;
   Slot* best = nullptr;
   size_t best_reuse = 0;
   for (Slot& s : slots_) {
     if (s.run) continue;
-    const size_t reuse = reusable_prefix(s.tokens, task.prompt_tokens);
+    const size_t reuse = prompt_logprobs ? 0 : reusable_prefix(s.tokens, task.prompt_tokens);
     if (!best || reuse > best_reuse || (reuse == best_reuse && best_reuse == 0 && s.tokens.size() < best->tokens.size())) {
       best = &s;
       best_reuse = reuse;
@@ -270,6 +273,29 @@ LogprobEntry ModelEngine::logprob_entry(const TokenLogprob& p) const {
   return e;
 }
 
+void ModelEngine::emit_prompt_logprobs(const Running& r, std::span<const float> logits, int64_t rows,
+                                       const EmitFn& emit) {
+  const auto V = static_cast<size_t>(model_.vocab_size());
+  const auto& prompt = r.task.prompt_tokens;
+  if (r.prefilled == 0) {  // the first token: nothing before it predicts it
+    TokenLogprobOutput first;
+    first.chosen = logprob_entry({prompt[0], 0.0f});
+    first.has_logprob = false;
+    emit(r.id, EngineEvent::token_logprob(std::move(first)));
+  }
+  // Row i holds the logits after prompt token prefilled + i: they predict the token after it.
+  for (int64_t i = 0; i < rows; ++i) {
+    const auto next = static_cast<size_t>(r.prefilled + i + 1);
+    if (next >= prompt.size()) break;
+    const TokenLogprobs lp =
+        token_logprobs(logits.subspan(static_cast<size_t>(i) * V, V), prompt[next], r.task.logprobs);
+    TokenLogprobOutput out;
+    out.chosen = logprob_entry(lp.chosen);
+    for (const TokenLogprob& p : lp.top) out.top.push_back(logprob_entry(p));
+    emit(r.id, EngineEvent::token_logprob(std::move(out)));
+  }
+}
+
 int64_t ModelEngine::advance(Slot& slot, const EmitFn& emit) {
   Running& r = *slot.run;
   if (!r.forced_call.empty() && !r.text->in_reasoning()) return force_call_opening(slot, emit);
@@ -352,15 +378,26 @@ int64_t ModelEngine::step(const EmitFn& emit) {
     const auto n_prompt = static_cast<int64_t>(r.task.prompt_tokens.size());
     if (r.prefilled >= n_prompt) continue;
     next_prefill_ = i + 1;
-    const int64_t len = std::min(config_.prefill_chunk, n_prompt - r.prefilled);
+    // An echoed prompt's log-probabilities: every row's logits, in chunks of at most ~64 MiB of them.
+    const bool all_rows = r.task.echo && r.task.logprobs >= 0;
+    const auto V = static_cast<int64_t>(model_.vocab_size());
+    const int64_t max_len = all_rows ? std::max<int64_t>(1, (int64_t{64} << 20) / (4 * V)) : config_.prefill_chunk;
+    const int64_t len = std::min({config_.prefill_chunk, max_len, n_prompt - r.prefilled});
     std::span<const int32_t> chunk(r.task.prompt_tokens.data() + r.prefilled, static_cast<size_t>(len));
     try {
-      std::vector<float> logits = model_.forward(*slot.seq, chunk, LogitsMode::last);
+      std::vector<float> logits = model_.forward(*slot.seq, chunk, all_rows ? LogitsMode::all : LogitsMode::last);
       slot.tokens.insert(slot.tokens.end(), chunk.begin(), chunk.end());
+      if (all_rows) emit_prompt_logprobs(r, logits, len, emit);
       r.prefilled += len;
       if (r.prefilled == n_prompt) {
+        if (all_rows) logits.erase(logits.begin(), logits.end() - V);  // the last row: the first answer token's
         r.logits = std::move(logits);
         r.prompt_done_at = Clock::now();
+        if (r.task.echo) emit(r.id, EngineEvent::content(r.task.prompt_text));
+        if (r.task.max_tokens == 0) {  // scoring only
+          r.logits.clear();
+          finish(slot, StopCause::max_tokens, emit);
+        }
       }
     } catch (const Error& e) {
       fail_task(slot, fmt::format("prefill failed: {}", e.what()), emit);

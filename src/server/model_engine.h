@@ -21,7 +21,9 @@
 //
 // Log-probabilities (GenerationTask::logprobs): each sampled token's, from the model's logits,
 // emitted before the text it adds; a step with such a task keeps every row's logits on the host
-// (as JSON mode does) instead of sampling on the device.
+// (as JSON mode does) instead of sampling on the device. Echo (completions): the prompt's text is
+// emitted when its prefill ends; with logprobs the prompt runs whole (no prefix reuse) in chunks
+// whose every row's logits come back (~64 MiB a chunk at most), one entry per prompt token.
 //
 // JSON mode (response_format json_object): outside a thought, each sampled token must keep the
 // answer a prefix of one JSON object (runtime/json_prefix.h); special tokens are refused, EOS
@@ -113,6 +115,8 @@ class ModelEngine final : public Engine {
   int64_t force_call_opening(Slot& slot, const EmitFn& emit);
   const std::string& token_text(int32_t id);  // decoded alone; "" for special tokens
   LogprobEntry logprob_entry(const TokenLogprob& p) const;  // with its text and bytes
+  // An echoed prompt's entries from a prefill chunk's `rows` rows of logits ([rows, vocab]).
+  void emit_prompt_logprobs(const Running& r, std::span<const float> logits, int64_t rows, const EmitFn& emit);
 
   Model& model_;
   std::shared_ptr<const ModelText> text_;

@@ -33,6 +33,7 @@ ordered_json chat_logprobs(const std::vector<TokenLogprobOutput>& entries) {
   ordered_json content = ordered_json::array();
   for (const TokenLogprobOutput& t : entries) {
     ordered_json entry = chat_logprob_entry(t.chosen);
+    if (!t.has_logprob) entry["logprob"] = nullptr;  // (chat has no echo; kept for completeness)
     ordered_json top = ordered_json::array();
     for (const LogprobEntry& alt : t.top) top.push_back(chat_logprob_entry(alt));
     entry["top_logprobs"] = std::move(top);
@@ -48,11 +49,17 @@ ordered_json completion_logprobs(const std::vector<TokenLogprobOutput>& entries,
                offsets = ordered_json::array();
   for (const TokenLogprobOutput& t : entries) {
     tokens.push_back(t.chosen.token);
-    values.push_back(t.chosen.logprob);
-    ordered_json alternatives = ordered_json::object();
-    for (const LogprobEntry& alt : t.top)
-      if (!alternatives.contains(alt.token)) alternatives[alt.token] = alt.logprob;  // (the likelier of two spellings)
-    top.push_back(std::move(alternatives));
+    if (!t.has_logprob) {  // an echoed prompt's first token
+      values.push_back(nullptr);
+      top.push_back(nullptr);
+    } else {
+      values.push_back(t.chosen.logprob);
+      ordered_json alternatives = ordered_json::object();
+      for (const LogprobEntry& alt : t.top)
+        if (!alternatives.contains(alt.token))
+          alternatives[alt.token] = alt.logprob;  // (the likelier of two spellings)
+      top.push_back(std::move(alternatives));
+    }
     offsets.push_back(offset);
     offset += static_cast<int64_t>(t.chosen.token.size());
   }

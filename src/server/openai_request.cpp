@@ -190,7 +190,11 @@ GenerationRequest parse_generation(const Fields& f, const RequestLimits& limits,
   if (chat) {
     if (auto v = f.integer("max_completion_tokens")) max_tokens = v, max_name = "max_completion_tokens";
   }
-  if (max_tokens && *max_tokens < 1) invalid_param(max_name, "{} = {} must be at least 1", max_name, *max_tokens);
+  // (0: an echoed completion that only scores its prompt)
+  const bool echo = !chat && f.boolean("echo").value_or(false);
+  if (max_tokens && *max_tokens < (echo ? 0 : 1))
+    invalid_param(max_name, "{} = {} must be at least {}{}", max_name, *max_tokens, echo ? 0 : 1,
+                  !chat && *max_tokens == 0 ? " (0 only with echo: true)" : "");
   g.max_tokens = max_tokens;
 
   parse_stop(f, limits, g.stop);
@@ -533,7 +537,7 @@ CompletionRequest parse_completion_request(const json& body, const RequestLimits
                   a_type(*prompt));
   }
   if (!r.prompt_tokens && r.prompt_text.empty()) invalid_param("prompt", "prompt is empty");
-  if (f.boolean("echo").value_or(false)) invalid_param("echo", "echo is not supported");
+  r.echo = f.boolean("echo").value_or(false);
   if (auto suffix = f.string("suffix"); suffix && !suffix->empty()) invalid_param("suffix", "suffix is not supported");
   if (auto best = f.integer("best_of"); best && *best != 1)
     invalid_param("best_of", "best_of = {}: only 1 is supported", *best);

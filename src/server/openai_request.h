@@ -4,7 +4,7 @@
 // nothing past this point sees raw or unchecked JSON.
 //
 // Unknown fields are ignored (clients send `user`, `store`, `metadata`, ...); known fields with
-// values fireline cannot honour (n > 1, echo, json_schema, image parts, ...) are refused
+// values fireline cannot honour (n > 1, json_schema, image parts, ...) are refused
 // rather than silently ignored.
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -57,6 +57,7 @@ struct CompletionRequest {
   std::string prompt_text;                            // a text prompt, or
   std::optional<std::vector<int32_t>> prompt_tokens;  // token ids
   GenerationRequest generation;
+  bool echo = false;  // the prompt's text (and with logprobs its tokens' entries) first
 };
 
 // Sampling fields the request leaves out keep their value in `defaults` (the model's

@@ -432,6 +432,43 @@ TEST(ServeApi, CompletionLogprobsUseTheLegacyLists) {
   EXPECT_TRUE(s.post("/v1/completions", json{{"prompt", "x"}}).json()["choices"][0]["logprobs"].is_null());
 }
 
+TEST(ServeApi, CompletionEchoScoresThePrompt) {
+  TestServer s;
+  // echo: the prompt's text, then the answer; max_tokens 0 (only with echo) scores the prompt alone.
+  auto r = s.post("/v1/completions", json{{"prompt", "once upon"}, {"echo", true}, {"max_tokens", 5}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.json()["choices"][0]["text"], "once uponYou said: once upon");
+  EXPECT_EQ(r.json()["usage"]["completion_tokens"], 4);
+  auto scored =
+      s.post("/v1/completions", json{{"prompt", "once upon"}, {"echo", true}, {"max_tokens", 0}, {"logprobs", 1}});
+  ASSERT_EQ(scored.status, 200) << scored.body;
+  const json j = scored.json();
+  EXPECT_EQ(j["choices"][0]["text"], "once upon");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 0);
+  const json& lp = j["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 1u) << lp;        // the fake engine's echo is one piece
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());  // nothing precedes a prompt's first token
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  auto zero = s.post("/v1/completions", json{{"prompt", "x"}, {"max_tokens", 0}});
+  EXPECT_EQ(zero.status, 400);
+  EXPECT_EQ(zero.json()["error"]["param"], "max_tokens");
+  auto chat_zero = s.post("/v1/chat/completions", [] {
+    json b = chat_body("x");
+    b["max_tokens"] = 0;
+    return b;
+  }());
+  EXPECT_EQ(chat_zero.status, 400);
+  // Streamed: the same text.
+  auto st = s.post("/v1/completions", json{{"prompt", "a b"}, {"echo", true}, {"stream", true}});
+  std::string text;
+  for (const auto& p : sse_payloads(st.body)) {
+    if (p == "[DONE]") continue;
+    text += json::parse(p)["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, "a bYou said: a b");
+}
+
 TEST(ServeApi, CompletionsEndpoint) {
   TestServer s;
   auto r = s.post("/v1/completions", json{{"prompt", "once upon"}, {"max_tokens", 10}});

@@ -276,6 +276,68 @@ TEST_P(ModelEngineTest, LogprobsAreTheModelsOwnLogSoftmax) {
   EXPECT_GT(not_top, 0) << "the bias never moved the pick: the test shows nothing about whose distribution it is";
 }
 
+TEST_P(ModelEngineTest, EchoScoresEveryPromptToken) {
+  // A completion with echo and logprobs: an entry per prompt token (the first without a value),
+  // each log_softmax of the logits after the tokens before it, recomputed here token by token;
+  // the prompt's text first in the answer. Prefill chunks of 5 so that entries cross chunks. Run
+  // twice in one slot: the second run must not reuse the first's tokens (it needs their logits).
+  auto e = engine(1, /*chunk=*/5);
+  const std::vector<int32_t> prompt = text_->tokenizer.encode("The sea is wide and the sky is blue", false);
+  ASSERT_GE(prompt.size(), 8u);
+  GenerationTask t;
+  t.kind = TaskKind::completion;
+  t.prompt_text = "The sea is wide and the sky is blue";
+  t.prompt_tokens = prompt;
+  t.prompt_token_count = static_cast<int64_t>(prompt.size());
+  t.sampling = greedy();
+  t.max_tokens = 0;
+  t.echo = true;
+  t.logprobs = 2;
+  auto seq = model_->new_sequence({kContext, DType::f32, true});
+  std::vector<std::vector<float>> after;  // logits after prompt token i
+  for (int32_t id : prompt) after.push_back(model_->forward(*seq, std::span<const int32_t>(&id, 1), LogitsMode::last));
+  for (TaskId run_id : {1, 2}) {
+    SCOPED_TRACE("run " + std::to_string(run_id));
+    std::map<TaskId, Outcome> out;
+    e->start(run_id, t);
+    run(*e, out);
+    const Outcome& o = out[run_id];
+    EXPECT_EQ(o.error, "");
+    EXPECT_EQ(o.reason, FinishReason::length);
+    EXPECT_EQ(o.content, t.prompt_text);
+    EXPECT_EQ(o.usage.completion_tokens, 0);
+    EXPECT_EQ(o.usage.cached_prompt_tokens, 0);
+    ASSERT_EQ(o.logprobs.size(), prompt.size());
+    EXPECT_FALSE(o.logprobs[0].has_logprob);
+    EXPECT_EQ(o.logprobs[0].chosen.bytes, text_->tokenizer.token_bytes(prompt[0]));
+    for (size_t i = 1; i < prompt.size(); ++i) {
+      const std::vector<float>& l = after[i - 1];
+      double m = -INFINITY, sum = 0.0;
+      for (float v : l) m = std::max(m, static_cast<double>(v));
+      for (float v : l) sum += std::exp(v - m);
+      EXPECT_TRUE(o.logprobs[i].has_logprob);
+      EXPECT_NEAR(o.logprobs[i].chosen.logprob, l[static_cast<size_t>(prompt[i])] - m - std::log(sum), 1e-4) << i;
+      EXPECT_EQ(o.logprobs[i].chosen.bytes, text_->tokenizer.token_bytes(prompt[i])) << i;
+      ASSERT_EQ(o.logprobs[i].top.size(), 2u);
+      EXPECT_GE(o.logprobs[i].top[0].logprob, o.logprobs[i].chosen.logprob) << i;
+    }
+  }
+  // With an answer after it: the prompt's entries, then one per generated token; the answer as a
+  // task without echo gives it.
+  t.max_tokens = 6;
+  std::map<TaskId, Outcome> out;
+  e->start(3, t);
+  run(*e, out);
+  GenerationTask plain = t;
+  plain.echo = false;
+  plain.logprobs = -1;
+  e->start(4, plain);
+  run(*e, out);
+  EXPECT_EQ(out[3].content, t.prompt_text + out[4].content);
+  EXPECT_EQ(out[3].logprobs.size(), prompt.size() + static_cast<size_t>(out[4].usage.completion_tokens) -
+                                        (out[4].reason == FinishReason::stop ? 1 : 0));
+}
+
 TEST_P(ModelEngineTest, StopStringsMaxTokensAndTheThinkingBudget) {
   auto e = engine(2);
   std::map<TaskId, Outcome> out;
