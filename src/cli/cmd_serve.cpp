@@ -38,6 +38,7 @@ struct ServeOptions {
   // Given or not: an empty value given (an unset shell variable) is an error, not "no key".
   std::optional<std::string> api_key, api_key_file;
   int64_t max_seq = 0;  // 0: the model's context, at most 4096
+  int64_t prefill_chunk = 0;  // 0: 512
   std::string backend;  // empty: cuda when available, else cpu
   std::string kv;       // empty: q8 on cuda, f32 on cpu
   std::string precision;         // empty: bf16 (generation_cli.h)
@@ -94,6 +95,7 @@ std::pair<std::unique_ptr<server::Engine>, std::unique_ptr<server::PromptFronten
   flags.kv = opt.kv;
   flags.precision = opt.precision;
   flags.ctx = opt.max_seq;
+  flags.prefill_chunk = opt.prefill_chunk;
   flags.tp = opt.tp;
   flags.ep = opt.ep;
   loaded = load_model_for_text(resolved, flags, opt.parallel);
@@ -228,6 +230,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--ep", opt->ep, "With --tp: deal a mixture-of-experts model's experts out over the ranks");
   cmd->add_option("--kv", opt->kv, "KV cache type: f32, bf16, q8 (default: q8 on cuda, f32 on cpu)");
   add_precision_option(cmd, opt->precision);
+  add_prefill_chunk_option(cmd, opt->prefill_chunk);
   cmd->add_option("--seed", opt->seed, "Sampling seed of requests that give none (default: a random one each)");
   cmd->add_option("--parallel", opt->parallel, "Sequences generated together (default 4)");
   cmd->add_flag("-d,--detach", opt->detach, "Run in the background: pid file and log under the fireline home");

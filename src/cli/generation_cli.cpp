@@ -69,6 +69,7 @@ void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
   cmd->add_option("--ctx,--max-seq", f.ctx, "Context size in tokens (default: the model's, at most 4096)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
   add_precision_option(cmd, f.precision);
+  add_prefill_chunk_option(cmd, f.prefill_chunk);
   cmd->add_option("--tp", f.tp,
                   "Split the model over this many ranks (tensor parallel; GPUs 0..N-1 over NCCL, or CPU threads)")
       ->check(CLI::Range(1, 64));
@@ -81,6 +82,13 @@ void add_precision_option(CLI::App* cmd, std::string& value, const char* help) {
                        : "Activations in the GPU's tensor-core products of prompts and batches: bf16 (default; "
                          "fastest) or f32 (exact, as the CPU); one sequence's decode is f32 either way")
       ->check(CLI::IsMember({"bf16", "f32"}));
+}
+
+void add_prefill_chunk_option(CLI::App* cmd, int64_t& value) {
+  cmd->add_option("--prefill-chunk", value,
+                  "Most prompt tokens per forward pass (default 512; more prefills long prompts faster on a GPU, "
+                  "for more scratch memory)")
+      ->check(CLI::Range(int64_t{1}, kMaxPrefillChunk));
 }
 
 BackendOptions backend_options_from_flags(const std::string& precision) {
@@ -123,7 +131,7 @@ LoadedModel load_model_for_text(const std::string& path, const GenerationFlags& 
   LoadOptions load;
   load.max_seq = m.context;
   load.kv_dtype = kv;
-  load.max_tokens = std::min<int64_t>(512, m.context);
+  load.max_tokens = std::min<int64_t>(flags.prefill_chunk > 0 ? flags.prefill_chunk : 512, m.context);
   load.sequences = sequences;
   m.backend_name = m.backend->name();
   if (flags.tp > 1) {  // one backend and thread per rank (model/tensor_parallel.h)

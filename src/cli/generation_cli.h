@@ -28,6 +28,7 @@ struct GenerationFlags {
   std::string backend;  // empty: cuda when available, else cpu
   std::string kv;       // empty: q8 on cuda, f32 on cpu
   int64_t ctx = 0;      // 0: min(model's max_position_embeddings, 4096)
+  int64_t prefill_chunk = 0;  // --prefill-chunk: most prompt tokens per forward (0: 512)
   std::string precision;  // --precision: the GPU's tensor-core activations; empty: bf16
   int tp = 1;           // --tp: ranks of a tensor-parallel split (GPUs over NCCL, or CPU threads)
   bool ep = false;      // --ep: deal the experts out over those ranks
@@ -38,6 +39,9 @@ void add_generation_flags(CLI::App* cmd, GenerationFlags& flags);
 // Adds --precision (bf16 or f32) to `cmd`, into `value`; the help says the default is bf16 (run,
 // chat, serve, bench) unless `help` says otherwise.
 void add_precision_option(CLI::App* cmd, std::string& value, const char* help = nullptr);
+// Adds --prefill-chunk N (1 .. kMaxPrefillChunk) to `cmd`, into `value`.
+inline constexpr int64_t kMaxPrefillChunk = 65536;
+void add_prefill_chunk_option(CLI::App* cmd, int64_t& value);
 // The backend options of a --precision value (empty: bf16, the command line's default).
 BackendOptions backend_options_from_flags(const std::string& precision);
 

@@ -97,6 +97,23 @@ TEST_F(CliRun, TensorParallelRanksWriteTheSameGreedyText) {
   expect_clean_failure(fireline("run " + q(model_) + " hi --tp 3 </dev/null"), "do not divide into 3");  // it splits
 }
 
+// A prompt cut into chunks of 3 tokens (--prefill-chunk) writes what one chunk of 512 writes: the
+// chunking changes how the prompt is batched, not what the model computes (greedy, CPU).
+TEST_F(CliRun, PrefillChunkChangesNotTheText) {
+  const std::string greedy = q("Tell me a long story about the sea and the sky") +
+                             " --temperature 0 --max-tokens 12 --ignore-eos --backend cpu";
+  const json chunked = run_json(greedy + " --prefill-chunk 3");
+  EXPECT_EQ(chunked["text"], run_json(greedy)["text"]);
+  EXPECT_GT(chunked["usage"]["prompt_tokens"].get<int>(), 6);  // several chunks
+  for (const char* bad : {"0", "70000"}) {                     // the command line's own range check
+    const auto r = fireline("run " + q(model_) + " hi --prefill-chunk " + bad + " </dev/null");
+    EXPECT_NE(r.exit_code, 0) << bad;
+    EXPECT_LT(r.exit_code, 128) << bad;
+    EXPECT_NE(r.err.find("--prefill-chunk: Value " + std::string(bad) + " not in range 1 to 65536"), std::string::npos)
+        << r.err;
+  }
+}
+
 TEST_F(CliRun, PromptFromStdinEqualsPromptArgument) {
   const std::string flags = " --temperature 0 --max-tokens 10 --ignore-eos --json";
   auto piped = fireline_stdin("run " + q(model_) + flags, "Why is the sky blue?\n");
