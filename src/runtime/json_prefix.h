@@ -1,17 +1,24 @@
 #pragma once
 // JSON mode (`response_format: {"type": "json_object"}`): generation may only write text that is
-// a prefix of one JSON object (RFC 8259), and may only end once the object is complete.
+// a prefix of one JSON object (RFC 8259), and may only end once the object is complete. With a
+// compiled JSON Schema (json_schema.h: `"type": "json_schema"`) the object must also be one the
+// schema accepts: every byte is checked against the node its value must satisfy (types, enum
+// texts, property names, required properties, item counts), so a prefix that no accepted
+// object continues is refused as soon as it is written.
 //
 // JsonPrefix is the incremental check: a pushdown automaton fed byte by byte, cheap to copy, so
 // that a candidate token is tried on a copy and kept only when every byte of its text is
 // accepted. Strings take any byte >= 0x20 except an unescaped quote or backslash (UTF-8 is not
 // checked, as JSON parsers read bytes); whitespace is allowed wherever RFC 8259 allows it, but at
 // most kMaxWhitespaceRun bytes in a row, so a model cannot stall in blank space forever.
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <string_view>
 #include <vector>
+
+#include "runtime/json_schema.h"
 
 namespace fl {
 
@@ -21,6 +28,10 @@ class JsonPrefix {
  public:
   static constexpr int kMaxDepth = 64;
   static constexpr int kMaxWhitespaceRun = 16;
+
+  JsonPrefix() = default;
+  // With a schema (which must outlive this and its copies): only objects it accepts.
+  explicit JsonPrefix(const JsonSchema* schema);
 
   // False (and the state is then unspecified) when the byte cannot continue a JSON object.
   bool feed(char c);
@@ -50,6 +61,24 @@ class JsonPrefix {
   void end_value();          // a value (or key) just ended
   static bool whitespace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
+  // ---- the schema's side (all true without one) ----
+  const JsonSchemaNode& node(int32_t i) const { return schema_->node(i); }
+  bool schema_value_start(char c);  // the node value_node_ takes this value; containers pushed
+  bool schema_value_byte(char c);   // a byte of a scalar value (enum texts narrowed)
+  bool schema_value_end();          // a scalar value ended: it is one whole enum text
+  bool schema_key_start();          // '"' opens a key: some key may still be written
+  bool schema_key_byte(char c);
+  bool schema_key_end();          // the key names a property (or other keys are allowed)
+  bool schema_close(bool array);  // '}' or ']': required properties present, minItems met
+  bool schema_comma(bool array);  // another item or key may follow
+  bool keys_left() const;         // an unwritten property, or other keys allowed
+
+  struct Frame {
+    int32_t node = 0;
+    uint64_t seen = 0;  // object: properties written
+    int64_t items = 0;  // array: items begun
+  };
+
   Expect expect_ = Expect::document;
   bool string_is_key_ = false;
   Number number_ = Number::zero;
@@ -59,6 +88,16 @@ class JsonPrefix {
   bool done_ = false;
   uint8_t depth_ = 0;
   uint64_t is_array_ = 0;  // bit d: container at depth d + 1 is an array
+
+  const JsonSchema* schema_ = nullptr;
+  std::array<Frame, kMaxDepth> frames_{};  // the open containers' nodes, frames_[depth_ - 1] innermost
+  int32_t value_node_ = 0;                 // the node the next value must satisfy
+  bool integer_only_ = false;              // the number being written may have no fraction or exponent
+  uint64_t enum_left_ = 0;                 // enum texts the scalar being written still matches (bits)
+  uint16_t enum_pos_ = 0;                  // its bytes so far
+  bool enum_active_ = false;
+  uint64_t keys_left_ = 0;  // property names the key being written still matches
+  uint16_t key_pos_ = 0;
 };
 
 // One token from `logits` that `allowed` accepts: the sampler's choice when allowed, else its

@@ -17,10 +17,12 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "runtime/json_schema.h"
 #include "runtime/sampler.h"
 
 namespace fl::server {
@@ -44,7 +46,8 @@ struct ToolChoice {
   std::string name;  // Mode::named: the function the model must call
 };
 
-enum class ResponseFormat { text, json_object };
+// json_object: the answer is one JSON object; json_schema: one that GenerationTask::json_schema accepts.
+enum class ResponseFormat { text, json_object, json_schema };
 
 struct ThinkingOptions {
   // The chat template's enable_thinking: unset leaves the template's default. Rendering already
@@ -68,6 +71,7 @@ struct GenerationTask {
   std::vector<ToolDefinition> tools;  // empty: no tool-call parsing
   ToolChoice tool_choice;
   ResponseFormat response_format = ResponseFormat::text;
+  std::shared_ptr<const JsonSchema> json_schema;  // json_schema: compiled on the HTTP side
   // Log-probabilities of each sampled token: -1 none; else that many most likely alternatives
   // with each (0 .. 20).
   int logprobs = -1;

@@ -118,7 +118,7 @@ void FakeEngine::start(TaskId id, GenerationTask task) {
     bool endless = false;
     if (has(subject, "[[empty]]")) {
       answer.clear();
-    } else if (task.response_format == ResponseFormat::json_object) {
+    } else if (task.response_format != ResponseFormat::text) {  // (a json_schema's schema is not followed)
       answer = nlohmann::json{{"echo", subject}}.dump();
     } else if (has(subject, "[[repeat]]")) {
       for (int i = 0; i < 30; ++i) answer += i ? " again and again" : "again and again";

@@ -19,11 +19,11 @@
 //     [[delay=N]]   sleep N ms per step while this task runs
 //     [[fail]]      start() throws, as an engine that cannot run the task would
 // tool_choice "required" or a named function always calls; "none" never does. response_format
-// json_object answers {"echo": "<the text>"}. Stop strings cut the answer before their first
-// occurrence (finish: stop); max_tokens counts reasoning and answer tokens (finish: length).
-// Asked for log-probabilities, it sends one before each reasoning or answer piece: the piece at
-// -0.25 (i % 4) for the i-th piece, and alternatives "<alt1>", "<alt2>", ... each 0.5 below. Echo
-// (completions) sends the prompt text first, as one piece whose entry has no value.
+// json_object (and json_schema, whose schema it ignores) answers {"echo": "<the text>"}. Stop strings cut the answer
+// before their first occurrence (finish: stop); max_tokens counts reasoning and answer tokens (finish: length). Asked
+// for log-probabilities, it sends one before each reasoning or answer piece: the piece at -0.25 (i % 4) for the i-th
+// piece, and alternatives "<alt1>", "<alt2>", ... each 0.5 below. Echo (completions) sends the prompt text first, as
+// one piece whose entry has no value.
 #include <atomic>
 #include <chrono>
 #include <cstdint>

@@ -76,6 +76,7 @@ void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
     task.tools = request.prompt.tools;
     task.tool_choice = request.tool_choice;
     task.response_format = request.response_format;
+    task.json_schema = request.json_schema;
     task.logprobs = request.generation.logprobs;
     respond(std::move(task), request.generation, /*chat=*/true, res);
   } catch (const ApiError& e) {

@@ -126,7 +126,10 @@ void ModelEngine::start(TaskId id, GenerationTask task) {
   }
   r.text.emplace(text_->tokenizer, std::move(options));
   // A required tool call takes precedence over JSON mode (the call is the answer).
-  if (task.response_format == ResponseFormat::json_object && r.forced_call.empty()) r.json.emplace();
+  if (task.response_format != ResponseFormat::text && r.forced_call.empty()) {
+    if (task.response_format == ResponseFormat::json_schema && !task.json_schema) fail("json_schema without a schema");
+    r.json.emplace(task.json_schema.get());  // (the task keeps the schema alive: it lives in r.task)
+  }
 
   // Repetition penalties see the end of the prompt, as in `fireline run`.
   const size_t window = static_cast<size_t>(std::max(0, task.sampling.penalty_last_n));

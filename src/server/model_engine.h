@@ -25,9 +25,10 @@
 // emitted when its prefill ends; with logprobs the prompt runs whole (no prefix reuse) in chunks
 // whose every row's logits come back (~64 MiB a chunk at most), one entry per prompt token.
 //
-// JSON mode (response_format json_object): outside a thought, each sampled token must keep the
-// answer a prefix of one JSON object (runtime/json_prefix.h); special tokens are refused, EOS
-// is allowed only once the object is complete, and the answer ends as soon as it is.
+// JSON mode (response_format json_object, or json_schema with the schema's checks added):
+// outside a thought, each sampled token must keep the answer a prefix of one JSON object
+// (runtime/json_prefix.h); special tokens are refused, EOS is allowed only once the object is
+// complete, and the answer ends as soon as it is.
 //
 // tool_choice "required" or a named function (with tools, on a model whose tool-call syntax is
 // known): once the answer starts (after a thought the prompt opened), the opening of a call is

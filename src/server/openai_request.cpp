@@ -224,6 +224,24 @@ GenerationRequest parse_generation(const Fields& f, const RequestLimits& limits,
   return g;
 }
 
+// response_format {"type": "json_schema", "json_schema": {"name", "schema", "strict"}}: the schema,
+// compiled (runtime/json_schema.h says what it may use; anything else is a 400 naming it).
+std::shared_ptr<const JsonSchema> parse_json_schema(const Fields& rf) {
+  const json* spec = rf.object("json_schema");
+  if (!spec) invalid_param("response_format.json_schema", "response_format json_schema needs a json_schema object");
+  Fields f(*spec, "response_format.json_schema");
+  if (auto name = f.string("name"); name && name->size() > 64)
+    invalid_param("response_format.json_schema.name", "the schema's name is longer than 64 characters");
+  f.boolean("strict");  // (checked for type; fireline always enforces the schema)
+  const json* schema = f.object("schema");
+  if (!schema) invalid_param("response_format.json_schema.schema", "response_format.json_schema needs a schema object");
+  try {
+    return std::make_shared<const JsonSchema>(JsonSchema::compile(*schema));
+  } catch (const Error& e) {
+    invalid_param("response_format.json_schema.schema", "{}", e.what());
+  }
+}
+
 // A message's content: a string, or an array of text parts, joined.
 std::optional<std::string> parse_content(const json* content, const std::string& name) {
   if (!content) return std::nullopt;
@@ -459,11 +477,12 @@ ChatRequest parse_chat_request(const json& body, const RequestLimits& limits, co
       r.response_format = ResponseFormat::json_object;
     else if (type == "text")
       r.response_format = ResponseFormat::text;
-    else if (type == "json_schema")
-      invalid_param("response_format.type", "response_format json_schema is not supported; use json_object");
-    else
-      invalid_param("response_format.type", "response_format.type \"{}\" is not one of \"text\", \"json_object\"",
-                    type);
+    else if (type == "json_schema") {
+      r.json_schema = parse_json_schema(Fields(*rf, "response_format"));
+      r.response_format = ResponseFormat::json_schema;
+    } else
+      invalid_param("response_format.type",
+                    "response_format.type \"{}\" is not one of \"text\", \"json_object\", \"json_schema\"", type);
   }
 
   std::optional<bool> enable_thinking;

@@ -4,9 +4,10 @@
 // nothing past this point sees raw or unchecked JSON.
 //
 // Unknown fields are ignored (clients send `user`, `store`, `metadata`, ...); known fields with
-// values fireline cannot honour (n > 1, json_schema, image parts, ...) are refused
+// values fireline cannot honour (n > 1, unsupported JSON Schema keywords, image parts, ...) are refused
 // rather than silently ignored.
 #include <cstdint>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -49,6 +50,7 @@ struct ChatRequest {
   GenerationRequest generation;
   ToolChoice tool_choice;
   ResponseFormat response_format = ResponseFormat::text;
+  std::shared_ptr<const JsonSchema> json_schema;  // ResponseFormat::json_schema: the compiled schema
   std::optional<int64_t> thinking_budget;  // explicit budget (fireline extension `thinking_budget`)
   std::optional<std::string> reasoning_effort;
 };

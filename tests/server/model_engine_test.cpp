@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "model/model.h"
 #include "runtime/json_prefix.h"
+#include "runtime/json_schema.h"
 #include "runtime/generator.h"
 #include "server/model_engine.h"
 #include "util/test_util.h"
@@ -418,6 +419,49 @@ TEST_P(ModelEngineTest, JsonModeKeepsTheAnswerOneObject) {
 // greedy one decoding beside a JSON-mode task switch between the two paths from step to step and
 // must still produce exactly what they produce alone (each sampler's generator advanced once per
 // token on either path).
+TEST_P(ModelEngineTest, JsonSchemaShapesTheRandomModelsAnswer) {
+  // The random model, held to a schema (enum, integer, a required key, a bounded list): with the
+  // closers favoured it finishes one object the schema accepts; free, whatever it writes is a
+  // prefix the checker accepts. (The tokenizer's vocabulary gives multi-byte pieces, so this also
+  // runs the checker over whole tokens.)
+  const nlohmann::json schema = {{"type", "object"},
+                                 {"properties",
+                                  {{"mood", {{"enum", {"happy", "sad"}}}},
+                                   {"n", {{"type", "integer"}}},
+                                   {"xs", {{"type", "array"}, {"items", {{"type", "boolean"}}}, {"maxItems", 2}}}}},
+                                 {"required", {"mood", "n"}},
+                                 {"additionalProperties", false}};
+  auto compiled = std::make_shared<const JsonSchema>(JsonSchema::compile(schema));
+  auto e = engine(2);
+  std::map<TaskId, Outcome> out;
+  const Prompt p = chat_prompt("Answer in JSON");
+  GenerationTask free_task = task(p, 60);
+  free_task.response_format = ResponseFormat::json_schema;
+  free_task.json_schema = compiled;
+  GenerationTask closing = free_task;
+  for (const char* piece : {"}", "\"", ",", "]", "1"}) {
+    for (int32_t id : text_->tokenizer.encode(piece, false)) {
+      closing.sampling.logit_bias.push_back({id, 8.0f});
+    }
+  }
+  closing.max_tokens = 200;
+  e->start(1, free_task);
+  e->start(2, closing);
+  run(*e, out);
+  for (TaskId id : {TaskId{1}, TaskId{2}}) {
+    JsonPrefix prefix(compiled.get());
+    EXPECT_TRUE(prefix.feed(out[id].content)) << out[id].content;
+    if (out[id].reason == FinishReason::stop) {
+      EXPECT_TRUE(prefix.complete()) << out[id].content;
+    }
+  }
+  ASSERT_EQ(out[2].reason, FinishReason::stop) << out[2].content;
+  const nlohmann::json answer = nlohmann::json::parse(out[2].content);
+  EXPECT_TRUE(answer["mood"] == "happy" || answer["mood"] == "sad") << answer;
+  EXPECT_TRUE(answer["n"].is_number_integer()) << answer;
+  for (const auto& [key, value] : answer.items()) EXPECT_TRUE(key == "mood" || key == "n" || key == "xs") << key;
+}
+
 TEST_P(ModelEngineTest, AJsonTaskInTheBatchChangesNoOtherTasksTokens) {
   auto e = engine(3);
   const Prompt story = chat_prompt("Tell me a story"), sky = chat_prompt("Why is the sky blue?");
