@@ -6,6 +6,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <random>
 
 #include <fmt/format.h>
@@ -14,6 +15,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "model/tensor_parallel.h"
+#include "runtime/json_schema.h"
 
 namespace fl::cli {
 namespace {
@@ -64,6 +66,10 @@ void add_generation_flags(CLI::App* cmd, GenerationFlags& f) {
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
   cmd->add_option("--stop", f.stop, "Stop before this text (repeatable); it is not printed")->allow_extra_args(false);
   cmd->add_flag("--ignore-eos", f.ignore_eos, "Keep generating past the model's end-of-sequence tokens");
+  cmd->add_flag("--json-object", f.json_object, "The answer is one JSON object (sampling keeps it so)");
+  cmd->add_option(
+      "--json-schema", f.json_schema,
+      "The answer is one JSON object that this JSON Schema file accepts (the subset docs/http-api.md lists)");
   cmd->add_option("--backend", f.backend, "cpu, cuda or cuda:N (default: cuda when available, else cpu)");
   cmd->add_option("--kv", f.kv, "KV cache type: f32, bf16, q8 (default: q8 on cuda, f32 on cpu)");
   cmd->add_option("--ctx,--max-seq", f.ctx, "Context size in tokens (default: the model's, at most 4096)")
@@ -173,6 +179,18 @@ GenerateRequest request_from_flags(const GenerationFlags& f, const ModelText& te
   r.max_tokens = f.max_tokens;
   r.stop = f.stop;
   r.ignore_eos = f.ignore_eos;
+  r.json = f.json_object;
+  if (!f.json_schema.empty()) {
+    std::ifstream in(f.json_schema);
+    if (!in) fail("--json-schema: cannot read {}", f.json_schema);
+    const nlohmann::json schema = nlohmann::json::parse(in, nullptr, false);
+    if (schema.is_discarded()) fail("--json-schema: {} is not JSON", f.json_schema);
+    try {
+      r.json_schema = std::make_shared<const JsonSchema>(JsonSchema::compile(schema));
+    } catch (const Error& e) {
+      fail("--json-schema {}: {}", f.json_schema, e.what());
+    }
+  }
   if (!f.think.empty()) r.prompt.think = parse_think_mode(f.think);
   r.max_reasoning_tokens = f.think_tokens;
   return r;

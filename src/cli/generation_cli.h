@@ -24,6 +24,8 @@ struct GenerationFlags {
   std::optional<int64_t> think_tokens;  // explicit thinking cap
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  bool json_object = false;  // --json-object: the answer is one JSON object
+  std::string json_schema;   // --json-schema FILE: one that this JSON Schema accepts
   std::string system;
   std::string backend;  // empty: cuda when available, else cpu
   std::string kv;       // empty: q8 on cuda, f32 on cpu

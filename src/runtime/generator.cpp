@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "runtime/json_prefix.h"
 
 namespace fl {
 namespace {
@@ -110,14 +111,28 @@ GenerationResult Generator::run(const Prompt& prompt, const GenerateRequest& req
   Clock::time_point t_first{};
   int64_t n_generated = 0;
   // After a decode step the next token is already chosen where the logits are (on a GPU: only
-  // its id crossed); after the prompt and after forced tokens, the host samples the logits.
+  // its id crossed); after the prompt and after forced tokens, the host samples the logits. JSON
+  // mode samples on the host always: a token is taken only if its text continues the object.
   std::optional<int32_t> sampled;
+  std::optional<JsonPrefix> json;
+  if (request.json || request.json_schema) json.emplace(request.json_schema.get());
   while (cause == StopCause::none) {
     if (cancelled(cancel)) {
       cause = StopCause::cancelled;
       break;
     }
-    const int32_t token = sampled ? *sampled : sampler.sample(engine_.logits());
+    const bool constrained = json && !text.in_reasoning();
+    int32_t token = -1;
+    if (constrained) {
+      if (token_texts_.empty())
+        token_texts_ = token_bytes_table(m.tokenizer, static_cast<int32_t>(engine_.logits().size()));
+      token = sample_json(
+          sampler, engine_.logits(), *json, [&](int32_t t) { return stopper.is_eos(t); }, token_texts_);
+      if (token < 0) fail("JSON mode: no token of the vocabulary can continue the JSON object");
+      if (!stopper.is_eos(token)) json->feed(token_texts_[static_cast<size_t>(token)]);
+    } else {
+      token = sampled ? *sampled : sampler.sample(engine_.logits());
+    }
     sampled.reset();
     sampler.accept(token);
     result.tokens.push_back(token);
@@ -134,9 +149,10 @@ GenerationResult Generator::run(const Prompt& prompt, const GenerateRequest& req
       cause = StopCause::stop_string;
       break;
     }
+    if (cause == StopCause::none && json && json->complete()) cause = StopCause::eos_token;  // the object is whole
     if (cause != StopCause::none) break;
-    if (text.reasoning_cap_reached())
-      engine_.append(token);  // forced tokens follow: nothing to sample yet
+    if (text.reasoning_cap_reached() || json)
+      engine_.append(token);  // forced tokens follow, or JSON mode samples on the host
     else
       sampled = engine_.append_and_sample(token, sampler.next_spec());
     ++result.timings.decode_steps;

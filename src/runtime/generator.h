@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "runtime/json_schema.h"
 #include "runtime/prompt_builder.h"
 #include "runtime/sampler.h"
 #include "runtime/stop_conditions.h"
@@ -40,6 +41,10 @@ struct GenerateRequest {
   std::vector<std::string> stop;                // stop strings
   std::optional<int64_t> max_reasoning_tokens;  // overrides think_token_cap(prompt.think); 0: no cap
   bool ignore_eos = false;                      // keep going past end-of-sequence ids
+  // JSON mode: outside a thought the answer is one JSON object (json_prefix.h), one the schema
+  // accepts when one is given (json_schema.h); it ends when the object is complete.
+  bool json = false;
+  std::shared_ptr<const JsonSchema> json_schema;  // implies json
 };
 
 struct GenerationUsage {
@@ -111,6 +116,7 @@ class Generator {
   std::shared_ptr<const ModelText> text_;
   PromptBuilder prompts_;
   TokenEngine engine_;
+  std::vector<std::string> token_texts_;  // filled on the first JSON-mode request
 };
 
 }  // namespace fl

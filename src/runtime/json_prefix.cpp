@@ -95,6 +95,7 @@ bool JsonPrefix::schema_key_start() {
   if (!schema_) return true;
   const Frame& f = frames_[depth_ - 1];
   keys_left_ = low_bits(node(f.node).property_keys.size()) & ~f.seen;
+  keys_written_ = f.seen;
   key_pos_ = 0;
   return keys_left();
 }
@@ -104,7 +105,10 @@ bool JsonPrefix::schema_key_byte(char c) {
   const JsonSchemaNode& object = node(frames_[depth_ - 1].node);
   for (size_t i = 0; i < object.property_keys.size(); ++i) {
     const std::string& key = object.property_keys[i];
-    if (((keys_left_ >> i) & 1) && (key.size() <= key_pos_ || key[key_pos_] != c)) keys_left_ &= ~(uint64_t{1} << i);
+    if (key.size() <= key_pos_ || key[key_pos_] != c) {
+      keys_left_ &= ~(uint64_t{1} << i);
+      keys_written_ &= ~(uint64_t{1} << i);
+    }
   }
   ++key_pos_;
   return keys_left_ != 0 || object.additional >= 0;
@@ -120,6 +124,8 @@ bool JsonPrefix::schema_key_end() {
       value_node_ = object.property_nodes[i];
       return true;
     }
+  for (size_t i = 0; i < object.property_keys.size(); ++i)  // a property written a second time
+    if (((keys_written_ >> i) & 1) && object.property_keys[i].size() == key_pos_) return false;
   if (object.additional < 0) return false;
   value_node_ = object.additional;
   return true;
@@ -268,6 +274,9 @@ bool JsonPrefix::feed(char c) {
       return static_cast<unsigned char>(c) >= 0x20 && accept(c);
     }
     case Expect::string_escape:
+      // Keys under a schema take only \" and \\: each name has one spelling (property names have
+      // no control characters, json_schema.h), so an escape cannot write a property again unseen.
+      if (schema_ && string_is_key_ && c != '"' && c != '\\') return false;
       if (c == 'u') {
         expect_ = Expect::string_hex;
         hex_left_ = 4;
@@ -328,6 +337,16 @@ bool JsonPrefix::feed(char c) {
     }
   }
   return false;
+}
+
+int32_t sample_json(Sampler& sampler, std::span<const float> logits, const JsonPrefix& json,
+                    const std::function<bool(int32_t)>& is_eos, const std::vector<std::string>& texts) {
+  return sample_allowed(sampler, logits, [&](int32_t t) {
+    if (is_eos(t)) return json.complete();
+    if (t < 0 || static_cast<size_t>(t) >= texts.size() || texts[static_cast<size_t>(t)].empty()) return false;
+    JsonPrefix trial = json;
+    return trial.feed(texts[static_cast<size_t>(t)]);
+  });
 }
 
 int32_t sample_allowed(Sampler& sampler, std::span<const float> logits, const std::function<bool(int32_t)>& allowed) {

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -94,11 +95,18 @@ class JsonPrefix {
   int32_t value_node_ = 0;                 // the node the next value must satisfy
   bool integer_only_ = false;              // the number being written may have no fraction or exponent
   uint64_t enum_left_ = 0;                 // enum texts the scalar being written still matches (bits)
-  uint16_t enum_pos_ = 0;                  // its bytes so far
+  uint32_t enum_pos_ = 0;                  // its bytes so far
   bool enum_active_ = false;
-  uint64_t keys_left_ = 0;  // property names the key being written still matches
-  uint16_t key_pos_ = 0;
+  uint64_t keys_left_ = 0;     // unwritten property names the key being written still matches
+  uint64_t keys_written_ = 0;  // and written ones (matching one is a repeated key: refused)
+  uint32_t key_pos_ = 0;
 };
+
+// JSON mode's draw: a token whose text (texts[id], decoded alone; "" for special tokens) keeps
+// `json` a prefix of the object, or an end-of-sequence id once the object is complete; -1 when
+// none can.
+int32_t sample_json(Sampler& sampler, std::span<const float> logits, const JsonPrefix& json,
+                    const std::function<bool(int32_t)>& is_eos, const std::vector<std::string>& texts);
 
 // One token from `logits` that `allowed` accepts: the sampler's choice when allowed, else its
 // next choice with the refused tokens removed (a few tries), else a scan of the whole vocabulary.

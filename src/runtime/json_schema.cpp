@@ -20,6 +20,22 @@ class JsonSchemaCompiler {
     JsonSchema out;
     nodes_.emplace_back();  // kAnyNode
     out.root_ = compile(root_, "schema");
+    // anyOf checks once every $ref node holds its contents (while its target compiled, a
+    // referenced node was a placeholder that takes every type).
+    for (const auto& [index, path] : unions_) {
+      uint8_t seen = 0;
+      const std::vector<int32_t> alternatives = nodes_[static_cast<size_t>(index)].alternatives;
+      for (size_t i = 0; i < alternatives.size(); ++i) {
+        const JsonSchemaNode& an = nodes_[static_cast<size_t>(alternatives[i])];
+        const std::string at = path + ".anyOf[" + std::to_string(i) + "]";
+        if (!an.alternatives.empty()) fail("{}: an anyOf inside an anyOf is not supported", at);
+        // Integers are numbers: two alternatives may not both take them.
+        const uint8_t t = an.types & kJsonInteger ? static_cast<uint8_t>(an.types | kJsonNumber) : an.types;
+        if (t & seen)
+          fail("{}: the alternatives of an anyOf must start with different JSON types (its first byte picks one)", at);
+        seen |= t;
+      }
+    }
     const JsonSchemaNode& r = nodes_[static_cast<size_t>(out.root_)];
     const uint8_t root_types = r.alternatives.empty() ? r.types : union_types(r);
     if (!(root_types & kJsonObject)) fail("schema: the root must allow an object (the answer is one JSON object)");
@@ -141,6 +157,9 @@ class JsonSchemaCompiler {
         if (value.size() > JsonSchema::kMaxProperties)
           fail("{}: more than {} properties", at, JsonSchema::kMaxProperties);
         for (const auto& [name, sub] : value.items()) {
+          for (char c : name)
+            if (static_cast<unsigned char>(c) < 0x20)
+              fail("{}: property names with control characters are not supported", at);
           const std::string quoted = json(name).dump();
           n.property_keys.push_back(quoted.substr(1, quoted.size() - 2));
           n.property_nodes.push_back(-1);  // compiled below, after this node is stored
@@ -158,6 +177,9 @@ class JsonSchemaCompiler {
         n.max_items = count(value, at);
       } else if (key == "anyOf") {
         if (!value.is_array() || value.empty()) fail("{}: must be a non-empty list of schemas", at);
+        for (const auto& [other, unused] : s.items())
+          if (other != "anyOf" && !annotation(other) && other != "$defs" && other != "definitions")
+            fail("{}.{}: beside anyOf only annotations are supported; put it inside the alternatives", path, other);
       } else {
         fail(
             "{}: the keyword is not supported (what fireline can enforce while it samples: type, enum, const, "
@@ -165,11 +187,19 @@ class JsonSchemaCompiler {
             at);
       }
     }
-    if (!n.enum_texts.empty()) {  // the values' types, within the declared ones
+    if (!n.enum_texts.empty()) {  // only values of the declared types can be written; the types: theirs
+      std::vector<std::string> kept;
       uint8_t t = 0;
-      for (const std::string& text : n.enum_texts) t |= value_type(json::parse(text));
-      n.types = typed ? (n.types & t) : t;
-      if (n.types == 0) fail("{}: no enum value has the declared type", path);
+      for (const std::string& text : n.enum_texts) {
+        uint8_t vt = value_type(json::parse(text));
+        if (typed) vt &= n.types;  // (an integer under "number" stays; 2.5 under "integer" goes)
+        if (vt == 0) continue;
+        t |= vt;
+        kept.push_back(text);
+      }
+      if (kept.empty()) fail("{}: no enum value has the declared type", path);
+      n.enum_texts = std::move(kept);
+      n.types = t;
     }
     if (n.max_items >= 0 && n.max_items < n.min_items) fail("{}: maxItems is below minItems", path);
     nodes_[static_cast<size_t>(index)] = n;
@@ -205,26 +235,13 @@ class JsonSchemaCompiler {
       const int32_t items = compile(s["items"], path + ".items");
       nodes_[static_cast<size_t>(index)].items = items;
     }
-    if (s.contains("anyOf")) {
+    if (s.contains("anyOf")) {  // checked in run(), once every $ref node is whole
       std::vector<int32_t> alternatives;
-      uint8_t seen = 0;
       size_t i = 0;
-      for (const json& alt : s["anyOf"]) {
-        const std::string at = path + ".anyOf[" + std::to_string(i++) + "]";
-        const int32_t a = compile(alt, at);
-        const JsonSchemaNode& an = nodes_[static_cast<size_t>(a)];
-        if (!an.alternatives.empty()) fail("{}: an anyOf inside an anyOf is not supported", at);
-        // Integers are numbers: two alternatives may not both take them.
-        const uint8_t t = an.types & kJsonInteger ? static_cast<uint8_t>(an.types | kJsonNumber) : an.types;
-        if (t & seen)
-          fail("{}: the alternatives of an anyOf must start with different JSON types (its first byte picks one)", at);
-        seen |= t;
-        alternatives.push_back(a);
-      }
-      JsonSchemaNode& self = nodes_[static_cast<size_t>(index)];
-      if (typed || !self.enum_texts.empty() || !self.property_keys.empty() || s.contains("items"))
-        fail("{}: anyOf beside other constraints is not supported; put them inside the alternatives", path);
-      self.alternatives = std::move(alternatives);
+      for (const json& alt : s["anyOf"])
+        alternatives.push_back(compile(alt, path + ".anyOf[" + std::to_string(i++) + "]"));
+      nodes_[static_cast<size_t>(index)].alternatives = std::move(alternatives);
+      unions_.emplace_back(index, path);
     }
     return index;
   }
@@ -237,6 +254,7 @@ class JsonSchemaCompiler {
 
   const json& root_;
   std::vector<JsonSchemaNode> nodes_;
+  std::vector<std::pair<int32_t, std::string>> unions_;  // anyOf nodes and their paths, checked last
   std::map<std::string, int32_t> refs_;
   int depth_ = 0;
 };

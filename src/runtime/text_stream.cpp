@@ -1,8 +1,18 @@
 #include "runtime/text_stream.h"
 
+#include <algorithm>
+#include <span>
+
 #include "core/error.h"
 
 namespace fl {
+
+std::vector<std::string> token_bytes_table(const Tokenizer& tokenizer, int32_t vocab_size) {
+  std::vector<std::string> texts(static_cast<size_t>(std::max(vocab_size, 0)));
+  for (int32_t t = 0; t < vocab_size && t < tokenizer.vocab_size(); ++t)
+    if (!tokenizer.is_special(t)) texts[static_cast<size_t>(t)] = tokenizer.token_bytes(t);
+  return texts;
+}
 namespace {
 
 std::vector<std::string> tool_markers(chat::ToolCallFormat format) {

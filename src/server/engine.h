@@ -110,11 +110,12 @@ struct ToolCallOutput {
 
 // One sampled token's log-probability (runtime/logprobs.h: the model's own distribution), with
 // the most likely alternatives when asked for. Forced tokens (a thought's close marker, a
-// required call's opening) and the end-of-sequence token have none.
+// required call's opening) have none; an end-of-sequence token that ends the answer has one.
 struct LogprobEntry {
   std::string token;  // its text (valid UTF-8: U+FFFD where the token is part of a character)
   std::string bytes;  // its raw bytes
   float logprob = 0.0f;
+  bool special = false;  // a special token (BOS, EOS, ...): not part of the answer's text
 };
 struct TokenLogprobOutput {
   LogprobEntry chosen;

@@ -217,23 +217,14 @@ void ModelEngine::finish(Slot& slot, StopCause cause, const EmitFn& emit) {
 }
 
 const std::string& ModelEngine::token_text(int32_t id) {
-  if (token_texts_.empty()) {
-    const Tokenizer& tok = text_->tokenizer;
-    token_texts_.resize(static_cast<size_t>(model_.vocab_size()));
-    for (int32_t t = 0; t < model_.vocab_size() && t < tok.vocab_size(); ++t)
-      if (!tok.is_special(t)) token_texts_[static_cast<size_t>(t)] = tok.decode(std::span<const int32_t>(&t, 1));
-  }
+  if (token_texts_.empty()) token_texts_ = token_bytes_table(text_->tokenizer, model_.vocab_size());
   return token_texts_[static_cast<size_t>(id)];
 }
 
 int32_t ModelEngine::sample_json(Running& r) {
-  return sample_allowed(*r.sampler, r.logits, [&](int32_t t) {
-    if (r.stopper->is_eos(t)) return r.json->complete();
-    const std::string& piece = token_text(t);
-    if (piece.empty()) return false;  // special tokens, and ids past the tokenizer's vocabulary
-    JsonPrefix trial = *r.json;
-    return trial.feed(piece);
-  });
+  token_text(0);  // (fills the table)
+  return fl::sample_json(
+      *r.sampler, r.logits, *r.json, [&](int32_t t) { return r.stopper->is_eos(t); }, token_texts_);
 }
 
 int64_t ModelEngine::force_call_opening(Slot& slot, const EmitFn& emit) {
@@ -272,6 +263,7 @@ LogprobEntry ModelEngine::logprob_entry(const TokenLogprob& p) const {
   LogprobEntry e;
   e.bytes = text_->tokenizer.token_bytes(p.id);
   e.token = utf8::sanitize(e.bytes);
+  e.special = text_->tokenizer.is_special(p.id);
   e.logprob = p.logprob;
   return e;
 }
@@ -324,15 +316,17 @@ int64_t ModelEngine::advance(Slot& slot, const EmitFn& emit) {
   // Positions in use once the tokens already queued are fed: the sampled token needs one more.
   const auto n_past = static_cast<int64_t>(slot.tokens.size());
   StopCause cause = r.stopper->check(token, r.generated, n_past);
-  if (cause == StopCause::eos_token) {
-    finish(slot, cause, emit);
-    return 1;
-  }
-  if (logprobs) {  // before the text this token adds (which a stop string may yet hold back)
+  // Before the text this token adds (which a stop string may yet hold back), and for an EOS that
+  // ends the answer too: scorers read the last entry as the sampled token's.
+  if (logprobs) {
     TokenLogprobOutput out;
     out.chosen = logprob_entry(logprobs->chosen);
     for (const TokenLogprob& p : logprobs->top) out.top.push_back(logprob_entry(p));
     emit(r.id, EngineEvent::token_logprob(std::move(out)));
+  }
+  if (cause == StopCause::eos_token) {
+    finish(slot, cause, emit);
+    return 1;
   }
   std::vector<TextEvent> events;
   r.text->push(token, events);
@@ -393,7 +387,7 @@ int64_t ModelEngine::step(const EmitFn& emit) {
       if (all_rows) emit_prompt_logprobs(r, logits, len, emit);
       r.prefilled += len;
       if (r.prefilled == n_prompt) {
-        if (all_rows) logits.erase(logits.begin(), logits.end() - V);  // the last row: the first answer token's
+        if (all_rows) logits = std::vector<float>(logits.end() - V, logits.end());  // the last row (and its size only)
         r.logits = std::move(logits);
         r.prompt_done_at = Clock::now();
         if (r.task.echo) emit(r.id, EngineEvent::content(r.task.prompt_text));

@@ -42,8 +42,8 @@ ordered_json chat_logprobs(const std::vector<TokenLogprobOutput>& entries) {
   return {{"content", std::move(content)}, {"refusal", nullptr}};
 }
 
-// The legacy completions object; text_offset counts the bytes of token text before each token,
-// from `offset` (advanced past these entries).
+// The legacy completions object; text_offset counts the bytes the tokens before each one add to
+// the text (special tokens none), from `offset` (advanced past these entries).
 ordered_json completion_logprobs(const std::vector<TokenLogprobOutput>& entries, int64_t& offset) {
   ordered_json tokens = ordered_json::array(), values = ordered_json::array(), top = ordered_json::array(),
                offsets = ordered_json::array();
@@ -61,7 +61,7 @@ ordered_json completion_logprobs(const std::vector<TokenLogprobOutput>& entries,
       top.push_back(std::move(alternatives));
     }
     offsets.push_back(offset);
-    offset += static_cast<int64_t>(t.chosen.token.size());
+    if (!t.chosen.special) offset += static_cast<int64_t>(t.chosen.bytes.size());
   }
   return {{"tokens", std::move(tokens)},
           {"token_logprobs", std::move(values)},

@@ -215,6 +215,8 @@ GenerationRequest parse_generation(const Fields& f, const RequestLimits& limits,
     if (top && *top > 0 && !wanted)
       invalid_param("top_logprobs", "top_logprobs needs logprobs: true (it says how many alternatives to list)");
     if (wanted) g.logprobs = static_cast<int>(top.value_or(0));
+  } else if (const json* lp = f.get("logprobs"); lp && lp->is_boolean()) {
+    if (lp->get<bool>()) g.logprobs = 0;  // (chat's spelling: the sampled tokens', no alternatives)
   } else if (auto n = f.integer("logprobs")) {
     if (*n < 0 || *n > 5) invalid_param("logprobs", "logprobs = {} is outside [0, 5]", *n);
     g.logprobs = static_cast<int>(*n);

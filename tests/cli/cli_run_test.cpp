@@ -114,6 +114,36 @@ TEST_F(CliRun, PrefillChunkChangesNotTheText) {
   }
 }
 
+// --json-schema: the random model's answer is an object the schema accepts (one with a single
+// boolean leaves it no room to wander: it must finish); --json-object: the answer starts an object.
+// Schemas it cannot enforce, or cannot read, are errors a user can act on.
+TEST_F(CliRun, JsonSchemaHoldsTheAnswer) {
+  const std::string schema = (dir_->path() / "ok.json").string();
+  {
+    std::ofstream out(schema);
+    out << R"({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+               "additionalProperties": false})";
+  }
+  const json j = run_json(q("Is the sky blue?") + " --temperature 0 --max-tokens 200 --json-schema " + q(schema));
+  const json answer = json::parse(j["text"].get<std::string>(), nullptr, false);
+  ASSERT_TRUE(answer.is_object()) << j["text"];
+  EXPECT_EQ(answer.size(), 1u) << answer;
+  EXPECT_TRUE(answer["ok"].is_boolean()) << answer;
+  EXPECT_EQ(j["finish_reason"], "stop");
+  const std::string text = run_json(q("Hello") + " --temperature 0 --max-tokens 8 --json-object")["text"];
+  EXPECT_EQ(text.find_first_not_of(" \t\r\n"), text.find('{')) << text;
+
+  const std::string bad = (dir_->path() / "bad.json").string();
+  {
+    std::ofstream out(bad);
+    out << R"({"type": "object", "properties": {"n": {"type": "integer", "minimum": 0}}})";
+  }
+  expect_clean_failure(fireline("run " + q(model_) + " hi --json-schema " + q(bad) + " </dev/null"),
+                       "schema.properties.n.minimum");
+  expect_clean_failure(fireline("run " + q(model_) + " hi --json-schema /nonexistent.json </dev/null"),
+                       "cannot read /nonexistent.json");
+}
+
 TEST_F(CliRun, PromptFromStdinEqualsPromptArgument) {
   const std::string flags = " --temperature 0 --max-tokens 10 --ignore-eos --json";
   auto piped = fireline_stdin("run " + q(model_) + flags, "Why is the sky blue?\n");

@@ -134,6 +134,38 @@ TEST(JsonSchema, PydanticRefsAndOptionalAlternatives) {
   EXPECT_FALSE(accepts(tree, R"({"child":{"kid":{}}})"));
 }
 
+// Cases a review found: one spelling per key (no repeats, no escapes but \" and \\), an enum's
+// values of other types than the declared one dropped (no dead end), anyOf checked once $refs are
+// whole (Pydantic's recursive Optional[Self]), nothing but annotations beside anyOf.
+TEST(JsonSchema, KeysHaveOneSpellingAndUnionsSeeWholeRefs) {
+  const JsonSchema a =
+      JsonSchema::compile({{"type", "object"}, {"properties", {{"a", {{"type", "integer"}}}, {"a/b", true}}}});
+  EXPECT_EQ(accepted_bytes(a, R"({"a":1,"a":"x"})"), 9u);  // the second "a" ends
+  EXPECT_EQ(accepted_bytes(a, R"({"\u0061":"x"})"), 3u);   // \u in a key
+  EXPECT_EQ(accepted_bytes(a, R"({"a\/b":1})"), 4u);       // \/ in a key
+  EXPECT_TRUE(accepts(a, R"({"a/b":[1],"other":{"x\"y":2}})"));
+  const JsonSchema typed_enum = JsonSchema::compile(
+      {{"type", "object"}, {"properties", {{"a", {{"type", "integer"}, {"enum", {1, 2.5}}}}}}, {"required", {"a"}}});
+  EXPECT_EQ(accepted_bytes(typed_enum, R"({"a":2)"), 5u);  // 2.5 is no integer: only 1 is left
+  EXPECT_TRUE(accepts(typed_enum, R"({"a":1})"));
+  const JsonSchema linked = JsonSchema::compile(json::parse(R"({
+      "$defs": {"Node": {"type": "object", "properties": {"child": {"anyOf": [{"$ref": "#/$defs/Node"}, {"type": "null"}]}}}},
+      "$ref": "#/$defs/Node"})"));
+  EXPECT_TRUE(accepts(linked, R"({"child":{"child":{"child":null}}})"));
+  EXPECT_FALSE(accepts(linked, R"({"child":3})"));
+  EXPECT_NE(
+      compile_error(json::parse(R"({"anyOf": [{"type": "object"}, {"type": "null"}], "additionalProperties": false})"))
+          .find("schema.additionalProperties: beside anyOf only annotations"),
+      std::string::npos);
+  EXPECT_NE(
+      compile_error(
+          json::parse(
+              R"({"$defs": {"T": {"anyOf": [{"type": "object", "properties": {"x": {"anyOf": [{"$ref": "#/$defs/T"}]}}}, {"type": "null"}]}},
+                                       "$ref": "#/$defs/T"})"))
+          .find("an anyOf inside an anyOf"),
+      std::string::npos);
+}
+
 // ---- random walks against an independent validator of the same subset ----
 
 bool valid(const json& v, const json& schema, const json& root);

@@ -457,13 +457,18 @@ TEST(ServeApi, CompletionLogprobsUseTheLegacyLists) {
     for (const json& o : choice["logprobs"]["text_offset"]) offsets.push_back(o.get<int64_t>());
   }
   EXPECT_EQ(offsets, (std::vector<int64_t>{0, 3, 9, 15}));
-  for (const json& bad : {json(6), json(-1), json("two"), json(true)}) {
+  for (const json& bad : {json(6), json(-1), json("two")}) {
     json b = {{"prompt", "x"}, {"logprobs", bad}};
     auto r2 = s.post("/v1/completions", b);
     EXPECT_EQ(r2.status, 400) << bad.dump();
     EXPECT_EQ(r2.json()["error"]["param"], "logprobs") << bad.dump();
   }
   EXPECT_TRUE(s.post("/v1/completions", json{{"prompt", "x"}}).json()["choices"][0]["logprobs"].is_null());
+  // chat's boolean spelling: true is the sampled tokens' without alternatives, false none.
+  const json as_true = s.post("/v1/completions", json{{"prompt", "x"}, {"logprobs", true}}).json();
+  EXPECT_TRUE(as_true["choices"][0]["logprobs"]["top_logprobs"][0].empty()) << as_true;
+  EXPECT_TRUE(
+      s.post("/v1/completions", json{{"prompt", "x"}, {"logprobs", false}}).json()["choices"][0]["logprobs"].is_null());
 }
 
 TEST(ServeApi, CompletionEchoScoresThePrompt) {

@@ -243,9 +243,9 @@ TEST_P(ModelEngineTest, LogprobsAreTheModelsOwnLogSoftmax) {
   expect_same(out[1], want, "with logprobs");
   expect_same(out[2], reference(other, plain), "beside it");
   EXPECT_TRUE(out[2].logprobs.empty());
-  // One entry per sampled token; none for an ending EOS.
-  const bool eos_end = want.stop_cause == StopCause::eos_token;
-  ASSERT_EQ(out[1].logprobs.size(), want.tokens.size() - (eos_end ? 1 : 0));
+  // One entry per sampled token, an ending EOS's included (scorers read the last entry as the
+  // sampled token's).
+  ASSERT_EQ(out[1].logprobs.size(), want.tokens.size());
 
   auto seq = model_->new_sequence({kContext, DType::f32, true});
   std::vector<float> logits = model_->forward(*seq, p.ids, LogitsMode::last);
@@ -323,6 +323,22 @@ TEST_P(ModelEngineTest, EchoScoresEveryPromptToken) {
       EXPECT_GE(o.logprobs[i].top[0].logprob, o.logprobs[i].chosen.logprob) << i;
     }
   }
+  // Scoring with one generated token that is an end-of-sequence (pushed by a bias): its entry is
+  // last, as scorers that take "all but the last" entries expect.
+  const int32_t eos = text_->defaults.eos_ids.empty() ? -1 : *text_->defaults.eos_ids.begin();
+  ASSERT_GE(eos, 0);
+  GenerationTask ending = t;
+  ending.max_tokens = 1;
+  ending.sampling.logit_bias = {{eos, 100.0f}};
+  {
+    std::map<TaskId, Outcome> o;
+    e->start(5, ending);
+    run(*e, o);
+    ASSERT_EQ(o[5].logprobs.size(), prompt.size() + 1);
+    EXPECT_TRUE(o[5].logprobs.back().chosen.special);
+    EXPECT_EQ(o[5].logprobs.back().chosen.bytes, text_->tokenizer.token_bytes(eos));
+    EXPECT_EQ(o[5].content, t.prompt_text);
+  }
   // With an answer after it: the prompt's entries, then one per generated token; the answer as a
   // task without echo gives it.
   t.max_tokens = 6;
@@ -335,8 +351,7 @@ TEST_P(ModelEngineTest, EchoScoresEveryPromptToken) {
   e->start(4, plain);
   run(*e, out);
   EXPECT_EQ(out[3].content, t.prompt_text + out[4].content);
-  EXPECT_EQ(out[3].logprobs.size(), prompt.size() + static_cast<size_t>(out[4].usage.completion_tokens) -
-                                        (out[4].reason == FinishReason::stop ? 1 : 0));
+  EXPECT_EQ(out[3].logprobs.size(), prompt.size() + static_cast<size_t>(out[4].usage.completion_tokens));
 }
 
 TEST_P(ModelEngineTest, StopStringsMaxTokensAndTheThinkingBudget) {
