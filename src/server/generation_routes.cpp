@@ -89,31 +89,91 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
     const auto body = parse_json_body(req.body, config_.requests);
     CompletionRequest request = parse_completion_request(body, config_.requests, config_.sampling_defaults);
     if (config_.default_seed && !body.contains("seed")) request.generation.sampling.seed = *config_.default_seed;
-    PreparedPrompt prompt;
-    try {
-      prompt = request.prompt_tokens ? frontend_->prepare_tokens(*request.prompt_tokens)
-                                     : frontend_->prepare_text(request.prompt_text);
-    } catch (const Error& e) {
-      throw ApiError(400, "invalid_request_error", std::string("the prompt could not be tokenized: ") + e.what(),
-                     "prompt");
+    // Every prompt is checked before any is queued: a bad one fails the request whole.
+    std::vector<GenerationTask> tasks;
+    for (size_t i = 0; i < request.prompts.size(); ++i) {
+      const CompletionPrompt& p = request.prompts[i];
+      const std::string param = request.prompts.size() == 1 ? "prompt" : fmt::format("prompt[{}]", i);
+      PreparedPrompt prompt;
+      try {
+        prompt = p.tokens ? frontend_->prepare_tokens(*p.tokens) : frontend_->prepare_text(p.text);
+      } catch (const ApiError& e) {  // (the frontend names "prompt"; with several, say which)
+        if (request.prompts.size() == 1) throw;
+        throw ApiError(e.status(), e.type(), param + ": " + e.message(), param, e.code());
+      } catch (const Error& e) {
+        throw ApiError(400, "invalid_request_error", std::string("the prompt could not be tokenized: ") + e.what(),
+                       param);
+      }
+      check_for_engine(prompt, request.generation.sampling, loop_.info(), param.c_str());
+      GenerationTask task;
+      task.kind = TaskKind::completion;
+      task.max_tokens =
+          resolve_max_tokens(request.generation.max_tokens, prompt.token_count, loop_.info().context_length, param);
+      task.prompt_text = std::move(prompt.text);
+      task.prompt_tokens = std::move(prompt.tokens);
+      task.prompt_token_count = prompt.token_count;
+      task.sampling = request.generation.sampling;
+      task.stop = request.generation.stop;
+      task.thinking.enabled = false;
+      task.logprobs = request.generation.logprobs;
+      task.echo = request.echo;
+      tasks.push_back(std::move(task));
     }
-    check_for_engine(prompt, request.generation.sampling, loop_.info(), "prompt");
-    GenerationTask task;
-    task.kind = TaskKind::completion;
-    task.max_tokens =
-        resolve_max_tokens(request.generation.max_tokens, prompt.token_count, loop_.info().context_length, "prompt");
-    task.prompt_text = std::move(prompt.text);
-    task.prompt_tokens = std::move(prompt.tokens);
-    task.prompt_token_count = prompt.token_count;
-    task.sampling = request.generation.sampling;
-    task.stop = request.generation.stop;
-    task.thinking.enabled = false;
-    task.logprobs = request.generation.logprobs;
-    task.echo = request.echo;
-    respond(std::move(task), request.generation, /*chat=*/false, res);
+    if (tasks.size() == 1)
+      respond(std::move(tasks[0]), request.generation, /*chat=*/false, res);
+    else
+      respond_completions(std::move(tasks), res);
   } catch (const ApiError& e) {
     send_error(res, e);
   }
+}
+
+void Server::respond_completions(std::vector<GenerationTask> tasks, httplib::Response& res) {
+  const ResponseMeta meta{next_id("cmpl"), static_cast<int64_t>(std::time(nullptr)), loop_.info().model_id,
+                          tasks[0].logprobs >= 0};
+  std::vector<std::shared_ptr<TaskStream>> streams;
+  auto cancel_all = [&] {
+    for (const auto& s : streams) s->cancel();
+  };
+  for (GenerationTask& task : tasks) {
+    task.request_id = meta.id;
+    auto submitted = loop_.submit(std::move(task));
+    if (submitted.admission != InferenceLoop::Admission::accepted) {
+      cancel_all();  // all or none: the prompts answered so far would be thrown away
+      if (submitted.admission == InferenceLoop::Admission::shutting_down) throw shutting_down_error();
+      throw ApiError(503, "server_busy",
+                     fmt::format("the server is busy: {} prompts do not fit beside the requests already waiting "
+                                 "(at most {} wait); retry in {} s, or send fewer prompts at once",
+                                 tasks.size(), loop_.max_waiting(), config_.retry_after_s),
+                     {}, "queue_full");
+    }
+    streams.push_back(submitted.stream);
+  }
+  // The tasks run together; their outputs are gathered one after the other.
+  std::vector<CollectedOutput> outs(streams.size());
+  std::vector<EngineEvent> events;
+  auto next_check = std::chrono::steady_clock::now() + kPollInterval;
+  for (size_t i = 0; i < streams.size(); ++i) {
+    while (!outs[i].finished) {
+      events.clear();
+      if (streams[i]->wait(events, kPollInterval))
+        for (const auto& e : events) outs[i].add(e);
+      if (!outs[i].finished && std::chrono::steady_clock::now() >= next_check) {
+        next_check = std::chrono::steady_clock::now() + kPollInterval;
+        if (!HttpServer::client_connected()) cancel_all();  // nobody will read them; finishes follow
+      }
+    }
+    if (outs[i].finish_reason == FinishReason::error || outs[i].finish_reason == FinishReason::cancelled) {
+      cancel_all();
+      if (outs[i].finish_reason == FinishReason::cancelled && !HttpServer::client_connected()) {
+        res.status = 499;
+        return;
+      }
+      if (outs[i].finish_reason == FinishReason::error) log_warn("serve: {} failed: {}", meta.id, outs[i].error);
+      throw failure_error(outs[i]);
+    }
+  }
+  res.set_content(text_completion_body(meta, outs), "application/json");
 }
 
 void Server::respond(GenerationTask task, const GenerationRequest& generation, bool chat, httplib::Response& res) {

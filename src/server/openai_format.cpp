@@ -147,18 +147,35 @@ std::string chat_completion_body(const ResponseMeta& meta, const CollectedOutput
 }
 
 std::string text_completion_body(const ResponseMeta& meta, const CollectedOutput& out) {
-  int64_t offset = 0;
-  ordered_json logprobs = meta.logprobs ? completion_logprobs(out.logprobs, offset) : ordered_json(nullptr);
+  return text_completion_body(meta, std::span<const CollectedOutput>(&out, 1));
+}
+
+std::string text_completion_body(const ResponseMeta& meta, std::span<const CollectedOutput> outs) {
+  ordered_json choices = ordered_json::array();
+  Usage usage;
+  Timings timings;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const CollectedOutput& out = outs[i];
+    int64_t offset = 0;
+    choices.push_back({{"index", i},
+                       {"text", out.content},
+                       {"logprobs", meta.logprobs ? completion_logprobs(out.logprobs, offset) : ordered_json(nullptr)},
+                       {"finish_reason", finish_reason_name(out.finish_reason)}});
+    usage.prompt_tokens += out.usage.prompt_tokens;
+    usage.cached_prompt_tokens += out.usage.cached_prompt_tokens;
+    usage.completion_tokens += out.usage.completion_tokens;
+    usage.reasoning_tokens += out.usage.reasoning_tokens;
+    timings.queue_ms += out.timings.queue_ms;
+    timings.prompt_ms += out.timings.prompt_ms;
+    timings.generation_ms += out.timings.generation_ms;
+  }
   ordered_json j = {{"id", meta.id},
                     {"object", "text_completion"},
                     {"created", meta.created},
                     {"model", meta.model},
-                    {"choices", ordered_json::array({{{"index", 0},
-                                                      {"text", out.content},
-                                                      {"logprobs", std::move(logprobs)},
-                                                      {"finish_reason", finish_reason_name(out.finish_reason)}}})},
-                    {"usage", usage_json(out.usage)},
-                    {"timings", timings_json(out.timings, out.usage)}};
+                    {"choices", std::move(choices)},
+                    {"usage", usage_json(usage)},
+                    {"timings", timings_json(timings, usage)}};
   return dump(j);
 }
 

@@ -12,6 +12,7 @@
 // whatever is left with the finish chunk.
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,8 @@ nlohmann::ordered_json timings_json(const Timings& timings, const Usage& usage);
 
 std::string chat_completion_body(const ResponseMeta& meta, const CollectedOutput& out);
 std::string text_completion_body(const ResponseMeta& meta, const CollectedOutput& out);
+// Several prompts' outputs: choice i is outs[i]; usage and timings summed over them.
+std::string text_completion_body(const ResponseMeta& meta, std::span<const CollectedOutput> outs);
 
 // One SSE event carrying `payload`.
 std::string sse_data(const nlohmann::ordered_json& payload);

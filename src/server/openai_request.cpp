@@ -538,31 +538,43 @@ CompletionRequest parse_completion_request(const json& body, const RequestLimits
     if (ids.empty()) invalid_param(name, "{} is an empty list of token ids", name);
     return ids;
   };
+  // A string, token ids, or a list of those (several prompts: one choice each, in order).
   if (prompt->is_string()) {
-    r.prompt_text = prompt->get<std::string>();
+    r.prompts.push_back({prompt->get<std::string>(), std::nullopt});
   } else if (prompt->is_array()) {
     if (prompt->empty()) invalid_param("prompt", "prompt is an empty array");
     const json& first = (*prompt)[0];
     if (first.is_string() || first.is_array()) {
-      if (prompt->size() != 1)
-        invalid_param("prompt", "prompt holds {} prompts; send one prompt per request", prompt->size());
-      if (first.is_string())
-        r.prompt_text = first.get<std::string>();
-      else
-        r.prompt_tokens = token_ids(first, "prompt[0]");
+      if (prompt->size() > kMaxCompletionPrompts)
+        invalid_param("prompt", "prompt holds {} prompts; at most {} in one request", prompt->size(),
+                      kMaxCompletionPrompts);
+      for (size_t i = 0; i < prompt->size(); ++i) {
+        const json& p = (*prompt)[i];
+        const std::string name = fmt::format("prompt[{}]", i);
+        if (p.is_string())
+          r.prompts.push_back({p.get<std::string>(), std::nullopt});
+        else if (p.is_array())
+          r.prompts.push_back({{}, token_ids(p, name)});
+        else
+          invalid_param(name, "{} must be a string or an array of token ids, got {}", name, a_type(p));
+      }
     } else {
-      r.prompt_tokens = token_ids(*prompt, "prompt");
+      r.prompts.push_back({{}, token_ids(*prompt, "prompt")});
     }
   } else {
-    invalid_param("prompt", "prompt must be a string, an array of token ids, or an array with one of those, got {}",
+    invalid_param("prompt", "prompt must be a string, an array of token ids, or an array of those, got {}",
                   a_type(*prompt));
   }
-  if (!r.prompt_tokens && r.prompt_text.empty()) invalid_param("prompt", "prompt is empty");
+  for (size_t i = 0; i < r.prompts.size(); ++i)
+    if (!r.prompts[i].tokens && r.prompts[i].text.empty())
+      invalid_param(r.prompts.size() == 1 ? "prompt" : fmt::format("prompt[{}]", i), "the prompt is empty");
   r.echo = f.boolean("echo").value_or(false);
   if (auto suffix = f.string("suffix"); suffix && !suffix->empty()) invalid_param("suffix", "suffix is not supported");
   if (auto best = f.integer("best_of"); best && *best != 1)
     invalid_param("best_of", "best_of = {}: only 1 is supported", *best);
   r.generation = parse_generation(f, limits, /*chat=*/false, defaults);
+  if (r.prompts.size() > 1 && r.generation.stream)
+    invalid_param("prompt", "prompt holds {} prompts; a streamed request takes one", r.prompts.size());
   return r;
 }
 

@@ -55,9 +55,16 @@ struct ChatRequest {
   std::optional<std::string> reasoning_effort;
 };
 
+struct CompletionPrompt {
+  std::string text;                            // a text prompt, or
+  std::optional<std::vector<int32_t>> tokens;  // token ids
+};
+
+// At most this many prompts in one /v1/completions request (each is a task of its own).
+inline constexpr size_t kMaxCompletionPrompts = 64;
+
 struct CompletionRequest {
-  std::string prompt_text;                            // a text prompt, or
-  std::optional<std::vector<int32_t>> prompt_tokens;  // token ids
+  std::vector<CompletionPrompt> prompts;  // one, or (not streamed) up to kMaxCompletionPrompts
   GenerationRequest generation;
   bool echo = false;  // the prompt's text (and with logprobs its tokens' entries) first
 };

@@ -73,6 +73,8 @@ class Server {
   void handle_completion(const httplib::Request& req, httplib::Response& res);
   // Submits and answers: SSE when `stream`, else one JSON body.
   void respond(GenerationTask task, const GenerationRequest& generation, bool chat, httplib::Response& res);
+  // Several /v1/completions prompts (not streamed): all queued or none, one choice each, in order.
+  void respond_completions(std::vector<GenerationTask> tasks, httplib::Response& res);
   void send_error(httplib::Response& res, const ApiError& error);
   std::string next_id(const char* prefix);
   void join_watchdog();
