@@ -17,6 +17,17 @@ ApiError shutting_down_error() {
   return ApiError(503, "server_busy", "the server is shutting down", {}, "shutting_down");
 }
 
+// n choices of one task: the same request, each with its own seed (seed + i), so that they differ
+// and a given seed still repeats them.
+std::vector<GenerationTask> choices(GenerationTask task, int n) {
+  std::vector<GenerationTask> out;
+  for (int i = 0; i < n; ++i) {
+    out.push_back(task);
+    out.back().sampling.seed = task.sampling.seed + static_cast<uint64_t>(i);
+  }
+  return out;
+}
+
 ApiError failure_error(const CollectedOutput& out) {
   if (out.finish_reason == FinishReason::cancelled) return shutting_down_error();
   return ApiError(500, "server_error", "generation failed: " + out.error, {}, "engine_error");
@@ -78,7 +89,11 @@ void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
     task.response_format = request.response_format;
     task.json_schema = request.json_schema;
     task.logprobs = request.generation.logprobs;
-    respond(std::move(task), request.generation, /*chat=*/true, res);
+    if (request.generation.n == 1) {
+      respond(std::move(task), request.generation, /*chat=*/true, res);
+    } else {
+      respond_many(choices(std::move(task), request.generation.n), /*chat=*/true, request.generation.n, res);
+    }
   } catch (const ApiError& e) {
     send_error(res, e);
   }
@@ -117,20 +132,20 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
       task.thinking.enabled = false;
       task.logprobs = request.generation.logprobs;
       task.echo = request.echo;
-      tasks.push_back(std::move(task));
+      for (GenerationTask& choice : choices(std::move(task), request.generation.n)) tasks.push_back(std::move(choice));
     }
     if (tasks.size() == 1)
       respond(std::move(tasks[0]), request.generation, /*chat=*/false, res);
     else
-      respond_completions(std::move(tasks), res);
+      respond_many(std::move(tasks), /*chat=*/false, request.generation.n, res);
   } catch (const ApiError& e) {
     send_error(res, e);
   }
 }
 
-void Server::respond_completions(std::vector<GenerationTask> tasks, httplib::Response& res) {
-  const ResponseMeta meta{next_id("cmpl"), static_cast<int64_t>(std::time(nullptr)), loop_.info().model_id,
-                          tasks[0].logprobs >= 0};
+void Server::respond_many(std::vector<GenerationTask> tasks, bool chat, int per_prompt, httplib::Response& res) {
+  const ResponseMeta meta{next_id(chat ? "chatcmpl" : "cmpl"), static_cast<int64_t>(std::time(nullptr)),
+                          loop_.info().model_id, tasks[0].logprobs >= 0};
   std::vector<std::shared_ptr<TaskStream>> streams;
   auto cancel_all = [&] {
     for (const auto& s : streams) s->cancel();
@@ -142,8 +157,8 @@ void Server::respond_completions(std::vector<GenerationTask> tasks, httplib::Res
       cancel_all();  // all or none: the prompts answered so far would be thrown away
       if (submitted.admission == InferenceLoop::Admission::shutting_down) throw shutting_down_error();
       throw ApiError(503, "server_busy",
-                     fmt::format("the server is busy: {} prompts do not fit beside the requests already waiting "
-                                 "(at most {} wait); retry in {} s, or send fewer prompts at once",
+                     fmt::format("the server is busy: {} tasks (prompts x n) do not fit beside the requests already "
+                                 "waiting (at most {} wait); retry in {} s, or ask for fewer at once",
                                  tasks.size(), loop_.max_waiting(), config_.retry_after_s),
                      {}, "queue_full");
     }
@@ -173,7 +188,9 @@ void Server::respond_completions(std::vector<GenerationTask> tasks, httplib::Res
       throw failure_error(outs[i]);
     }
   }
-  res.set_content(text_completion_body(meta, outs), "application/json");
+  res.set_content(chat ? chat_completion_body(meta, outs, static_cast<size_t>(per_prompt))
+                       : text_completion_body(meta, outs, static_cast<size_t>(per_prompt)),
+                  "application/json");
 }
 
 void Server::respond(GenerationTask task, const GenerationRequest& generation, bool chat, httplib::Response& res) {

@@ -122,38 +122,73 @@ ordered_json timings_json(const Timings& t, const Usage& usage) {
           {"predicted_per_second", per_second(usage.completion_tokens, t.generation_ms)}};
 }
 
-std::string chat_completion_body(const ResponseMeta& meta, const CollectedOutput& out) {
-  ordered_json message = {{"role", "assistant"}};
-  message["content"] =
-      out.content.empty() && !out.tool_calls.empty() ? ordered_json(nullptr) : ordered_json(out.content);
-  if (!out.reasoning.empty()) message["reasoning_content"] = out.reasoning;
-  if (!out.tool_calls.empty()) {
-    ordered_json calls = ordered_json::array();
-    for (const auto& c : out.tool_calls) calls.push_back(tool_call_json(c));
-    message["tool_calls"] = std::move(calls);
+namespace {
+
+// Usage and timings of several outputs: `per_prompt` consecutive outputs answer one prompt (n
+// choices), whose tokens count once; completion tokens and times add up.
+std::pair<Usage, Timings> summed(std::span<const CollectedOutput> outs, size_t per_prompt) {
+  Usage usage;
+  Timings timings;
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const CollectedOutput& out = outs[i];
+    if (i % per_prompt == 0) {
+      usage.prompt_tokens += out.usage.prompt_tokens;
+      usage.cached_prompt_tokens += out.usage.cached_prompt_tokens;
+    }
+    usage.completion_tokens += out.usage.completion_tokens;
+    usage.reasoning_tokens += out.usage.reasoning_tokens;
+    timings.queue_ms += out.timings.queue_ms;
+    timings.prompt_ms += out.timings.prompt_ms;
+    timings.generation_ms += out.timings.generation_ms;
   }
-  ordered_json j = {{"id", meta.id},
-                    {"object", "chat.completion"},
-                    {"created", meta.created},
-                    {"model", meta.model},
-                    {"choices", ordered_json::array(
-                                    {{{"index", 0},
-                                      {"message", std::move(message)},
-                                      {"logprobs", meta.logprobs ? chat_logprobs(out.logprobs) : ordered_json(nullptr)},
-                                      {"finish_reason", finish_reason_name(out.finish_reason)}}})},
-                    {"usage", usage_json(out.usage)},
-                    {"timings", timings_json(out.timings, out.usage)}};
-  return dump(j);
+  return {usage, timings};
+}
+
+ordered_json response(const ResponseMeta& meta, const char* object, ordered_json choices,
+                      std::span<const CollectedOutput> outs, size_t per_prompt) {
+  const auto [usage, timings] = summed(outs, per_prompt);
+  return {{"id", meta.id},
+          {"object", object},
+          {"created", meta.created},
+          {"model", meta.model},
+          {"choices", std::move(choices)},
+          {"usage", usage_json(usage)},
+          {"timings", timings_json(timings, usage)}};
+}
+
+}  // namespace
+
+std::string chat_completion_body(const ResponseMeta& meta, const CollectedOutput& out) {
+  return chat_completion_body(meta, std::span<const CollectedOutput>(&out, 1));
+}
+
+std::string chat_completion_body(const ResponseMeta& meta, std::span<const CollectedOutput> outs, size_t per_prompt) {
+  ordered_json choices = ordered_json::array();
+  for (size_t i = 0; i < outs.size(); ++i) {
+    const CollectedOutput& out = outs[i];
+    ordered_json message = {{"role", "assistant"}};
+    message["content"] =
+        out.content.empty() && !out.tool_calls.empty() ? ordered_json(nullptr) : ordered_json(out.content);
+    if (!out.reasoning.empty()) message["reasoning_content"] = out.reasoning;
+    if (!out.tool_calls.empty()) {
+      ordered_json calls = ordered_json::array();
+      for (const auto& c : out.tool_calls) calls.push_back(tool_call_json(c));
+      message["tool_calls"] = std::move(calls);
+    }
+    choices.push_back({{"index", i},
+                       {"message", std::move(message)},
+                       {"logprobs", meta.logprobs ? chat_logprobs(out.logprobs) : ordered_json(nullptr)},
+                       {"finish_reason", finish_reason_name(out.finish_reason)}});
+  }
+  return dump(response(meta, "chat.completion", std::move(choices), outs, per_prompt));
 }
 
 std::string text_completion_body(const ResponseMeta& meta, const CollectedOutput& out) {
   return text_completion_body(meta, std::span<const CollectedOutput>(&out, 1));
 }
 
-std::string text_completion_body(const ResponseMeta& meta, std::span<const CollectedOutput> outs) {
+std::string text_completion_body(const ResponseMeta& meta, std::span<const CollectedOutput> outs, size_t per_prompt) {
   ordered_json choices = ordered_json::array();
-  Usage usage;
-  Timings timings;
   for (size_t i = 0; i < outs.size(); ++i) {
     const CollectedOutput& out = outs[i];
     int64_t offset = 0;
@@ -161,22 +196,8 @@ std::string text_completion_body(const ResponseMeta& meta, std::span<const Colle
                        {"text", out.content},
                        {"logprobs", meta.logprobs ? completion_logprobs(out.logprobs, offset) : ordered_json(nullptr)},
                        {"finish_reason", finish_reason_name(out.finish_reason)}});
-    usage.prompt_tokens += out.usage.prompt_tokens;
-    usage.cached_prompt_tokens += out.usage.cached_prompt_tokens;
-    usage.completion_tokens += out.usage.completion_tokens;
-    usage.reasoning_tokens += out.usage.reasoning_tokens;
-    timings.queue_ms += out.timings.queue_ms;
-    timings.prompt_ms += out.timings.prompt_ms;
-    timings.generation_ms += out.timings.generation_ms;
   }
-  ordered_json j = {{"id", meta.id},
-                    {"object", "text_completion"},
-                    {"created", meta.created},
-                    {"model", meta.model},
-                    {"choices", std::move(choices)},
-                    {"usage", usage_json(usage)},
-                    {"timings", timings_json(timings, usage)}};
-  return dump(j);
+  return dump(response(meta, "text_completion", std::move(choices), outs, per_prompt));
 }
 
 std::string sse_data(const ordered_json& payload) { return "data: " + dump(payload) + "\n\n"; }

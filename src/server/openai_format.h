@@ -48,8 +48,12 @@ nlohmann::ordered_json timings_json(const Timings& timings, const Usage& usage);
 
 std::string chat_completion_body(const ResponseMeta& meta, const CollectedOutput& out);
 std::string text_completion_body(const ResponseMeta& meta, const CollectedOutput& out);
-// Several prompts' outputs: choice i is outs[i]; usage and timings summed over them.
-std::string text_completion_body(const ResponseMeta& meta, std::span<const CollectedOutput> outs);
+// Several outputs: choice i is outs[i]. Each `per_prompt` consecutive ones (a request's n) answer
+// one prompt, whose tokens `usage` counts once; completion tokens and timings are summed.
+std::string chat_completion_body(const ResponseMeta& meta, std::span<const CollectedOutput> outs,
+                                 size_t per_prompt = 1);
+std::string text_completion_body(const ResponseMeta& meta, std::span<const CollectedOutput> outs,
+                                 size_t per_prompt = 1);
 
 // One SSE event carrying `payload`.
 std::string sse_data(const nlohmann::ordered_json& payload);

@@ -205,7 +205,12 @@ GenerationRequest parse_generation(const Fields& f, const RequestLimits& limits,
     g.include_usage = Fields(*opts, "stream_options").boolean("include_usage").value_or(false);
   }
 
-  if (auto n = f.integer("n"); n && *n != 1) invalid_param("n", "n = {}: only one choice per request is supported", *n);
+  if (auto n = f.integer("n")) {
+    if (*n < 1 || *n > static_cast<int64_t>(kMaxChoices))
+      invalid_param("n", "n = {} is outside [1, {}]", *n, kMaxChoices);
+    if (*n > 1 && g.stream) invalid_param("n", "n = {}: a streamed request gives one choice", *n);
+    g.n = static_cast<int>(*n);
+  }
   // Log-probabilities: chat `logprobs: true` with `top_logprobs` alternatives (0 .. 20); the
   // legacy completions `logprobs: N` (0 .. 5: N alternatives, the sampled token's always given).
   if (chat) {

@@ -43,7 +43,11 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int logprobs = -1;           // GenerationTask::logprobs (-1: not asked for)
+  int n = 1;                   // choices per prompt (not streamed when > 1)
 };
+
+// At most this many choices (n) per prompt.
+inline constexpr size_t kMaxChoices = 16;
 
 struct ChatRequest {
   ChatPrompt prompt;

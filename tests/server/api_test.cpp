@@ -338,7 +338,7 @@ TEST(ServeApi, SamplingParametersAreAcceptedAndChecked) {
                                                                      {"top_k", -1},
                                                                      {"min_p", 1.5},
                                                                      {"presence_penalty", 2.5},
-                                                                     {"n", 2},
+                                                                     {"n", 17},
                                                                      {"logprobs", "yes"},
                                                                      {"top_logprobs", 3},  // without logprobs
                                                                      {"logit_bias", {{"x", 1}}}}) {
@@ -546,6 +546,41 @@ TEST(ServeApi, CompletionsTakeSeveralPrompts) {
   auto busy = tight.post("/v1/completions", json{{"prompt", {"a", "b", "c", "d", "e"}}});
   EXPECT_EQ(busy.status, 503) << busy.body;
   EXPECT_EQ(tight.post("/v1/completions", json{{"prompt", {"a", "b"}}}).status, 200);
+}
+
+// n choices: one task each with its own seed (seed + i), answered in one response; usage counts
+// the prompt once; not streamed; at most 16.
+TEST(ServeApi, SeveralChoicesPerPrompt) {
+  TestServer s;
+  json body = chat_body("one two");
+  body["n"] = 3;
+  body["seed"] = 5;
+  auto r = s.post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = r.json();
+  ASSERT_EQ(j["choices"].size(), 3u) << j;
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["message"]["content"], "You said: one two");
+  }
+  const std::string prompt = "<|user|>\none two\n<|assistant|>\n";
+  EXPECT_EQ(j["usage"]["prompt_tokens"], prompt.size());
+  EXPECT_EQ(j["usage"]["completion_tokens"], 3 * 4);
+  // Completions: n per prompt, choice index = prompt * n + j.
+  auto c = s.post("/v1/completions", json{{"prompt", {"a", "b c"}}, {"n", 2}});
+  ASSERT_EQ(c.status, 200) << c.body;
+  const json cj = c.json();
+  ASSERT_EQ(cj["choices"].size(), 4u);
+  EXPECT_EQ(cj["choices"][1]["text"], "You said: a");
+  EXPECT_EQ(cj["choices"][2]["text"], "You said: b c");
+  EXPECT_EQ(cj["usage"]["prompt_tokens"], 1 + 3);
+  body["stream"] = true;
+  auto streamed = s.post("/v1/chat/completions", body);
+  EXPECT_EQ(streamed.status, 400);
+  EXPECT_EQ(streamed.json()["error"]["param"], "n");
+  body["stream"] = false;
+  body["n"] = 0;
+  EXPECT_EQ(s.post("/v1/chat/completions", body).status, 400);
 }
 
 TEST(ServeApi, CompletionsEndpoint) {
