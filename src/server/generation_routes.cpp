@@ -28,6 +28,16 @@ std::vector<GenerationTask> choices(GenerationTask task, int n) {
   return out;
 }
 
+// A request's tasks (prompts x n choices) that the admission queue did not take.
+ApiError queue_full_error(int max_waiting, int retry_after_s, size_t tasks) {
+  return ApiError(
+      503, "server_busy",
+      fmt::format("the server is busy: {} requests are already waiting; retry in {} s{}", max_waiting, retry_after_s,
+                  tasks > 1 ? fmt::format(" (this one is {} tasks, prompts x n: ask for fewer at once)", tasks)
+                            : std::string()),
+      {}, "queue_full");
+}
+
 ApiError failure_error(const CollectedOutput& out) {
   if (out.finish_reason == FinishReason::cancelled) return shutting_down_error();
   return ApiError(500, "server_error", "generation failed: " + out.error, {}, "engine_error");
@@ -156,15 +166,12 @@ void Server::respond_many(std::vector<GenerationTask> tasks, bool chat, int per_
     if (submitted.admission != InferenceLoop::Admission::accepted) {
       cancel_all();  // all or none: the prompts answered so far would be thrown away
       if (submitted.admission == InferenceLoop::Admission::shutting_down) throw shutting_down_error();
-      throw ApiError(503, "server_busy",
-                     fmt::format("the server is busy: {} tasks (prompts x n) do not fit beside the requests already "
-                                 "waiting (at most {} wait); retry in {} s, or ask for fewer at once",
-                                 tasks.size(), loop_.max_waiting(), config_.retry_after_s),
-                     {}, "queue_full");
+      throw queue_full_error(loop_.max_waiting(), config_.retry_after_s, tasks.size());
     }
     streams.push_back(submitted.stream);
   }
-  // The tasks run together; their outputs are gathered one after the other.
+  // The tasks run together; their outputs are gathered one after the other. A client gone away
+  // cancels them all (499: nginx's "client closed request", seen only by /metrics and logs).
   std::vector<CollectedOutput> outs(streams.size());
   std::vector<EngineEvent> events;
   auto next_check = std::chrono::steady_clock::now() + kPollInterval;
@@ -194,42 +201,20 @@ void Server::respond_many(std::vector<GenerationTask> tasks, bool chat, int per_
 }
 
 void Server::respond(GenerationTask task, const GenerationRequest& generation, bool chat, httplib::Response& res) {
+  if (!generation.stream) {  // a whole response: respond_many's, with one task
+    std::vector<GenerationTask> one;
+    one.push_back(std::move(task));
+    respond_many(std::move(one), chat, 1, res);
+    return;
+  }
   const ResponseMeta meta{next_id(chat ? "chatcmpl" : "cmpl"), static_cast<int64_t>(std::time(nullptr)),
                           loop_.info().model_id, task.logprobs >= 0};
   task.request_id = meta.id;
   auto submitted = loop_.submit(std::move(task));
   if (submitted.admission == InferenceLoop::Admission::shutting_down) throw shutting_down_error();
   if (submitted.admission == InferenceLoop::Admission::queue_full)
-    throw ApiError(503, "server_busy",
-                   fmt::format("the server is busy: {} requests are already waiting; retry in {} s",
-                               loop_.max_waiting(), config_.retry_after_s),
-                   {}, "queue_full");
+    throw queue_full_error(loop_.max_waiting(), config_.retry_after_s, 1);
   std::shared_ptr<TaskStream> task_stream = submitted.stream;
-
-  if (!generation.stream) {
-    CollectedOutput out;
-    std::vector<EngineEvent> events;
-    auto next_check = std::chrono::steady_clock::now() + kPollInterval;
-    while (!out.finished) {
-      events.clear();
-      if (task_stream->wait(events, kPollInterval))
-        for (const auto& e : events) out.add(e);
-      if (!out.finished && std::chrono::steady_clock::now() >= next_check) {
-        next_check = std::chrono::steady_clock::now() + kPollInterval;
-        if (!HttpServer::client_connected()) task_stream->cancel();  // nobody will read it; the finish follows
-      }
-    }
-    if (out.finish_reason == FinishReason::cancelled && !HttpServer::client_connected()) {
-      res.status = 499;  // nginx's "client closed request": only /metrics and logs will see it
-      return;
-    }
-    if (out.finish_reason == FinishReason::error || out.finish_reason == FinishReason::cancelled) {
-      if (out.finish_reason == FinishReason::error) log_warn("serve: {} failed: {}", meta.id, out.error);
-      throw failure_error(out);
-    }
-    res.set_content(chat ? chat_completion_body(meta, out) : text_completion_body(meta, out), "application/json");
-    return;
-  }
 
   auto state = std::make_shared<StreamState>(
       StreamState{task_stream, StreamFormatter(meta, chat, generation.include_usage), false, false});

@@ -216,15 +216,14 @@ void ModelEngine::finish(Slot& slot, StopCause cause, const EmitFn& emit) {
   emit(id, EngineEvent::finish(reason, usage, timings));
 }
 
-const std::string& ModelEngine::token_text(int32_t id) {
+const std::vector<std::string>& ModelEngine::token_texts() {
   if (token_texts_.empty()) token_texts_ = token_bytes_table(text_->tokenizer, model_.vocab_size());
-  return token_texts_[static_cast<size_t>(id)];
+  return token_texts_;
 }
 
 int32_t ModelEngine::sample_json(Running& r) {
-  token_text(0);  // (fills the table)
   return fl::sample_json(
-      *r.sampler, r.logits, *r.json, [&](int32_t t) { return r.stopper->is_eos(t); }, token_texts_);
+      *r.sampler, r.logits, *r.json, [&](int32_t t) { return r.stopper->is_eos(t); }, token_texts());
 }
 
 int64_t ModelEngine::force_call_opening(Slot& slot, const EmitFn& emit) {
@@ -268,6 +267,13 @@ LogprobEntry ModelEngine::logprob_entry(const TokenLogprob& p) const {
   return e;
 }
 
+TokenLogprobOutput ModelEngine::logprob_output(const TokenLogprobs& lp) const {
+  TokenLogprobOutput out;
+  out.chosen = logprob_entry(lp.chosen);
+  for (const TokenLogprob& p : lp.top) out.top.push_back(logprob_entry(p));
+  return out;
+}
+
 void ModelEngine::emit_prompt_logprobs(const Running& r, std::span<const float> logits, int64_t rows,
                                        const EmitFn& emit) {
   const auto V = static_cast<size_t>(model_.vocab_size());
@@ -284,10 +290,7 @@ void ModelEngine::emit_prompt_logprobs(const Running& r, std::span<const float> 
     if (next >= prompt.size()) break;
     const TokenLogprobs lp =
         token_logprobs(logits.subspan(static_cast<size_t>(i) * V, V), prompt[next], r.task.logprobs);
-    TokenLogprobOutput out;
-    out.chosen = logprob_entry(lp.chosen);
-    for (const TokenLogprob& p : lp.top) out.top.push_back(logprob_entry(p));
-    emit(r.id, EngineEvent::token_logprob(std::move(out)));
+    emit(r.id, EngineEvent::token_logprob(logprob_output(lp)));
   }
 }
 
@@ -307,7 +310,7 @@ int64_t ModelEngine::advance(Slot& slot, const EmitFn& emit) {
   }
   std::optional<TokenLogprobs> logprobs;
   if (r.task.logprobs >= 0) logprobs = token_logprobs(r.logits, token, r.task.logprobs);
-  if (constrained && !r.stopper->is_eos(token)) r.json->feed(token_text(token));
+  if (constrained && !r.stopper->is_eos(token)) r.json->feed(token_texts()[static_cast<size_t>(token)]);
   r.logits.clear();
   r.sampled.reset();
   r.sampler->accept(token);
@@ -318,12 +321,7 @@ int64_t ModelEngine::advance(Slot& slot, const EmitFn& emit) {
   StopCause cause = r.stopper->check(token, r.generated, n_past);
   // Before the text this token adds (which a stop string may yet hold back), and for an EOS that
   // ends the answer too: scorers read the last entry as the sampled token's.
-  if (logprobs) {
-    TokenLogprobOutput out;
-    out.chosen = logprob_entry(logprobs->chosen);
-    for (const TokenLogprob& p : logprobs->top) out.top.push_back(logprob_entry(p));
-    emit(r.id, EngineEvent::token_logprob(std::move(out)));
-  }
+  if (logprobs) emit(r.id, EngineEvent::token_logprob(logprob_output(*logprobs)));
   if (cause == StopCause::eos_token) {
     finish(slot, cause, emit);
     return 1;

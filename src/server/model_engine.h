@@ -114,8 +114,10 @@ class ModelEngine final : public Engine {
   int32_t sample_json(Running& r);
   // Feeds r.forced_call as generated tokens (shown, as the model's own would be); may finish.
   int64_t force_call_opening(Slot& slot, const EmitFn& emit);
-  const std::string& token_text(int32_t id);                // its raw bytes (token_bytes_table); "" for special tokens
+  // Every id's raw bytes (token_bytes_table; "" for special tokens), built on first use.
+  const std::vector<std::string>& token_texts();
   LogprobEntry logprob_entry(const TokenLogprob& p) const;  // with its text and bytes
+  TokenLogprobOutput logprob_output(const TokenLogprobs& lp) const;  // the chosen token's and alternatives'
   // An echoed prompt's entries from a prefill chunk's `rows` rows of logits ([rows, vocab]).
   void emit_prompt_logprobs(const Running& r, std::span<const float> logits, int64_t rows, const EmitFn& emit);
 

@@ -33,7 +33,6 @@ ordered_json chat_logprobs(const std::vector<TokenLogprobOutput>& entries) {
   ordered_json content = ordered_json::array();
   for (const TokenLogprobOutput& t : entries) {
     ordered_json entry = chat_logprob_entry(t.chosen);
-    if (!t.has_logprob) entry["logprob"] = nullptr;  // (chat has no echo; kept for completeness)
     ordered_json top = ordered_json::array();
     for (const LogprobEntry& alt : t.top) top.push_back(chat_logprob_entry(alt));
     entry["top_logprobs"] = std::move(top);
@@ -158,10 +157,6 @@ ordered_json response(const ResponseMeta& meta, const char* object, ordered_json
 
 }  // namespace
 
-std::string chat_completion_body(const ResponseMeta& meta, const CollectedOutput& out) {
-  return chat_completion_body(meta, std::span<const CollectedOutput>(&out, 1));
-}
-
 std::string chat_completion_body(const ResponseMeta& meta, std::span<const CollectedOutput> outs, size_t per_prompt) {
   ordered_json choices = ordered_json::array();
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -181,10 +176,6 @@ std::string chat_completion_body(const ResponseMeta& meta, std::span<const Colle
                        {"finish_reason", finish_reason_name(out.finish_reason)}});
   }
   return dump(response(meta, "chat.completion", std::move(choices), outs, per_prompt));
-}
-
-std::string text_completion_body(const ResponseMeta& meta, const CollectedOutput& out) {
-  return text_completion_body(meta, std::span<const CollectedOutput>(&out, 1));
 }
 
 std::string text_completion_body(const ResponseMeta& meta, std::span<const CollectedOutput> outs, size_t per_prompt) {

@@ -46,10 +46,8 @@ std::string error_body(const ApiError& error);  // {"error": {...}}
 nlohmann::ordered_json usage_json(const Usage& usage);
 nlohmann::ordered_json timings_json(const Timings& timings, const Usage& usage);
 
-std::string chat_completion_body(const ResponseMeta& meta, const CollectedOutput& out);
-std::string text_completion_body(const ResponseMeta& meta, const CollectedOutput& out);
-// Several outputs: choice i is outs[i]. Each `per_prompt` consecutive ones (a request's n) answer
-// one prompt, whose tokens `usage` counts once; completion tokens and timings are summed.
+// Whole responses: choice i is outs[i]. Each `per_prompt` consecutive outputs (a request's n)
+// answer one prompt, whose tokens `usage` counts once; completion tokens and timings are summed.
 std::string chat_completion_body(const ResponseMeta& meta, std::span<const CollectedOutput> outs,
                                  size_t per_prompt = 1);
 std::string text_completion_body(const ResponseMeta& meta, std::span<const CollectedOutput> outs,

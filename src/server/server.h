@@ -73,9 +73,9 @@ class Server {
   void handle_completion(const httplib::Request& req, httplib::Response& res);
   // Submits and answers: SSE when `stream`, else one JSON body.
   void respond(GenerationTask task, const GenerationRequest& generation, bool chat, httplib::Response& res);
-  // Several tasks answered as one response (not streamed): several /v1/completions prompts and n
-  // choices each (`per_prompt` = n consecutive tasks per prompt); all queued or none; choices in
-  // order.
+  // Tasks answered as one whole (not streamed) response: one, or several /v1/completions prompts
+  // and n choices each (`per_prompt` = n consecutive tasks per prompt); all queued or none;
+  // choices in order.
   void respond_many(std::vector<GenerationTask> tasks, bool chat, int per_prompt, httplib::Response& res);
   void send_error(httplib::Response& res, const ApiError& error);
   std::string next_id(const char* prefix);

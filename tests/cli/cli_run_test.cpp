@@ -131,6 +131,7 @@ TEST_F(CliRun, JsonSchemaHoldsTheAnswer) {
   EXPECT_TRUE(answer["ok"].is_boolean()) << answer;
   EXPECT_EQ(j["finish_reason"], "stop");
   const std::string text = run_json(q("Hello") + " --temperature 0 --max-tokens 8 --json-object")["text"];
+  ASSERT_FALSE(text.empty());  // (EOS is refused until an object is whole: the answer starts one)
   EXPECT_EQ(text.find_first_not_of(" \t\r\n"), text.find('{')) << text;
 
   const std::string bad = (dir_->path() / "bad.json").string();
