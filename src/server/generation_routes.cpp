@@ -43,12 +43,22 @@ ApiError failure_error(const CollectedOutput& out) {
   return ApiError(500, "server_error", "generation failed: " + out.error, {}, "engine_error");
 }
 
-// The state a streaming response carries between calls of its content provider.
+// The state a streaming response carries between calls of its content provider: a task and a
+// formatter per choice (several for n > 1 or several prompts, chunks interleaved as tokens come).
 struct StreamState {
-  std::shared_ptr<TaskStream> task;
-  StreamFormatter formatter;
+  struct Choice {
+    std::shared_ptr<TaskStream> task;
+    StreamFormatter formatter;
+    CollectedOutput finish;  // the finish event's usage and timings, for the usage chunk
+  };
+  std::vector<Choice> choices;
+  size_t per_prompt = 1;
   bool begun = false;
   bool done = false;
+
+  void cancel_all() {
+    for (Choice& c : choices) c.task->cancel();
+  }
 };
 
 // Checks that only the model can make, done here so that they are 400s naming the field rather
@@ -99,11 +109,7 @@ void Server::handle_chat(const httplib::Request& req, httplib::Response& res) {
     task.response_format = request.response_format;
     task.json_schema = request.json_schema;
     task.logprobs = request.generation.logprobs;
-    if (request.generation.n == 1) {
-      respond(std::move(task), request.generation, /*chat=*/true, res);
-    } else {
-      respond_many(choices(std::move(task), request.generation.n), /*chat=*/true, request.generation.n, res);
-    }
+    respond(choices(std::move(task), request.generation.n), request.generation, /*chat=*/true, res);
   } catch (const ApiError& e) {
     send_error(res, e);
   }
@@ -144,32 +150,35 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
       task.echo = request.echo;
       for (GenerationTask& choice : choices(std::move(task), request.generation.n)) tasks.push_back(std::move(choice));
     }
-    if (tasks.size() == 1)
-      respond(std::move(tasks[0]), request.generation, /*chat=*/false, res);
-    else
-      respond_many(std::move(tasks), /*chat=*/false, request.generation.n, res);
+    respond(std::move(tasks), request.generation, /*chat=*/false, res);
   } catch (const ApiError& e) {
     send_error(res, e);
   }
 }
 
-void Server::respond_many(std::vector<GenerationTask> tasks, bool chat, int per_prompt, httplib::Response& res) {
-  const ResponseMeta meta{next_id(chat ? "chatcmpl" : "cmpl"), static_cast<int64_t>(std::time(nullptr)),
-                          loop_.info().model_id, tasks[0].logprobs >= 0};
+std::vector<std::shared_ptr<TaskStream>> Server::submit_all(std::vector<GenerationTask> tasks, const std::string& id) {
   std::vector<std::shared_ptr<TaskStream>> streams;
-  auto cancel_all = [&] {
-    for (const auto& s : streams) s->cancel();
-  };
+  const size_t n = tasks.size();
   for (GenerationTask& task : tasks) {
-    task.request_id = meta.id;
+    task.request_id = id;
     auto submitted = loop_.submit(std::move(task));
     if (submitted.admission != InferenceLoop::Admission::accepted) {
-      cancel_all();  // all or none: the prompts answered so far would be thrown away
+      for (const auto& s : streams) s->cancel();  // all or none: the tasks queued so far are dropped
       if (submitted.admission == InferenceLoop::Admission::shutting_down) throw shutting_down_error();
-      throw queue_full_error(loop_.max_waiting(), config_.retry_after_s, tasks.size());
+      throw queue_full_error(loop_.max_waiting(), config_.retry_after_s, n);
     }
     streams.push_back(submitted.stream);
   }
+  return streams;
+}
+
+void Server::respond_many(std::vector<GenerationTask> tasks, bool chat, int per_prompt, httplib::Response& res) {
+  const ResponseMeta meta{next_id(chat ? "chatcmpl" : "cmpl"), static_cast<int64_t>(std::time(nullptr)),
+                          loop_.info().model_id, tasks[0].logprobs >= 0};
+  const std::vector<std::shared_ptr<TaskStream>> streams = submit_all(std::move(tasks), meta.id);
+  auto cancel_all = [&] {
+    for (const auto& s : streams) s->cancel();
+  };
   // The tasks run together; their outputs are gathered one after the other. A client gone away
   // cancels them all (499: nginx's "client closed request", seen only by /metrics and logs).
   std::vector<CollectedOutput> outs(streams.size());
@@ -200,24 +209,20 @@ void Server::respond_many(std::vector<GenerationTask> tasks, bool chat, int per_
                   "application/json");
 }
 
-void Server::respond(GenerationTask task, const GenerationRequest& generation, bool chat, httplib::Response& res) {
-  if (!generation.stream) {  // a whole response: respond_many's, with one task
-    std::vector<GenerationTask> one;
-    one.push_back(std::move(task));
-    respond_many(std::move(one), chat, 1, res);
+void Server::respond(std::vector<GenerationTask> tasks, const GenerationRequest& generation, bool chat,
+                     httplib::Response& res) {
+  if (!generation.stream) {
+    respond_many(std::move(tasks), chat, generation.n, res);
     return;
   }
   const ResponseMeta meta{next_id(chat ? "chatcmpl" : "cmpl"), static_cast<int64_t>(std::time(nullptr)),
-                          loop_.info().model_id, task.logprobs >= 0};
-  task.request_id = meta.id;
-  auto submitted = loop_.submit(std::move(task));
-  if (submitted.admission == InferenceLoop::Admission::shutting_down) throw shutting_down_error();
-  if (submitted.admission == InferenceLoop::Admission::queue_full)
-    throw queue_full_error(loop_.max_waiting(), config_.retry_after_s, 1);
-  std::shared_ptr<TaskStream> task_stream = submitted.stream;
-
-  auto state = std::make_shared<StreamState>(
-      StreamState{task_stream, StreamFormatter(meta, chat, generation.include_usage), false, false});
+                          loop_.info().model_id, tasks[0].logprobs >= 0};
+  const std::vector<std::shared_ptr<TaskStream>> streams = submit_all(std::move(tasks), meta.id);
+  auto state = std::make_shared<StreamState>();
+  for (size_t i = 0; i < streams.size(); ++i)
+    state->choices.push_back(
+        {streams[i], StreamFormatter(meta, chat, generation.include_usage, static_cast<int>(i)), CollectedOutput{}});
+  state->per_prompt = static_cast<size_t>(generation.n);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
@@ -228,42 +233,74 @@ void Server::respond(GenerationTask task, const GenerationRequest& generation, b
           std::string out;
           if (!state->begun) {
             state->begun = true;
-            out = state->formatter.begin();
+            for (auto& c : state->choices) out += c.formatter.begin();
           }
+          // Every unfinished choice's events so far; with none, wait on one of them (briefly when
+          // there are several, so that the others' tokens are not held back).
           std::vector<EngineEvent> events;
-          if (!state->task->wait(events, kPollInterval) && out.empty()) {
-            if (sink.is_writable()) return true;
-            state->task->cancel();  // the client is gone
-            return false;
+          size_t unfinished = 0;
+          for (const auto& c : state->choices) unfinished += c.finish.finished ? 0 : 1;
+          bool any = false;
+          for (int round = 0; round < 2 && !any && !state->done; ++round) {
+            bool waited = false;
+            for (auto& c : state->choices) {
+              if (c.finish.finished || state->done) continue;
+              events.clear();
+              auto timeout = std::chrono::milliseconds(0);
+              if (round == 1 && !waited) {  // nothing came in the first pass: block on this one
+                timeout = unfinished == 1 ? kPollInterval : std::chrono::milliseconds(5);
+                waited = true;
+              }
+              if (!c.task->wait(events, timeout)) continue;
+              any = true;
+              for (const auto& e : events) {
+                if (e.kind != EngineEvent::Kind::finish) {
+                  out += c.formatter.event(e);
+                } else if (e.finish_reason == FinishReason::error || e.finish_reason == FinishReason::cancelled) {
+                  CollectedOutput failed;
+                  failed.add(e);
+                  if (e.finish_reason == FinishReason::error) log_warn("serve: stream failed: {}", e.error);
+                  out += "data: " + error_body(failure_error(failed)) + "\n\n";
+                  state->cancel_all();  // the other choices of a failed request are not wanted
+                  state->done = true;
+                  break;
+                } else {
+                  out += c.formatter.finish_choice(e);
+                  c.finish.add(e);
+                }
+              }
+            }
           }
-          for (const auto& e : events) {
-            if (e.kind != EngineEvent::Kind::finish) {
-              out += state->formatter.event(e);
-            } else if (e.finish_reason == FinishReason::error || e.finish_reason == FinishReason::cancelled) {
-              CollectedOutput failed;
-              failed.add(e);
-              if (e.finish_reason == FinishReason::error) log_warn("serve: stream failed: {}", e.error);
-              out += "data: " + error_body(failure_error(failed)) + "\n\n";
-              state->done = true;
-            } else {
-              out += state->formatter.finish(e);
+          if (!state->done) {
+            bool all_finished = true;
+            for (const auto& c : state->choices) all_finished = all_finished && c.finish.finished;
+            if (all_finished) {
+              std::vector<CollectedOutput> finishes;
+              for (const auto& c : state->choices) finishes.push_back(c.finish);
+              const auto [usage, timings] = summed_usage(finishes, state->per_prompt);
+              out += state->choices[0].formatter.end(usage, timings);
               state->done = true;
             }
           }
+          if (!any && out.empty()) {
+            if (sink.is_writable()) return true;
+            state->cancel_all();  // the client is gone
+            return false;
+          }
           if (!out.empty() && !sink.write(out.data(), out.size())) {
-            state->task->cancel();
+            state->cancel_all();
             return false;
           }
           if (state->done) sink.done();
           return true;
         } catch (const std::exception& e) {
           log_error("serve: streaming failed: {}", e.what());
-          state->task->cancel();
+          state->cancel_all();
           return false;
         }
       },
       [state](bool) {
-        if (!state->done) state->task->cancel();
+        if (!state->done) state->cancel_all();
       });
 }
 

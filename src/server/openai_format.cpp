@@ -121,11 +121,7 @@ ordered_json timings_json(const Timings& t, const Usage& usage) {
           {"predicted_per_second", per_second(usage.completion_tokens, t.generation_ms)}};
 }
 
-namespace {
-
-// Usage and timings of several outputs: `per_prompt` consecutive outputs answer one prompt (n
-// choices), whose tokens count once; completion tokens and times add up.
-std::pair<Usage, Timings> summed(std::span<const CollectedOutput> outs, size_t per_prompt) {
+std::pair<Usage, Timings> summed_usage(std::span<const CollectedOutput> outs, size_t per_prompt) {
   Usage usage;
   Timings timings;
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -143,9 +139,11 @@ std::pair<Usage, Timings> summed(std::span<const CollectedOutput> outs, size_t p
   return {usage, timings};
 }
 
+namespace {
+
 ordered_json response(const ResponseMeta& meta, const char* object, ordered_json choices,
                       std::span<const CollectedOutput> outs, size_t per_prompt) {
-  const auto [usage, timings] = summed(outs, per_prompt);
+  const auto [usage, timings] = summed_usage(outs, per_prompt);
   return {{"id", meta.id},
           {"object", object},
           {"created", meta.created},
@@ -205,7 +203,7 @@ ordered_json StreamFormatter::chunk(ordered_json choice) const {
 
 std::string StreamFormatter::begin() {
   if (!chat_) return {};
-  return sse_data(chunk({{"index", 0},
+  return sse_data(chunk({{"index", index_},
                          {"delta", {{"role", "assistant"}, {"content", ""}}},
                          {"logprobs", nullptr},
                          {"finish_reason", nullptr}}));
@@ -225,7 +223,8 @@ std::string StreamFormatter::event(const EngineEvent& e) {
   }
   if (!chat_) {
     if (e.kind != EngineEvent::Kind::content || e.text.empty()) return {};
-    return sse_data(chunk({{"index", 0}, {"text", e.text}, {"logprobs", take_logprobs()}, {"finish_reason", nullptr}}));
+    return sse_data(
+        chunk({{"index", index_}, {"text", e.text}, {"logprobs", take_logprobs()}, {"finish_reason", nullptr}}));
   }
   ordered_json delta;
   switch (e.kind) {
@@ -248,13 +247,12 @@ std::string StreamFormatter::event(const EngineEvent& e) {
     case EngineEvent::Kind::finish:
       return {};
   }
-  return sse_data(
-      chunk({{"index", 0}, {"delta", std::move(delta)}, {"logprobs", take_logprobs()}, {"finish_reason", nullptr}}));
+  return sse_data(chunk(
+      {{"index", index_}, {"delta", std::move(delta)}, {"logprobs", take_logprobs()}, {"finish_reason", nullptr}}));
 }
 
-std::string StreamFormatter::finish(const EngineEvent& e) {
-  std::string out;
-  ordered_json choice = {{"index", 0}};
+std::string StreamFormatter::finish_choice(const EngineEvent& e) {
+  ordered_json choice = {{"index", index_}};
   if (chat_)
     choice["delta"] = ordered_json::object();
   else
@@ -264,16 +262,20 @@ std::string StreamFormatter::finish(const EngineEvent& e) {
   choice["finish_reason"] = finish_reason_name(e.finish_reason);
   ordered_json last = chunk(std::move(choice));
   if (!include_usage_) last["timings"] = timings_json(e.timings, e.usage);
-  out += sse_data(last);
+  return sse_data(last);
+}
+
+std::string StreamFormatter::end(const Usage& usage, const Timings& timings) const {
+  std::string out;
   if (include_usage_) {
-    ordered_json usage = {{"id", meta_.id},
-                          {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
-                          {"created", meta_.created},
-                          {"model", meta_.model},
-                          {"choices", ordered_json::array()},
-                          {"usage", usage_json(e.usage)},
-                          {"timings", timings_json(e.timings, e.usage)}};
-    out += sse_data(usage);
+    ordered_json j = {{"id", meta_.id},
+                      {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+                      {"created", meta_.created},
+                      {"model", meta_.model},
+                      {"choices", ordered_json::array()},
+                      {"usage", usage_json(usage)},
+                      {"timings", timings_json(timings, usage)}};
+    out += sse_data(j);
   }
   out += kSseDone;
   return out;

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "server/api_error.h"
@@ -46,6 +47,10 @@ std::string error_body(const ApiError& error);  // {"error": {...}}
 nlohmann::ordered_json usage_json(const Usage& usage);
 nlohmann::ordered_json timings_json(const Timings& timings, const Usage& usage);
 
+// Usage and timings of several outputs: each `per_prompt` consecutive outputs (a request's n)
+// answer one prompt, whose tokens count once; completion tokens and times add up.
+std::pair<Usage, Timings> summed_usage(std::span<const CollectedOutput> outs, size_t per_prompt);
+
 // Whole responses: choice i is outs[i]. Each `per_prompt` consecutive outputs (a request's n)
 // answer one prompt, whose tokens `usage` counts once; completion tokens and timings are summed.
 std::string chat_completion_body(const ResponseMeta& meta, std::span<const CollectedOutput> outs,
@@ -58,15 +63,21 @@ std::string sse_data(const nlohmann::ordered_json& payload);
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";
 
 // The chunks of one streamed response, in order.
+// A response streaming several choices (n, or several prompts) has a formatter per choice, each
+// writing its `index`, and ends once: end() after every choice's finish_choice().
 class StreamFormatter {
  public:
-  StreamFormatter(ResponseMeta meta, bool chat, bool include_usage)
-      : meta_(std::move(meta)), chat_(chat), include_usage_(include_usage) {}
+  StreamFormatter(ResponseMeta meta, bool chat, bool include_usage, int index = 0)
+      : meta_(std::move(meta)), chat_(chat), include_usage_(include_usage), index_(index) {}
 
   std::string begin();                      // chat: the role chunk; completion: nothing
   std::string event(const EngineEvent& e);  // a delta (empty for finish events)
-  // The finish chunk, the usage chunk when asked for, and [DONE].
-  std::string finish(const EngineEvent& e);
+  // The choice's finish chunk (with the task's `timings` unless a usage chunk will carry them).
+  std::string finish_choice(const EngineEvent& e);
+  // The usage chunk when asked for (the whole request's usage and timings), and [DONE].
+  std::string end(const Usage& usage, const Timings& timings) const;
+  // One choice: finish_choice, then end with its own usage.
+  std::string finish(const EngineEvent& e) { return finish_choice(e) + end(e.usage, e.timings); }
 
  private:
   nlohmann::ordered_json chunk(nlohmann::ordered_json choice) const;
@@ -77,6 +88,7 @@ class StreamFormatter {
   ResponseMeta meta_;
   bool chat_;
   bool include_usage_;
+  int index_;
   int tool_calls_ = 0;
   std::vector<TokenLogprobOutput> pending_logprobs_;
   int64_t text_offset_ = 0;  // completions: bytes of token text before the pending entries

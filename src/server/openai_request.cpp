@@ -208,7 +208,6 @@ GenerationRequest parse_generation(const Fields& f, const RequestLimits& limits,
   if (auto n = f.integer("n")) {
     if (*n < 1 || *n > static_cast<int64_t>(kMaxChoices))
       invalid_param("n", "n = {} is outside [1, {}]", *n, kMaxChoices);
-    if (*n > 1 && g.stream) invalid_param("n", "n = {}: a streamed request gives one choice", *n);
     g.n = static_cast<int>(*n);
   }
   // Log-probabilities: chat `logprobs: true` with `top_logprobs` alternatives (0 .. 20); the
@@ -578,8 +577,6 @@ CompletionRequest parse_completion_request(const json& body, const RequestLimits
   if (auto best = f.integer("best_of"); best && *best != 1)
     invalid_param("best_of", "best_of = {}: only 1 is supported", *best);
   r.generation = parse_generation(f, limits, /*chat=*/false, defaults);
-  if (r.prompts.size() > 1 && r.generation.stream)
-    invalid_param("prompt", "prompt holds {} prompts; a streamed request takes one", r.prompts.size());
   return r;
 }
 

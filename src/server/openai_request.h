@@ -43,7 +43,7 @@ struct GenerationRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int logprobs = -1;           // GenerationTask::logprobs (-1: not asked for)
-  int n = 1;                   // choices per prompt (not streamed when > 1)
+  int n = 1;                   // choices per prompt
 };
 
 // At most this many choices (n) per prompt.
@@ -68,7 +68,7 @@ struct CompletionPrompt {
 inline constexpr size_t kMaxCompletionPrompts = 64;
 
 struct CompletionRequest {
-  std::vector<CompletionPrompt> prompts;  // one, or (not streamed) up to kMaxCompletionPrompts
+  std::vector<CompletionPrompt> prompts;  // one, or up to kMaxCompletionPrompts
   GenerationRequest generation;
   bool echo = false;  // the prompt's text (and with logprobs its tokens' entries) first
 };

@@ -71,12 +71,15 @@ class Server {
   bool refuse_before_body(const httplib::Request& req, httplib::Response& res);
   void handle_chat(const httplib::Request& req, httplib::Response& res);
   void handle_completion(const httplib::Request& req, httplib::Response& res);
-  // Submits and answers: SSE when `stream`, else one JSON body.
-  void respond(GenerationTask task, const GenerationRequest& generation, bool chat, httplib::Response& res);
-  // Tasks answered as one whole (not streamed) response: one, or several /v1/completions prompts
-  // and n choices each (`per_prompt` = n consecutive tasks per prompt); all queued or none;
-  // choices in order.
+  // Submits a request's tasks (one per prompt and choice: n consecutive tasks per prompt, choice
+  // i = tasks[i]) and answers: SSE when `stream` (the choices' chunks interleaved as they come,
+  // each with its index), else one JSON body.
+  void respond(std::vector<GenerationTask> tasks, const GenerationRequest& generation, bool chat,
+               httplib::Response& res);
+  // The whole (not streamed) response of `tasks`, `per_prompt` consecutive ones per prompt.
   void respond_many(std::vector<GenerationTask> tasks, bool chat, int per_prompt, httplib::Response& res);
+  // Queues every task under the response id `id`, or none (503: queue full or shutting down).
+  std::vector<std::shared_ptr<TaskStream>> submit_all(std::vector<GenerationTask> tasks, const std::string& id);
   void send_error(httplib::Response& res, const ApiError& error);
   std::string next_id(const char* prefix);
   void join_watchdog();

@@ -145,6 +145,21 @@ await check("logprobs", async () => {
   return { entries: entries(r.choices[0].logprobs), streamed: entries(final.choices[0].logprobs) };
 });
 
+// n = 3 streamed: the helper puts each choice together from the chunks that name its index.
+await check("stream_n", async () => {
+  const runner = client.chat.completions.stream({
+    model,
+    messages: [{ role: "user", content: "three at once" }],
+    n: 3,
+    stream_options: { include_usage: true },
+  });
+  const final = await runner.finalChatCompletion();
+  return {
+    choices: final.choices.map((c) => ({ index: c.index, content: c.message.content, finish_reason: c.finish_reason })),
+    usage: final.usage,
+  };
+});
+
 await check("completion", async () => {
   const r = await client.completions.create({ model, prompt: "complete me", max_tokens: 16 });
   return { object: r.object, text: r.choices[0].text, finish_reason: r.choices[0].finish_reason };

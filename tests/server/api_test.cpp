@@ -2,6 +2,7 @@
 // tool calls, stop strings, limits, authentication and metrics.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -512,7 +513,7 @@ TEST(ServeApi, CompletionEchoScoresThePrompt) {
 }
 
 // Several prompts in one request (as evaluation harnesses batch them): one choice each, in order,
-// usage summed; all are checked before any runs; not streamed; at most 64.
+// usage summed; all are checked before any runs; at most 64 (streaming: StreamedChoicesInterleave).
 TEST(ServeApi, CompletionsTakeSeveralPrompts) {
   TestServer s;
   auto r = s.post("/v1/completions", json{{"prompt", {"alpha", "beta gamma", {104, 105}}}, {"logprobs", 1}});
@@ -533,9 +534,6 @@ TEST(ServeApi, CompletionsTakeSeveralPrompts) {
   EXPECT_EQ(bad.json()["error"]["param"], "prompt[1]") << bad.body;
   auto empty = s.post("/v1/completions", json{{"prompt", {"fine", ""}}});
   EXPECT_EQ(empty.json()["error"]["param"], "prompt[1]") << empty.body;
-  auto streamed = s.post("/v1/completions", json{{"prompt", {"a", "b"}}, {"stream", true}});
-  EXPECT_EQ(streamed.status, 400);
-  EXPECT_EQ(streamed.json()["error"]["param"], "prompt");
   EXPECT_EQ(s.post("/v1/completions", json{{"prompt", json::array({"x"})}}).status, 200);
   json many = json::array();
   for (int i = 0; i < 65; ++i) many.push_back("x");
@@ -561,7 +559,7 @@ TEST(ServeApi, CompletionsTakeSeveralPrompts) {
 }
 
 // n choices: one task each with its own seed (seed + i), answered in one response; usage counts
-// the prompt once; not streamed; at most 16.
+// the prompt once; at most 16 (streaming: StreamedChoicesInterleave).
 TEST(ServeApi, SeveralChoicesPerPrompt) {
   TestServer s;
   json body = chat_body("one two");
@@ -586,13 +584,98 @@ TEST(ServeApi, SeveralChoicesPerPrompt) {
   EXPECT_EQ(cj["choices"][1]["text"], "You said: a");
   EXPECT_EQ(cj["choices"][2]["text"], "You said: b c");
   EXPECT_EQ(cj["usage"]["prompt_tokens"], 1 + 3);
-  body["stream"] = true;
-  auto streamed = s.post("/v1/chat/completions", body);
-  EXPECT_EQ(streamed.status, 400);
-  EXPECT_EQ(streamed.json()["error"]["param"], "n");
-  body["stream"] = false;
   body["n"] = 0;
   EXPECT_EQ(s.post("/v1/chat/completions", body).status, 400);
+}
+
+// Streamed n > 1 and several prompts: every choice streams at once, each chunk naming its index;
+// each choice has its own role (chat) and finish chunks; the usage chunk (prompt counted once per
+// prompt) and [DONE] come once, last. One failing choice ends the stream with an error event and
+// cancels the rest.
+TEST(ServeApi, StreamedChoicesInterleave) {
+  server::FakeEngineConfig slow;
+  // so that the choices' chunks interleave unless this thread stalls for the whole answer (~150 ms)
+  slow.token_delay = std::chrono::milliseconds(30);
+  TestServer s({}, slow);
+  json body = chat_body("one two three", /*stream=*/true);
+  body["n"] = 3;
+  body["stream_options"] = {{"include_usage", true}};
+  auto r = s.post("/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const std::vector<std::string> payloads = sse_payloads(r.body);
+  ASSERT_GE(payloads.size(), 3u);
+  EXPECT_EQ(payloads.back(), "[DONE]");
+  std::vector<std::string> content(3);
+  std::vector<int> roles(3, 0), finishes(3, 0);
+  std::vector<int> order;  // the index of every content chunk, in arrival order
+  json usage;
+  for (size_t i = 0; i + 1 < payloads.size(); ++i) {
+    const json j = json::parse(payloads[i]);
+    EXPECT_EQ(j["object"], "chat.completion.chunk");
+    if (j["choices"].empty()) {  // the usage chunk: once, after every finish
+      EXPECT_TRUE(usage.is_null()) << "a second usage chunk";
+      usage = j["usage"];
+      for (int f : finishes) EXPECT_EQ(f, 1);
+      continue;
+    }
+    ASSERT_EQ(j["choices"].size(), 1u);
+    const json& c = j["choices"][0];
+    const int index = c["index"].get<int>();
+    ASSERT_GE(index, 0);
+    ASSERT_LT(index, 3);
+    EXPECT_EQ(finishes[index], 0) << "a chunk after choice " << index << " finished";
+    if (c["delta"].contains("role")) ++roles[index];
+    if (c["delta"].contains("content") && !c["delta"]["content"].get<std::string>().empty()) {
+      content[index] += c["delta"]["content"].get<std::string>();
+      order.push_back(index);
+    }
+    if (!c["finish_reason"].is_null()) {
+      ++finishes[index];
+      EXPECT_EQ(c["finish_reason"], "stop");
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(content[i], "You said: one two three") << "choice " << i;
+    EXPECT_EQ(roles[i], 1);
+    EXPECT_EQ(finishes[i], 1);
+  }
+  // interleaved: some choice's chunk comes before another choice has finished its answer
+  ASSERT_EQ(order.size(), 15u);
+  EXPECT_FALSE(std::is_sorted(order.begin(), order.end())) << "the choices came one after another";
+  const std::string prompt = "<|user|>\none two three\n<|assistant|>\n";
+  EXPECT_EQ(usage["prompt_tokens"], prompt.size());
+  EXPECT_EQ(usage["completion_tokens"], 3 * 5);
+
+  // Completions, two prompts x n = 2: indices prompt * n + j, texts per prompt.
+  auto c = s.post("/v1/completions", json{{"prompt", {"a", "b c"}}, {"n", 2}, {"stream", true}, {"logprobs", 0}});
+  ASSERT_EQ(c.status, 200) << c.body;
+  std::vector<std::string> texts(4);
+  int done = 0;
+  for (const auto& p : sse_payloads(c.body)) {
+    if (p == "[DONE]") {
+      ++done;
+      continue;
+    }
+    const json j = json::parse(p);
+    ASSERT_EQ(j["choices"].size(), 1u) << j;
+    const json& choice = j["choices"][0];
+    texts.at(choice["index"].get<size_t>()) += choice["text"].get<std::string>();
+    if (!choice["text"].get<std::string>().empty()) EXPECT_TRUE(choice["logprobs"].is_object()) << j;
+  }
+  EXPECT_EQ(done, 1);
+  EXPECT_EQ(texts, (std::vector<std::string>{"You said: a", "You said: a", "You said: b c", "You said: b c"}));
+
+  // One choice fails as it starts; the other (endless) is cancelled and the stream ends in an error.
+  const int cancelled_before = s.engine().cancelled.load();
+  auto f = s.post("/v1/completions",
+                  json{{"prompt", {"[[long]] [[delay=20]]", "[[fail]]"}}, {"stream", true}, {"max_tokens", 1000}});
+  ASSERT_EQ(f.status, 200) << f.body;
+  const std::vector<std::string> failed = sse_payloads(f.body);
+  ASSERT_FALSE(failed.empty());
+  EXPECT_NE(failed.back(), "[DONE]");
+  EXPECT_TRUE(json::parse(failed.back()).contains("error")) << failed.back();
+  EXPECT_TRUE(TestServer::eventually([&] { return s.server().stats().running == 0; }));
+  EXPECT_GE(s.engine().cancelled.load(), cancelled_before + 1);
 }
 
 TEST(ServeApi, CompletionsEndpoint) {

@@ -67,6 +67,16 @@ TEST(ServeClients, OpenAiNpmClient) {
   EXPECT_EQ(lp["entries"][3]["logprob"], -0.75);
   EXPECT_EQ(lp["entries"][3]["top"], 2);
 
+  // n = 3 streamed, as the client's stream helper assembles it
+  const json& sn = out["stream_n"];
+  ASSERT_EQ(sn["choices"].size(), 3u) << sn;
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(sn["choices"][i]["index"], i) << sn;
+    EXPECT_EQ(sn["choices"][i]["content"], "You said: three at once") << sn;
+    EXPECT_EQ(sn["choices"][i]["finish_reason"], "stop");
+  }
+  EXPECT_EQ(sn["usage"]["completion_tokens"], 3 * 5) << sn;  // "You", " said:", " three", " at", " once"
+
   EXPECT_EQ(out["completion"]["object"], "text_completion") << out["completion"];
   EXPECT_EQ(out["completion"]["text"], "You said: complete me");
 
