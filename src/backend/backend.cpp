@@ -8,6 +8,14 @@
 
 namespace fl {
 
+void Backend::copy_on_device(Tensor dst, const Tensor& src) {
+  if (!dst.is_contiguous() || !src.is_contiguous() || dst.nbytes() != src.nbytes())
+    fail("copy_on_device: {} and {} must be contiguous and of one size", dst.describe(), src.describe());
+  std::vector<uint8_t> bytes(static_cast<size_t>(src.nbytes()));
+  copy_to_host(bytes.data(), src);
+  copy_to_device(dst, bytes.data());
+}
+
 void Backend::matmul_group(std::span<const Tensor> outs, const Tensor& x, std::span<const Tensor* const> weights) {
   if (outs.size() != weights.size()) fail("matmul_group: {} outputs for {} weights", outs.size(), weights.size());
   for (size_t i = 0; i < outs.size(); ++i) matmul(outs[i], x, *weights[i]);

@@ -143,6 +143,9 @@ class Backend {
   virtual Tensor upload_weight(const Tensor& host) = 0;
   virtual void copy_to_device(Tensor dst, const void* src) = 0;  // dst contiguous
   virtual void copy_to_host(void* dst, const Tensor& src) = 0;   // src contiguous
+  // dst = src, both on this backend's device, contiguous and of one byte size. The default goes
+  // through host memory; a GPU backend copies on the device, in order with its ops.
+  virtual void copy_on_device(Tensor dst, const Tensor& src);
   virtual void synchronize() = 0;
   // Records the ops `body` issues without running them, for replay(). Inside body: ops only (no
   // copies, no allocation, no synchronisation). The CPU backend simply re-runs body.

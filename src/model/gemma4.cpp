@@ -150,6 +150,8 @@ class Gemma4Model final : public Model {
     return seq;
   }
 
+  void copy_sequence(const Sequence& src, Sequence& dst) override { copy_sequence_storage(backend_, src, dst); }
+
   std::vector<float> forward(Sequence& seq, std::span<const int32_t> ids, LogitsMode mode) override {
     const int64_t T = static_cast<int64_t>(ids.size());
     check_step(seq, ids);

@@ -106,6 +106,10 @@ class Model {
   // position only (every row is written again before it is read), so attention models just reset
   // the position; recurrent states carry over from token to token and are zeroed.
   virtual void reset_sequence(Sequence& seq) { seq.n_past = 0; }
+  // dst becomes a copy of src (every KV row, recurrent state and the position), as if it had read
+  // the same tokens: several answers to one prompt share one prefill. Both sequences must come
+  // from this model's new_sequence with the same options (throws fl::Error otherwise).
+  virtual void copy_sequence(const Sequence& src, Sequence& dst) = 0;
   virtual DecodeTraffic decode_traffic(int64_t context, DType kv_dtype) const = 0;
   // A graph-replayed decode loop over `seq` (which must outlive it). Use either this or forward
   // for a sequence at a time, not both interleaved.
@@ -143,6 +147,12 @@ struct MemoryPlan {
 // bf16 or q8_0), and a step's ids (at least one, within the context left, inside [0, vocab)).
 void check_sequence_options(const SequenceOptions& options);
 void check_step_ids(const Sequence& seq, std::span<const int32_t> ids, int vocab);
+
+// Model::copy_sequence for a model whose sequences live on one backend: each storage buffer
+// copied on the device, then the position. check_sequence_copy: the refusal it makes first
+// (fl::Error unless the two have the same buffers and positions).
+void copy_sequence_storage(Backend& backend, const Sequence& src, Sequence& dst);
+void check_sequence_copy(const Sequence& src, const Sequence& dst);
 
 // The memory plan of the source's architecture for these options.
 MemoryPlan plan_model_memory(const ModelSource& source, const LoadOptions& options);

@@ -147,6 +147,8 @@ class Qwen35Model final : public Model {
     return seq;
   }
 
+  void copy_sequence(const Sequence& src, Sequence& dst) override { copy_sequence_storage(backend_, src, dst); }
+
   void reset_sequence(Sequence& seq) override {
     seq.n_past = 0;
     std::vector<uint8_t> zeros;

@@ -80,6 +80,27 @@ MemoryPlan plan_for(const Architecture& arch, const ModelSource& source, const L
 
 }  // namespace
 
+void check_sequence_copy(const Sequence& src, const Sequence& dst) {
+  if (src.storage.size() != dst.storage.size() || src.max_seq != dst.max_seq)
+    fail("copy_sequence: the sequences were made with different options ({} and {} buffers, {} and {} positions)",
+         src.storage.size(), dst.storage.size(), src.max_seq, dst.max_seq);
+  for (size_t i = 0; i < src.storage.size(); ++i)
+    if (dst.storage[i]->size() != src.storage[i]->size())
+      fail("copy_sequence: the sequences were made with different options (buffer {} holds {} bytes and {})", i,
+           src.storage[i]->size(), dst.storage[i]->size());
+}
+
+void copy_sequence_storage(Backend& backend, const Sequence& src, Sequence& dst) {
+  if (&src == &dst) return;
+  check_sequence_copy(src, dst);
+  for (size_t i = 0; i < src.storage.size(); ++i) {
+    const int64_t bytes = static_cast<int64_t>(src.storage[i]->size());
+    backend.copy_on_device(make_tensor(dst.storage[i]->data(), DType::u8, {bytes}, backend.device()),
+                           make_tensor(src.storage[i]->data(), DType::u8, {bytes}, backend.device()));
+  }
+  dst.n_past = src.n_past;
+}
+
 void check_sequence_options(const SequenceOptions& options) {
   if (options.max_seq <= 0) fail("max_seq must be positive (got {})", options.max_seq);
   if (options.kv_dtype != DType::f32 && options.kv_dtype != DType::bf16 && options.kv_dtype != DType::q8_0)

@@ -259,6 +259,19 @@ class TensorParallelModel final : public Model {
     });
   }
 
+  void copy_sequence(const Sequence& src, Sequence& dst) override {
+    check_ours(src);
+    check_ours(dst);
+    if (&src == &dst) return;
+    if (src.max_seq != dst.max_seq) check_sequence_copy(src, dst);  // (refused here: not inside a rank)
+    for (size_t i = 0; i < ranks_.size(); ++i) check_sequence_copy(*src.rank_parts[i], *dst.rank_parts[i]);
+    threads_->run([&](int r) {
+      const auto i = static_cast<size_t>(r);
+      ranks_[i].model->copy_sequence(*src.rank_parts[i], *dst.rank_parts[i]);
+    });
+    dst.n_past = src.n_past;
+  }
+
   void reset_sequence(Sequence& seq) override {
     check_ours(seq);
     threads_->run(

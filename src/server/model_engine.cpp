@@ -142,6 +142,20 @@ void ModelEngine::start(TaskId id, GenerationTask task) {
   }
   r.cached = static_cast<int64_t>(best_reuse);
   r.prefilled = r.cached;
+  // The same prompt already being read by a running task (the other choices of an n > 1
+  // request): wait for it and copy its sequence, unless this slot holds most of the prompt anyway.
+  if (!prompt_logprobs && best_reuse + 1 < task.prompt_tokens.size()) {
+    for (const Slot& s : slots_) {
+      if (&s == &slot || !s.run || s.run->leader) continue;
+      const Running& other = *s.run;
+      const bool other_all_rows = other.task.echo && other.task.logprobs >= 0;
+      if (!other_all_rows && other.prefilled < static_cast<int64_t>(other.task.prompt_tokens.size()) &&
+          other.task.prompt_tokens == task.prompt_tokens) {
+        r.leader = other.id;
+        break;
+      }
+    }
+  }
   r.task = std::move(task);
   slot.run = std::move(r);
 }
@@ -158,6 +172,31 @@ void ModelEngine::forget(Slot& slot) {
     log_warn("serve: could not reset a sequence after a failure: {}", e.what());
   }
   slot.tokens.clear();
+}
+
+void ModelEngine::start_followers(Slot& leader, const EmitFn& emit) {
+  const Running& l = *leader.run;
+  for (Slot& slot : slots_) {
+    if (!slot.run || slot.run->leader != l.id) continue;
+    Running& r = *slot.run;
+    r.leader.reset();
+    try {
+      model_.copy_sequence(*leader.seq, *slot.seq);
+    } catch (const Error& e) {
+      fail_task(slot, fmt::format("copying the prompt's sequence failed: {}", e.what()), emit);
+      continue;
+    }
+    slot.tokens = leader.tokens;
+    r.prefilled = static_cast<int64_t>(r.task.prompt_tokens.size());
+    r.cached = r.prefilled;  // read once, for the leader
+    r.logits = l.logits;
+    r.prompt_done_at = Clock::now();
+    if (r.task.echo) emit(r.id, EngineEvent::content(r.task.prompt_text));
+    if (r.task.max_tokens == 0) {  // scoring only
+      r.logits.clear();
+      finish(slot, StopCause::max_tokens, emit);
+    }
+  }
 }
 
 void ModelEngine::fail_task(Slot& slot, const std::string& message, const EmitFn& emit) {
@@ -372,6 +411,19 @@ int64_t ModelEngine::step(const EmitFn& emit) {
     Running& r = *slot.run;
     const auto n_prompt = static_cast<int64_t>(r.task.prompt_tokens.size());
     if (r.prefilled >= n_prompt) continue;
+    if (r.leader) {
+      auto reading = [&](const Slot& s) {
+        return s.run && !s.run->leader && s.run->prefilled < static_cast<int64_t>(s.run->task.prompt_tokens.size());
+      };
+      const bool leader_reading = std::any_of(slots_.begin(), slots_.end(),
+                                              [&](const Slot& s) { return reading(s) && s.run->id == *r.leader; });
+      if (leader_reading) continue;
+      // The leader was cancelled or failed: follow another task reading the same prompt, or read it here.
+      r.leader.reset();
+      for (const Slot& s : slots_)
+        if (&s != &slot && reading(s) && s.run->task.prompt_tokens == r.task.prompt_tokens) r.leader = s.run->id;
+      if (r.leader) continue;
+    }
     next_prefill_ = i + 1;
     // An echoed prompt's log-probabilities: every row's logits, in chunks of at most ~64 MiB of them.
     const bool all_rows = r.task.echo && r.task.logprobs >= 0;
@@ -388,6 +440,7 @@ int64_t ModelEngine::step(const EmitFn& emit) {
         if (all_rows) logits = std::vector<float>(logits.end() - V, logits.end());  // the last row (and its size only)
         r.logits = std::move(logits);
         r.prompt_done_at = Clock::now();
+        start_followers(slot, emit);
         if (r.task.echo) emit(r.id, EngineEvent::content(r.task.prompt_text));
         if (r.task.max_tokens == 0) {  // scoring only
           r.logits.clear();

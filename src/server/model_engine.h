@@ -92,7 +92,11 @@ class ModelEngine final : public Engine {
     std::vector<float> logits;     // [vocab] after the last token fed; empty when none is fresh
     std::optional<int32_t> sampled;  // or the token already sampled from them on the device
     int64_t generated = 0;         // sampled and forced tokens
-    int64_t cached = 0;            // prompt tokens found in the slot
+    int64_t cached = 0;            // prompt tokens found in the slot (or copied from a leader)
+    // A task whose prompt another running task is already reading waits for that one (its
+    // leader) and then copies its sequence and last logits instead of reading the prompt again
+    // (n choices of one prompt). Empty: it reads its own prompt.
+    std::optional<TaskId> leader;
     int tool_calls = 0;
     Clock::time_point started_at, prompt_done_at, first_token_at;
   };
@@ -110,6 +114,8 @@ class ModelEngine final : public Engine {
   void finish(Slot& slot, StopCause cause, const EmitFn& emit);
   void fail_task(Slot& slot, const std::string& message, const EmitFn& emit);
   void forget(Slot& slot);  // the sequence's contents are unknown: start over next time
+  // The leader's prompt is read: every task waiting on it copies its sequence and logits.
+  void start_followers(Slot& leader, const EmitFn& emit);
   // JSON mode: the next token, or -1 when none can continue the object.
   int32_t sample_json(Running& r);
   // Feeds r.forced_call as generated tokens (shown, as the model's own would be); may finish.

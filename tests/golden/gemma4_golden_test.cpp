@@ -252,6 +252,27 @@ TEST_P(Gemma4Golden, GraphReplayIsByteIdenticalToEagerDecode) {
   expect_rows_close(replayed_logits, want, "graph-replayed decode");
 }
 
+// copy_sequence: a copy made after a prefix continues exactly as its source (byte-identical logits
+// and caches), on every backend; the source is left as it was.
+TEST_P(Gemma4Golden, ACopiedSequenceContinuesAsItsSource) {
+  auto a = sequence(true, DType::q8_0), b = sequence(true, DType::q8_0);
+  const std::span<const int32_t> ids(golden_.input_ids);
+  model_->forward(*b, ids.first(3), LogitsMode::last);  // b held something else before
+  model_->forward(*a, ids.first(10), LogitsMode::last);
+  model_->copy_sequence(*a, *b);
+  EXPECT_EQ(b->n_past, 10);
+  EXPECT_EQ(test::sequence_state_bytes(*backend_, *a), test::sequence_state_bytes(*backend_, *b));
+  for (size_t t = 10; t < 14; ++t) {
+    const std::vector<float> la = model_->forward(*a, ids.subspan(t, 1), LogitsMode::last);
+    const std::vector<float> lb = model_->forward(*b, ids.subspan(t, 1), LogitsMode::last);
+    ASSERT_EQ(la.size(), lb.size());
+    EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << "step " << t;
+  }
+  EXPECT_EQ(test::sequence_state_bytes(*backend_, *a), test::sequence_state_bytes(*backend_, *b));
+  auto linear = sequence(false, DType::q8_0);  // a linear sliding cache: other buffer sizes
+  EXPECT_THROW(model_->copy_sequence(*a, *linear), Error);
+}
+
 // Quantized .fire models (every weight preset, Q8 KV) give the same greedy tokens on the GPU as
 // on the CPU oracle, generating well past the window; logits agree within the op budget's
 // accumulated drift (different summation order in every matmul of every layer).

@@ -189,6 +189,45 @@ TEST_P(ModelEngineTest, BatchedTasksEqualTasksRunAlone) {
   }
 }
 
+// n choices of one prompt (the server's n > 1): the first task reads the prompt, the others wait
+// and copy its sequence and last logits (usage counts their prompt as cached), and every one
+// answers exactly as the Generator does alone with its own seed. A leader cancelled half-way
+// through the prompt leaves its followers to read the prompt themselves, still exactly.
+TEST_P(ModelEngineTest, ChoicesOfOnePromptShareItsPrefill) {
+  const Prompt p = chat_prompt("Tell me a long story about the sea and the ships on it");
+  ASSERT_GT(p.ids.size(), 20u);
+  auto sampled = [&](uint64_t seed) {
+    SamplingParams s = greedy();  // (its repetition penalty walks random weights through the vocabulary)
+    s.temperature = 0.9f;
+    s.seed = seed;
+    return task(p, 25, s);
+  };
+  for (bool cancel_leader : {false, true}) {
+    SCOPED_TRACE(cancel_leader ? "leader cancelled" : "leader runs");
+    auto e = engine(4, /*chunk=*/5);  // the prompt takes several steps to read
+    std::map<TaskId, Outcome> out;
+    const EmitFn emit = [&](TaskId id, EngineEvent ev) { record(out[id], ev); };
+    for (TaskId id = 0; id < 3; ++id) e->start(id, sampled(100 + id));
+    e->step(emit);
+    if (cancel_leader) e->cancel(0);
+    run(*e, out);
+    for (TaskId id = cancel_leader ? 1 : 0; id < 3; ++id) {
+      const GenerationTask t = sampled(100 + id);
+      expect_same(out[id], reference(p, t), "choice " + std::to_string(id));
+    }
+    const auto n = static_cast<int64_t>(p.ids.size());
+    if (!cancel_leader) {
+      EXPECT_EQ(out[0].usage.cached_prompt_tokens, 0);
+      EXPECT_EQ(out[1].usage.cached_prompt_tokens, n);
+      EXPECT_EQ(out[2].usage.cached_prompt_tokens, n);
+      EXPECT_NE(out[1].content, out[2].content) << "the seeds should part the choices";
+    } else {  // one follower read the prompt after all, and the other copied it from that one
+      EXPECT_EQ(std::min(out[1].usage.cached_prompt_tokens, out[2].usage.cached_prompt_tokens), 0);
+      EXPECT_EQ(std::max(out[1].usage.cached_prompt_tokens, out[2].usage.cached_prompt_tokens), n);
+    }
+  }
+}
+
 TEST_P(ModelEngineTest, NextTurnReusesTheSlotsTokens) {
   auto e = engine(2);
   const Prompt first = chat_prompt("Tell me a story");

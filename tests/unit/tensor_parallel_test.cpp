@@ -224,6 +224,20 @@ TEST(TensorParallel, TheSplitModelServesForwardGraphsAndBatches) {
   EXPECT_EQ(a->n_past, 21);
   EXPECT_EQ(b->n_past, 6);
 
+  // copy_sequence: each rank's part copied; the copy continues exactly as its source does.
+  auto c = split->new_sequence(options);
+  split->copy_sequence(*a, *c);
+  EXPECT_EQ(c->n_past, 21);
+  const std::vector<float> from_a = split->forward(*a, std::span<const int32_t>(&ids[1], 1), LogitsMode::last);
+  const std::vector<float> from_c = split->forward(*c, std::span<const int32_t>(&ids[1], 1), LogitsMode::last);
+  EXPECT_EQ(from_a, from_c);
+  auto whole_seq = single->new_sequence(options);
+  EXPECT_ERROR_HAS(split->copy_sequence(*a, *whole_seq), "not made by this 2-rank model");
+  SequenceOptions shorter = options;
+  shorter.max_seq = 32;
+  auto short_seq = split->new_sequence(shorter);
+  EXPECT_ERROR_HAS(split->copy_sequence(*a, *short_seq), "different options");
+
   // Bad input is refused before the ranks start, and the model stays usable.
   const int32_t bad = V + 5;
   EXPECT_ERROR_HAS(split->forward(*a, std::span<const int32_t>(&bad, 1), LogitsMode::last), "outside the vocabulary");

@@ -238,6 +238,14 @@ class CudaBackend final : public Backend {
     check(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_), "copy to host");
     synchronize();
   }
+  void copy_on_device(Tensor dst, const Tensor& src) override {
+    require_device(dst, "copy_on_device");
+    require_device(src, "copy_on_device");
+    if (!dst.is_contiguous() || !src.is_contiguous() || dst.nbytes() != src.nbytes())
+      fail("copy_on_device: {} and {} must be contiguous and of one size", dst.describe(), src.describe());
+    check(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.nbytes()), cudaMemcpyDeviceToDevice, stream_),
+          "copy on device");
+  }
   void synchronize() override {
     check(cudaStreamSynchronize(stream_), "synchronize");
     int32_t flag = 0;
