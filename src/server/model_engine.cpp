@@ -143,8 +143,8 @@ void ModelEngine::start(TaskId id, GenerationTask task) {
   r.cached = static_cast<int64_t>(best_reuse);
   r.prefilled = r.cached;
   // The same prompt already being read by a running task (the other choices of an n > 1
-  // request): wait for it and copy its sequence, unless this slot holds most of the prompt anyway.
-  if (!prompt_logprobs && best_reuse + 1 < task.prompt_tokens.size()) {
+  // request): wait for it and copy its sequence, unless this slot holds half the prompt or more.
+  if (!prompt_logprobs && 2 * best_reuse < task.prompt_tokens.size()) {
     for (const Slot& s : slots_) {
       if (&s == &slot || !s.run || s.run->leader) continue;
       const Running& other = *s.run;
@@ -180,21 +180,21 @@ void ModelEngine::start_followers(Slot& leader, const EmitFn& emit) {
     if (!slot.run || slot.run->leader != l.id) continue;
     Running& r = *slot.run;
     r.leader.reset();
+    // Whatever goes wrong here is this follower's failure, not the leader's.
     try {
       model_.copy_sequence(*leader.seq, *slot.seq);
-    } catch (const Error& e) {
-      fail_task(slot, fmt::format("copying the prompt's sequence failed: {}", e.what()), emit);
-      continue;
-    }
-    slot.tokens = leader.tokens;
-    r.prefilled = static_cast<int64_t>(r.task.prompt_tokens.size());
-    r.cached = r.prefilled;  // read once, for the leader
-    r.logits = l.logits;
-    r.prompt_done_at = Clock::now();
-    if (r.task.echo) emit(r.id, EngineEvent::content(r.task.prompt_text));
-    if (r.task.max_tokens == 0) {  // scoring only
-      r.logits.clear();
-      finish(slot, StopCause::max_tokens, emit);
+      slot.tokens = leader.tokens;
+      r.prefilled = static_cast<int64_t>(r.task.prompt_tokens.size());
+      r.cached = r.prefilled;  // read once, for the leader
+      r.logits = l.logits;
+      r.prompt_done_at = Clock::now();
+      if (r.task.echo) emit(r.id, EngineEvent::content(r.task.prompt_text));
+      if (r.task.max_tokens == 0) {  // scoring only
+        r.logits.clear();
+        finish(slot, StopCause::max_tokens, emit);
+      }
+    } catch (const std::exception& e) {
+      fail_task(slot, fmt::format("starting from the prompt's sequence failed: {}", e.what()), emit);
     }
   }
 }
