@@ -8,9 +8,13 @@
 
 namespace fl {
 
-void Backend::copy_on_device(Tensor dst, const Tensor& src) {
+void check_copy_on_device(const Tensor& dst, const Tensor& src) {
   if (!dst.is_contiguous() || !src.is_contiguous() || dst.nbytes() != src.nbytes())
     fail("copy_on_device: {} and {} must be contiguous and of one size", dst.describe(), src.describe());
+}
+
+void Backend::copy_on_device(Tensor dst, const Tensor& src) {
+  check_copy_on_device(dst, src);
   std::vector<uint8_t> bytes(static_cast<size_t>(src.nbytes()));
   copy_to_host(bytes.data(), src);
   copy_to_device(dst, bytes.data());

@@ -143,8 +143,9 @@ class Backend {
   virtual Tensor upload_weight(const Tensor& host) = 0;
   virtual void copy_to_device(Tensor dst, const void* src) = 0;  // dst contiguous
   virtual void copy_to_host(void* dst, const Tensor& src) = 0;   // src contiguous
-  // dst = src, both on this backend's device, contiguous and of one byte size. The default goes
-  // through host memory; a GPU backend copies on the device, in order with its ops.
+  // dst = src, both on this backend's device, contiguous and of one byte size (check_copy_on_device
+  // refuses others). The default goes through host memory; a GPU backend copies on the device, in
+  // order with its ops.
   virtual void copy_on_device(Tensor dst, const Tensor& src);
   virtual void synchronize() = 0;
   // Records the ops `body` issues without running them, for replay(). Inside body: ops only (no
@@ -319,6 +320,10 @@ class Backend {
 int32_t sample_id(Backend& backend, Tensor out_id, Tensor logits, const SampleSpec& spec);
 // The same, throwing fl::Error when every token is banned.
 int32_t sample_token(Backend& backend, Tensor out_id, Tensor logits, const SampleSpec& spec);
+
+// Backend::copy_on_device's argument check: throws fl::Error unless both are contiguous and of one
+// byte size.
+void check_copy_on_device(const Tensor& dst, const Tensor& src);
 
 // The CPU oracle backend.
 std::unique_ptr<Backend> make_cpu_backend();

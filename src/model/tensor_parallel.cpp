@@ -263,7 +263,7 @@ class TensorParallelModel final : public Model {
     check_ours(src);
     check_ours(dst);
     if (&src == &dst) return;
-    if (src.max_seq != dst.max_seq) check_sequence_copy(src, dst);  // (refused here: not inside a rank)
+    check_sequence_copy(src, dst);  // refused here, not inside a rank (which would stop the model)
     for (size_t i = 0; i < ranks_.size(); ++i) check_sequence_copy(*src.rank_parts[i], *dst.rank_parts[i]);
     threads_->run([&](int r) {
       const auto i = static_cast<size_t>(r);

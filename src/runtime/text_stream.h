@@ -31,9 +31,6 @@ namespace fl {
 // token that is part of a UTF-8 character gives that byte); "" for special tokens and ids past
 // the tokenizer's. What JSON mode (json_prefix.h) feeds its checker, token by token.
 std::vector<std::string> token_bytes_table(const Tokenizer& tokenizer, int32_t vocab_size);
-}  // namespace fl
-
-namespace fl {
 
 struct TextEvent {
   enum class Kind { reasoning, content, tool_call };

@@ -235,41 +235,43 @@ void Server::respond(std::vector<GenerationTask> tasks, const GenerationRequest&
             state->begun = true;
             for (auto& c : state->choices) out += c.formatter.begin();
           }
-          // Every unfinished choice's events so far; with none, wait on one of them (briefly when
-          // there are several, so that the others' tokens are not held back).
+          // A choice's events that came within `timeout`, formatted; false when none came.
           std::vector<EngineEvent> events;
-          size_t unfinished = 0;
-          for (const auto& c : state->choices) unfinished += c.finish.finished ? 0 : 1;
-          bool any = false;
-          for (int round = 0; round < 2 && !any && !state->done; ++round) {
-            bool waited = false;
-            for (auto& c : state->choices) {
-              if (c.finish.finished || state->done) continue;
-              events.clear();
-              auto timeout = std::chrono::milliseconds(0);
-              if (round == 1 && !waited) {  // nothing came in the first pass: block on this one
-                timeout = unfinished == 1 ? kPollInterval : std::chrono::milliseconds(5);
-                waited = true;
-              }
-              if (!c.task->wait(events, timeout)) continue;
-              any = true;
-              for (const auto& e : events) {
-                if (e.kind != EngineEvent::Kind::finish) {
-                  out += c.formatter.event(e);
-                } else if (e.finish_reason == FinishReason::error || e.finish_reason == FinishReason::cancelled) {
-                  CollectedOutput failed;
-                  failed.add(e);
-                  if (e.finish_reason == FinishReason::error) log_warn("serve: stream failed: {}", e.error);
-                  out += "data: " + error_body(failure_error(failed)) + "\n\n";
-                  state->cancel_all();  // the other choices of a failed request are not wanted
-                  state->done = true;
-                  break;
-                } else {
-                  out += c.formatter.finish_choice(e);
-                  c.finish.add(e);
-                }
+          auto drain = [&](StreamState::Choice& c, std::chrono::milliseconds timeout) {
+            events.clear();
+            if (!c.task->wait(events, timeout)) return false;
+            for (const auto& e : events) {
+              if (e.kind != EngineEvent::Kind::finish) {
+                out += c.formatter.event(e);
+              } else if (e.finish_reason == FinishReason::error || e.finish_reason == FinishReason::cancelled) {
+                CollectedOutput failed;
+                failed.add(e);
+                if (e.finish_reason == FinishReason::error) log_warn("serve: stream failed: {}", e.error);
+                out += "data: " + error_body(failure_error(failed)) + "\n\n";
+                state->cancel_all();  // the other choices of a failed request are not wanted
+                state->done = true;
+                break;
+              } else {
+                out += c.formatter.finish_choice(e);
+                c.finish.add(e);
               }
             }
+            return true;
+          };
+          // Every unfinished choice's events so far; with none, wait on the first unfinished one
+          // (briefly when there are several, so that the others' tokens are not held back).
+          bool any = false;
+          size_t unfinished = 0;
+          for (auto& c : state->choices) {
+            if (c.finish.finished || state->done) continue;
+            ++unfinished;
+            any = drain(c, std::chrono::milliseconds(0)) || any;
+          }
+          for (auto& c : state->choices) {
+            if (any || state->done) break;
+            if (c.finish.finished) continue;
+            any = drain(c, unfinished == 1 ? kPollInterval : std::chrono::milliseconds(5));
+            break;
           }
           if (!state->done) {
             bool all_finished = true;

@@ -67,7 +67,7 @@ inline constexpr const char* kSseDone = "data: [DONE]\n\n";
 // writing its `index`, and ends once: end() after every choice's finish_choice().
 class StreamFormatter {
  public:
-  StreamFormatter(ResponseMeta meta, bool chat, bool include_usage, int index = 0)
+  StreamFormatter(ResponseMeta meta, bool chat, bool include_usage, int index)
       : meta_(std::move(meta)), chat_(chat), include_usage_(include_usage), index_(index) {}
 
   std::string begin();                      // chat: the role chunk; completion: nothing
@@ -76,8 +76,6 @@ class StreamFormatter {
   std::string finish_choice(const EngineEvent& e);
   // The usage chunk when asked for (the whole request's usage and timings), and [DONE].
   std::string end(const Usage& usage, const Timings& timings) const;
-  // One choice: finish_choice, then end with its own usage.
-  std::string finish(const EngineEvent& e) { return finish_choice(e) + end(e.usage, e.timings); }
 
  private:
   nlohmann::ordered_json chunk(nlohmann::ordered_json choice) const;

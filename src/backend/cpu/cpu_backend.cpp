@@ -122,8 +122,7 @@ class CpuBackend final : public Backend {
   void copy_to_device(Tensor dst, const void* src) override { std::memcpy(dst.data, src, dst.nbytes()); }
   void copy_to_host(void* dst, const Tensor& src) override { std::memcpy(dst, src.data, src.nbytes()); }
   void copy_on_device(Tensor dst, const Tensor& src) override {
-    if (!dst.is_contiguous() || !src.is_contiguous() || dst.nbytes() != src.nbytes())
-      fail("copy_on_device: {} and {} must be contiguous and of one size", dst.describe(), src.describe());
+    check_copy_on_device(dst, src);
     std::memmove(dst.data, src.data, static_cast<size_t>(src.nbytes()));
   }
   void synchronize() override {}

@@ -241,8 +241,7 @@ class CudaBackend final : public Backend {
   void copy_on_device(Tensor dst, const Tensor& src) override {
     require_device(dst, "copy_on_device");
     require_device(src, "copy_on_device");
-    if (!dst.is_contiguous() || !src.is_contiguous() || dst.nbytes() != src.nbytes())
-      fail("copy_on_device: {} and {} must be contiguous and of one size", dst.describe(), src.describe());
+    check_copy_on_device(dst, src);
     check(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.nbytes()), cudaMemcpyDeviceToDevice, stream_),
           "copy on device");
   }
