@@ -30,6 +30,10 @@ nlohmann::ordered_json tools_json(const std::vector<ToolDefinition>& tools) {
   return out;
 }
 
+// An echoed prompt with log-probabilities: every prompt row's logits are needed, so the prompt
+// runs whole (no reuse, no copy) with LogitsMode::all.
+bool wants_prompt_logprobs(const GenerationTask& task) { return task.echo && task.logprobs >= 0; }
+
 // How many leading tokens of `prompt` the slot already holds, when it holds nothing else: the
 // sequence can then continue from there. At least one prompt token must stay to run (its logits
 // start the generation), so a prompt equal to what the slot holds is not a reuse.
@@ -80,7 +84,7 @@ void ModelEngine::start(TaskId id, GenerationTask task) {
 
   // The free slot that already holds the longest prefix of this prompt; else the emptiest one. (An
   // echoed prompt's log-probabilities need the logits of every prompt token: it runs whole.)
-  const bool prompt_logprobs = task.echo && task.logprobs >= 0;
+  const bool prompt_logprobs = wants_prompt_logprobs(task);
   Slot* best = nullptr;
   size_t best_reuse = 0;
   for (Slot& s : slots_) {
@@ -148,8 +152,8 @@ void ModelEngine::start(TaskId id, GenerationTask task) {
     for (const Slot& s : slots_) {
       if (&s == &slot || !s.run || s.run->leader) continue;
       const Running& other = *s.run;
-      const bool other_all_rows = other.task.echo && other.task.logprobs >= 0;
-      if (!other_all_rows && other.prefilled < static_cast<int64_t>(other.task.prompt_tokens.size()) &&
+      if (!wants_prompt_logprobs(other.task) &&
+          other.prefilled < static_cast<int64_t>(other.task.prompt_tokens.size()) &&
           other.task.prompt_tokens == task.prompt_tokens) {
         r.leader = other.id;
         break;
@@ -426,7 +430,7 @@ int64_t ModelEngine::step(const EmitFn& emit) {
     }
     next_prefill_ = i + 1;
     // An echoed prompt's log-probabilities: every row's logits, in chunks of at most ~64 MiB of them.
-    const bool all_rows = r.task.echo && r.task.logprobs >= 0;
+    const bool all_rows = wants_prompt_logprobs(r.task);
     const auto V = static_cast<int64_t>(model_.vocab_size());
     const int64_t max_len = all_rows ? std::max<int64_t>(1, (int64_t{64} << 20) / (4 * V)) : config_.prefill_chunk;
     const int64_t len = std::min({config_.prefill_chunk, max_len, n_prompt - r.prefilled});
