@@ -152,6 +152,25 @@ class Backend {
   // copies, no allocation, no synchronisation). The CPU backend simply re-runs body.
   virtual std::unique_ptr<CapturedSteps> capture(const std::function<void()>& body) = 0;
 
+  // ---- concurrent branches ----
+  // Two independent lines of ops in one forward (a MoE layer's dense MLP or shared expert and its
+  // routed experts): the ops issued between branch_begin() and branch_end() form the side line,
+  // the ops issued after branch_end() the main line, and branch_join() makes every later op wait
+  // for both. A GPU backend may run the two lines at once (a second stream forked and joined by
+  // events, kept as parallel nodes in a captured graph): a decode step is a chain of small
+  // kernels that each fill the GPU only briefly, so two chains side by side finish sooner. The
+  // lines must not touch each other's outputs before the join, and only ops may be issued
+  // inside (no copies, allocation or synchronisation). Results are the same either way: every op
+  // computes what it computes in order. Backends that run one line at a time keep the defaults,
+  // which issue everything in order (side line first). Use run_side_by_side, which also cleans
+  // up after an exception.
+  virtual void branch_begin() {}
+  virtual void branch_end() {}
+  virtual void branch_join() {}
+  // Closes whatever branch is open after an error (the main line then waits for the side line's
+  // issued work); never throws.
+  virtual void branch_abandon() noexcept {}
+
   // ---- ops ----
   // out[t, :] = table[ids[t], :] * scale.             out [T, H] f32; table [V, H]; ids [T] i32
   virtual void embed(Tensor out, const Tensor& table, const Tensor& ids, float scale) = 0;
@@ -315,6 +334,22 @@ class Backend {
   virtual std::vector<OpProfile> take_profile() { return {}; }  // per op family, in first-call order; resets
 };
 
+// side() as the side line and main() as the main line of a concurrent branch (Backend::branch_begin),
+// joined before it returns; the branch is abandoned (and the exception passed on) if either throws.
+template <class Side, class Main>
+void run_side_by_side(Backend& backend, Side&& side, Main&& main) {
+  backend.branch_begin();
+  try {
+    side();
+    backend.branch_end();
+    main();
+    backend.branch_join();
+  } catch (...) {
+    backend.branch_abandon();
+    throw;
+  }
+}
+
 // backend.sample(out_id, logits, spec), then the id read back (-1: every token banned).
 // out_id: a device i32 [1] the caller keeps (no allocation per token).
 int32_t sample_id(Backend& backend, Tensor out_id, Tensor logits, const SampleSpec& spec);
@@ -344,6 +379,9 @@ TensorCorePrecision parse_tensor_core_precision(std::string_view name);
 
 struct BackendOptions {
   TensorCorePrecision tensor_core_precision = TensorCorePrecision::f32;
+  // Run concurrent branches (Backend::branch_begin) side by side where the backend can; off: in
+  // order on one stream (`fireline bench --serial`, for A/B timing). Results are identical.
+  bool concurrent_branches = true;
 };
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.

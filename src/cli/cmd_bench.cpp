@@ -41,6 +41,7 @@ struct BenchOptions {
   int batch = 1;
   int tp = 1;  // --tp: ranks of a tensor-parallel split
   bool ep = false;  // --ep: deal the experts out over the ranks too
+  bool serial = false;  // --serial: concurrent branches in order (BackendOptions::concurrent_branches)
 };
 
 // Per-op device time of `steps` units (decode tokens, or one prefill), as table rows and JSON.
@@ -117,7 +118,8 @@ void run_bench(const BenchOptions& opt) {
   auto start = std::chrono::steady_clock::now();
   // (opened, not read: a .fire or safetensors file is mapped, a synthetic model made on load)
   std::unique_ptr<ModelSource> source = open_model_or_synthetic("bench", opt.model, opt.like, opt.format);
-  const BackendOptions backend_options = backend_options_from_flags(opt.precision);
+  BackendOptions backend_options = backend_options_from_flags(opt.precision);
+  backend_options.concurrent_branches = !opt.serial;
   auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend, backend_options);
   const auto probe_start = std::chrono::steady_clock::now();
   const RooflineBandwidth bandwidth = roofline_bandwidth(opt, *backend);  // before the model fills memory
@@ -264,6 +266,7 @@ void run_bench(const BenchOptions& opt) {
                         {"ep", opt.ep},
                         {"kv", opt.kv},
                         {"precision", precision},
+                        {"concurrent_branches", !opt.serial},
                         {"load_s", load_s},
                         {"prompt_tokens", opt.prompt_tokens},
                         {"prefill_tok_s", prefill},
@@ -352,6 +355,9 @@ void add_bench_command(CLI::App& app) {
                   "NCCL, or CPU threads)")
       ->check(CLI::Range(1, 64));
   cmd->add_flag("--ep", opt->ep, "With --tp: deal a mixture-of-experts model's experts out over the ranks");
+  cmd->add_flag("--serial", opt->serial,
+                "Run a mixture-of-experts layer's dense MLP or shared expert after its routed experts rather than "
+                "beside them on the GPU (identical results; for A/B timing)");
   cmd->add_flag("--profile", opt->profile,
                 "Also time every op on the device (one prefill, --gen-tokens eager decode steps) and print where the time goes");
   cmd->callback([opt] { run_bench(*opt); });

@@ -323,15 +323,17 @@ class Gemma4Model final : public Model {
 
       // ---- feed-forward: dense MLP, plus the expert block on MoE models ----
       const int64_t I = lc.intermediate_size;
-      Tensor gate = arena.alloc(DType::f32, {T, I});
-      Tensor up = arena.alloc(DType::f32, {T, I});
-      const Tensor gate_up[] = {gate, up};
-      const Tensor* gate_up_weights[] = {&layer.gate_proj, &layer.up_proj};
-      b.matmul_group(gate_up, x, gate_up_weights);
-      b.gated_activation(gate, gate, up, Activation::gelu_tanh);
       Tensor mlp = arena.alloc(DType::f32, {T, H});
-      b.matmul(mlp, gate, layer.down_proj);
-      if (comm_) comm_->all_reduce_sum(mlp);  // a rank's slice of the intermediate: likewise
+      auto dense_mlp = [&] {
+        Tensor gate = arena.alloc(DType::f32, {T, I});
+        Tensor up = arena.alloc(DType::f32, {T, I});
+        const Tensor gate_up[] = {gate, up};
+        const Tensor* gate_up_weights[] = {&layer.gate_proj, &layer.up_proj};
+        b.matmul_group(gate_up, x, gate_up_weights);
+        b.gated_activation(gate, gate, up, Activation::gelu_tanh);
+        b.matmul(mlp, gate, layer.down_proj);
+        if (comm_) comm_->all_reduce_sum(mlp);  // a rank's slice of the intermediate: likewise
+      };
       // The block's output: the MLP's post norm; on MoE models the MLP and expert outputs each
       // normed, summed and normed again (post_feedforward_norm).
       ResidualTerm ffn_out[2] = {{mlp, &layer.post_feedforward_norm, NormGain::weight}};
@@ -341,20 +343,33 @@ class Gemma4Model final : public Model {
       if (c_.enable_moe_block) {
         const int64_t E = c_.num_experts, K = c_.top_k_experts;
         Tensor router_logits = arena.alloc(DType::f32, {T, E});
-        b.matmul(router_logits, x_router, layer.router_proj);
         Tensor expert_weights = arena.alloc(DType::f32, {T, K});
         Tensor expert_ids = arena.alloc(DType::i32, {T, K});
-        b.moe_route(expert_weights, expert_ids, router_logits, &layer.per_expert_scale);
-        // Expert parallel: every rank routes over all experts, runs its own and adds up the rest.
-        if (c_.expert_count > 0) b.moe_keep_experts(expert_ids, expert_weights, c_.expert_first, c_.expert_count);
-        b.moe_experts(tmp, x_experts, layer.experts_gate_up, layer.experts_down, expert_ids, expert_weights,
-                      Activation::gelu_tanh);
-        if (comm_ && c_.expert_count > 0) comm_->all_reduce_sum(tmp);
+        auto experts = [&] {
+          b.matmul(router_logits, x_router, layer.router_proj);
+          b.moe_route(expert_weights, expert_ids, router_logits, &layer.per_expert_scale);
+          // Expert parallel: every rank routes over all experts, runs its own and adds up the rest.
+          if (c_.expert_count > 0) b.moe_keep_experts(expert_ids, expert_weights, c_.expert_first, c_.expert_count);
+          b.moe_experts(tmp, x_experts, layer.experts_gate_up, layer.experts_down, expert_ids, expert_weights,
+                        Activation::gelu_tanh);
+          if (comm_ && c_.expert_count > 0) comm_->all_reduce_sum(tmp);
+        };
+        // The dense MLP (3 kernels, ~10 MB of weights on the 26B-A4B) beside the router and experts
+        // (4 kernels): two short chains at once rather than one long one. Split models keep one
+        // line (their all-reduces run on the backend's one stream).
+        if (comm_) {
+          dense_mlp();
+          experts();
+        } else {
+          run_side_by_side(b, dense_mlp, experts);
+        }
         ffn_out[0].weight = &layer.post_feedforward_norm_1;
         ffn_out[1] = {tmp, &layer.post_feedforward_norm_2, NormGain::weight};
         update.terms = ffn_out;
         update.merge_weight = &layer.post_feedforward_norm;
         update.merge_gain = NormGain::weight;
+      } else {
+        dense_mlp();
       }
       // Then h *= layer_scalar and the next layer's input norm, after the per-layer embedding
       // block where the model has one (E2B/E4B).
@@ -546,7 +561,7 @@ MemoryPlan gemma4_memory_plan(const ModelSource& source, const LoadOptions& o) {
   }
   const double T = static_cast<double>(o.max_tokens), H = c.hidden_size, L = c.num_layers,
                P = c.hidden_size_per_layer_input, nH = c.num_heads;
-  double per_layer_max = 0, deferred = 0, workspace = 0;
+  double per_layer_max = 0, deferred = 0, workspace = 0, side_workspace = 0;
   std::vector<bool> is_source(c.num_layers, false);
   for (const auto& lc : c.layers)
     if (lc.kv_source_layer >= 0) is_source[lc.kv_source_layer] = true;
@@ -568,11 +583,14 @@ MemoryPlan gemma4_memory_plan(const ModelSource& source, const LoadOptions& o) {
     // attention's gathered keys (K and V of every cache row plus the step's, bf16), and expert
     // intermediates
     workspace = std::max({workspace, T * nH * 64 * (D + 2) * 4, 2.0 * nKV * (cache_rows + T) * D * 2});
-    if (c.enable_moe_block)
+    if (c.enable_moe_block) {
       workspace = std::max(workspace, T * c.top_k_experts * (3.0 * c.moe_intermediate_size + H) * 4);
+      side_workspace = std::max(side_workspace, concurrent_branch_workspace(T, H, I));  // the dense MLP's
+    }
   }
   const double n_out = o.logits == LogitsMode::all ? T : 1;
-  plan.scratch = 3 * T * H * 4 + 2 * T * L * P * 4 + deferred + per_layer_max + n_out * (H + c.vocab_size) * 4 + workspace;
+  plan.scratch = 3 * T * H * 4 + 2 * T * L * P * 4 + deferred + per_layer_max + n_out * (H + c.vocab_size) * 4 +
+                 workspace + side_workspace;
   plan.scratch *= 1.05;  // allocation alignment and small buffers
   return plan;
 }

@@ -142,6 +142,13 @@ struct MemoryPlan {
   double allocated_on(Device device) const { return device == Device::cpu ? total() - weights : total(); }
 };
 
+// Backend workspace a concurrent branch's side line (Backend::branch_begin) adds, for a dense
+// MLP or shared expert of hidden size H and intermediate size I over T tokens: a GEMM's input
+// rows cut into bf16 pieces, and the partial outputs of a few-tile GEMM split along K.
+inline double concurrent_branch_workspace(double T, double H, double I) {
+  return 3.0 * 2.0 * T * (H > I ? H : I) + 16.0 * 4.0 * (T < 64.0 ? T : 64.0) * 2.0 * I;
+}
+
 // The checks every model makes, in one place so that a wrapper (model/tensor_parallel.h) refuses
 // exactly what the models it wraps would: sequence options (positive max_seq, a KV type of f32,
 // bf16 or q8_0), and a step's ids (at least one, within the context left, inside [0, vocab)).

@@ -418,22 +418,35 @@ class Qwen35Model final : public Model {
     // Routed experts: softmax over all experts, top-k, renormalised (no per-expert scale).
     const int64_t E = c_.num_experts, K = c_.num_experts_per_tok;
     Tensor router_logits = arena.alloc(DType::f32, {T, E});
-    b.matmul(router_logits, x, layer.router);
     Tensor expert_weights = arena.alloc(DType::f32, {T, K});
     Tensor expert_ids = arena.alloc(DType::i32, {T, K});
-    b.moe_route(expert_weights, expert_ids, router_logits, nullptr);
-    // Expert parallel: every rank routes over all experts, runs its own and adds up the rest. The
-    // shared expert is whole on every rank (model/parallel_plan.h), so it is added after the sum.
-    if (c_.expert_count > 0) b.moe_keep_experts(expert_ids, expert_weights, c_.expert_first, c_.expert_count);
-    b.moe_experts(out, x, layer.experts_gate_up, layer.experts_down, expert_ids, expert_weights, Activation::silu);
-    if (comm_ && c_.expert_count > 0) comm_->all_reduce_sum(out);
+    auto routed = [&] {
+      b.matmul(router_logits, x, layer.router);
+      b.moe_route(expert_weights, expert_ids, router_logits, nullptr);
+      // Expert parallel: every rank routes over all experts, runs its own and adds up the rest.
+      // The shared expert is whole on every rank (model/parallel_plan.h), so it is added after the
+      // sum.
+      if (c_.expert_count > 0) b.moe_keep_experts(expert_ids, expert_weights, c_.expert_first, c_.expert_count);
+      b.moe_experts(out, x, layer.experts_gate_up, layer.experts_down, expert_ids, expert_weights, Activation::silu);
+      if (comm_ && c_.expert_count > 0) comm_->all_reduce_sum(out);
+    };
     // Shared expert, always on, scaled by sigmoid(w_gate . x).
     Tensor shared = arena.alloc(DType::f32, {T, H});
-    swiglu(shared, layer.shared_gate_proj, layer.shared_up_proj, layer.shared_down_proj,
-           c_.shared_expert_intermediate_size);
     Tensor shared_gate = arena.alloc(DType::f32, {T, 1});
-    b.matmul(shared_gate, x, layer.shared_expert_gate);
-    b.sigmoid_gate(shared, shared_gate);
+    auto shared_expert = [&] {
+      swiglu(shared, layer.shared_gate_proj, layer.shared_up_proj, layer.shared_down_proj,
+             c_.shared_expert_intermediate_size);
+      b.matmul(shared_gate, x, layer.shared_expert_gate);
+      b.sigmoid_gate(shared, shared_gate);
+    };
+    // The shared expert (5 kernels) beside the router and routed experts (3-4): two short chains
+    // at once. Split models keep one line (their all-reduces run on the backend's one stream).
+    if (comm_) {
+      routed();
+      shared_expert();
+    } else {
+      run_side_by_side(b, shared_expert, routed);
+    }
     b.add(out, out, shared);
   }
 
@@ -611,8 +624,10 @@ MemoryPlan qwen35_memory_plan(const ModelSource& source, const LoadOptions& o) {
     per_layer_max = std::max(per_layer_max, std::max(mixer, ffn));
     if (c.moe) workspace = std::max(workspace, T * c.num_experts_per_tok * (3.0 * c.moe_intermediate_size + H) * 4);
   }
+  // the shared expert's, on the side line of a concurrent branch
+  const double side_workspace = c.moe ? concurrent_branch_workspace(T, H, c.shared_expert_intermediate_size) : 0.0;
   const double n_out = o.logits == LogitsMode::all ? T : 1;
-  plan.scratch = 3 * T * H * 4 + per_layer_max + n_out * (H + c.vocab_size) * 4 + workspace;
+  plan.scratch = 3 * T * H * 4 + per_layer_max + n_out * (H + c.vocab_size) * 4 + workspace + side_workspace;
   plan.scratch *= 1.05;  // allocation alignment and small buffers
   return plan;
 }

@@ -164,7 +164,16 @@ class CudaBackend final : public Backend {
     if (device_index < 0 || device_index >= count)
       fail("{} device {} does not exist ({} found)", gpu::kRuntimeName, device_index, count);
     check(cudaSetDevice(device_index), "set device");
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream create");
+    check(cudaStreamCreateWithFlags(&main_stream_, cudaStreamNonBlocking), "stream create");
+    stream_ = main_stream_;
+    if (options.concurrent_branches) {
+      // Made here, not at the first branch: a decode graph's capture may hold the first one.
+      check(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking), "stream create");
+      for (BranchEvents& e : branch_events_) {
+        check(cudaEventCreateWithFlags(&e.fork, cudaEventDisableTiming), "event create");
+        check(cudaEventCreateWithFlags(&e.join, cudaEventDisableTiming), "event create");
+      }
+    }
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, device_index), "device properties");
     name_ = prop.name;
@@ -181,15 +190,23 @@ class CudaBackend final : public Backend {
     log_debug("{} device {}: {} ({} SMs, sm_{}{})", gpu::kRuntimeName, device_index, name_, sm_count_, prop.major, prop.minor);
   }
   ~CudaBackend() override {
-    cudaStreamSynchronize(stream_);
+    cudaStreamSynchronize(main_stream_);
+    if (side_stream_) {
+      cudaStreamSynchronize(side_stream_);
+      for (BranchEvents& e : branch_events_) {
+        if (e.fork) cudaEventDestroy(e.fork);
+        if (e.join) cudaEventDestroy(e.join);
+      }
+      cudaStreamDestroy(side_stream_);
+    }
     cudaFree(error_flag_);
-    cudaStreamDestroy(stream_);
+    cudaStreamDestroy(main_stream_);
   }
 
   std::string_view name() const override { return gpu::kBackendName; }
   Device device() const override { return Device::cuda; }
   std::optional<MemoryPeak> memory_peak() const override { return memory_peak_; }
-  cudaStream_t stream() const { return stream_; }
+  cudaStream_t stream() const { return main_stream_; }
   int device_index() const { return device_; }
   void bind_to_this_thread() override { check(cudaSetDevice(device_), "set device"); }
 
@@ -246,6 +263,8 @@ class CudaBackend final : public Backend {
           "copy on device");
   }
   void synchronize() override {
+    if (branch_ != BranchState::none) fail("synchronize: a concurrent branch is open");
+    if (side_stream_) check(cudaStreamSynchronize(side_stream_), "synchronize");
     check(cudaStreamSynchronize(stream_), "synchronize");
     int32_t flag = 0;
     check(cudaMemcpyAsync(&flag, error_flag_, sizeof flag, cudaMemcpyDeviceToHost, stream_), "error flag");
@@ -265,6 +284,7 @@ class CudaBackend final : public Backend {
       capturing_ = false;
     } catch (...) {
       capturing_ = false;
+      branch_abandon();                       // (run_side_by_side did already; a body without it may not have)
       cudaStreamEndCapture(stream_, &graph);  // leave the stream usable, then report
       if (graph) cudaGraphDestroy(graph);
       cudaGetLastError();
@@ -276,6 +296,56 @@ class CudaBackend final : public Backend {
     cudaGraphDestroy(graph);
     check(err, "graph instantiate");
     return std::make_unique<CudaGraph>(exec, stream_);
+  }
+
+  // The side line goes to a second stream forked off the main one by an event and joined by
+  // another; its ops take the second workspace (the lines' scratch must not overlap). While
+  // profiling (events bracket each op on one stream) or with concurrent_branches off, both lines
+  // run in order on the main stream.
+  void branch_begin() override {
+    if (branch_ != BranchState::none) fail("branch_begin: a concurrent branch is already open");
+    if (!side_stream_ || profiling_) {
+      branch_ = BranchState::in_order_side;
+      return;
+    }
+    // A ring of event pairs, so that a pair is not recorded again while an earlier wait on it may
+    // still be pending (CUDA's waits take the record current at the call; HIP's are less clear).
+    branch_at_ = (branch_at_ + 1) % kBranchEventPairs;
+    const BranchEvents& e = branch_events_[branch_at_];
+    check(cudaEventRecord(e.fork, main_stream_), "branch begin");
+    check(cudaStreamWaitEvent(side_stream_, e.fork, 0), "branch begin");
+    stream_ = side_stream_;
+    workspace_index_ = 1;
+    branch_ = BranchState::side;
+  }
+  void branch_end() override {
+    if (branch_ == BranchState::in_order_side) {
+      branch_ = BranchState::in_order_main;
+      return;
+    }
+    if (branch_ != BranchState::side) fail("branch_end: no side line is open");
+    check(cudaEventRecord(branch_events_[branch_at_].join, side_stream_), "branch end");
+    stream_ = main_stream_;
+    workspace_index_ = 0;
+    branch_ = BranchState::main;
+  }
+  void branch_join() override {
+    if (branch_ == BranchState::in_order_main) {
+      branch_ = BranchState::none;
+      return;
+    }
+    if (branch_ != BranchState::main) fail("branch_join: no branch_end before it");
+    check(cudaStreamWaitEvent(main_stream_, branch_events_[branch_at_].join, 0), "branch join");
+    branch_ = BranchState::none;
+  }
+  void branch_abandon() noexcept override {
+    const BranchEvents& e = branch_events_[branch_at_];
+    if (branch_ == BranchState::side) cudaEventRecord(e.join, side_stream_);
+    if (branch_ == BranchState::side || branch_ == BranchState::main) cudaStreamWaitEvent(main_stream_, e.join, 0);
+    cudaGetLastError();  // (an invalidated capture refuses both; the error being reported is the first)
+    stream_ = main_stream_;
+    workspace_index_ = 0;
+    branch_ = BranchState::none;
   }
 
   void embed(Tensor out, const Tensor& table, const Tensor& ids, float scale) override {
@@ -1060,23 +1130,38 @@ class CudaBackend final : public Backend {
     return sample_adjust_->data();
   }
 
-  // Device scratch shared by ops within one call (attention partials, expert intermediates). It
-  // only grows; ops on one stream run in order, so reuse across ops is safe.
+  // Device scratch shared by ops within one call (attention partials, expert intermediates), one
+  // per stream: a concurrent branch's side line has its own. It only grows; ops on one stream run
+  // in order, so reuse across ops is safe. It cannot grow inside a graph capture (no
+  // synchronisation there): the uncaptured first step of a decode graph sizes it.
   float* workspace_floats(size_t n) {
     const size_t bytes = n * sizeof(float);
-    if (!workspace_ || workspace_->size() < bytes) {
-      const size_t grown = std::max(bytes, workspace_ ? workspace_->size() * 2 : size_t{1} << 20);
+    std::unique_ptr<CudaBuffer>& workspace = workspaces_[workspace_index_];
+    if (!workspace || workspace->size() < bytes) {
+      if (capturing_) fail("the {} workspace must grow to {} bytes inside a graph capture", gpu::kRuntimeName, bytes);
+      const size_t grown = std::max(bytes, workspace ? workspace->size() * 2 : size_t{1} << 20);
       check(cudaStreamSynchronize(stream_), "workspace resize");
-      workspace_.reset();
-      workspace_ = std::make_unique<CudaBuffer>(grown, stream_);
+      workspace.reset();
+      workspace = std::make_unique<CudaBuffer>(grown, stream_);
     }
-    return static_cast<float*>(workspace_->data());
+    return static_cast<float*>(workspace->data());
   }
 
   int device_;
   // bf16 pieces per activation in the tensor-core products of many tokens (BackendOptions).
   int act_pieces_;
+  // Ops go to stream_: the main stream, or the side stream inside a branch's side line.
   cudaStream_t stream_ = nullptr;
+  cudaStream_t main_stream_ = nullptr;
+  cudaStream_t side_stream_ = nullptr;  // null: concurrent branches off
+  enum class BranchState { none, side, main, in_order_side, in_order_main };
+  BranchState branch_ = BranchState::none;
+  struct BranchEvents {
+    cudaEvent_t fork = nullptr, join = nullptr;
+  };
+  static constexpr int kBranchEventPairs = 64;
+  BranchEvents branch_events_[kBranchEventPairs];
+  int branch_at_ = 0;
   std::string name_;
   std::optional<MemoryPeak> memory_peak_;
   int sm_count_ = 0;
@@ -1085,7 +1170,8 @@ class CudaBackend final : public Backend {
   std::vector<std::unique_ptr<CudaBuffer>> weight_chunks_;
   size_t weight_used_ = 0;
   size_t weight_bytes_ = 0;
-  std::unique_ptr<CudaBuffer> workspace_;
+  std::unique_ptr<CudaBuffer> workspaces_[2];  // the main stream's, the side stream's
+  int workspace_index_ = 0;
   std::unique_ptr<CudaBuffer> sample_adjust_;
   // upload_pointer_table: per-row cache or state addresses of the rows ops (attention_rows,
   // kv_write_rows, causal_conv1d_rows, gated_delta_rule_rows)
