@@ -286,6 +286,15 @@ class Gemma4Model final : public Model {
         b.attention_rows(attn, q, fresh_k[kv_layer], fresh_v[kv_layer], caches_of_layer(kv_layer), positions, params);
         if (lc.kv_source_layer < 0 && !writes_deferred_[l])
           b.kv_write_rows(caches_of_layer(l), fresh_k[l], fresh_v[l], positions);
+      } else if (parts.size() == 1 && T == 1 && lc.kv_source_layer < 0 && !writes_deferred_[l]) {
+        // One sequence's decode step: its key and value go into the cache beside the attention,
+        // off the step's critical path. The attention takes the step's own key and value from k
+        // and v, never from the row being written (in a ring, that row held a key the window has
+        // left). (Prompt chunks write in order: their later keys' rows may still be read.)
+        const KvView& cache = parts[0].seq->kv[l];
+        run_side_by_side(
+            b, [&] { b.kv_write(cache, fresh_k[l], fresh_v[l], positions); },
+            [&] { b.attention(attn, q, fresh_k[l], fresh_v[l], cache, positions, params); });
       } else {
         for (const SequenceRows& part : parts) {  // each sequence attends over its own cache
           const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;

@@ -383,6 +383,14 @@ class Qwen35Model final : public Model {
       for (const SequenceRows& part : parts) caches.push_back(part.seq->kv[l]);
       b.attention_rows(attn, q, k, v, caches, positions, params);
       b.kv_write_rows(caches, k, v, positions);
+    } else if (parts.size() == 1 && T == 1) {
+      // One sequence's decode step: its key and value go into the cache beside the attention,
+      // off the step's critical path (the attention takes the step's own key and value from k
+      // and v, never from the row being written).
+      const KvView& cache = parts[0].seq->kv[l];
+      run_side_by_side(
+          b, [&] { b.kv_write(cache, k, v, positions); },
+          [&] { b.attention(attn, q, k, v, cache, positions, params); });
     } else {
       for (const SequenceRows& part : parts) {
         const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;

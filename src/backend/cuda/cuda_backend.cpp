@@ -644,6 +644,8 @@ class CudaBackend final : public Backend {
   // read the previous table. Not inside a captured graph (the table is uploaded per call).
   const void* const* upload_pointer_table(const std::vector<const void*>& table, const char* op) {
     if (capturing_) fail("{}: not inside a captured graph (the row table is uploaded per call)", op);
+    if (branch_ == BranchState::side || branch_ == BranchState::main)
+      fail("{}: not inside a concurrent branch (one row table serves every launch, in stream order)", op);
     const size_t bytes = table.size() * sizeof(void*);
     if (!cache_table_ || cache_table_->size() < bytes) {
       check(cudaStreamSynchronize(stream_), op);  // the old table may still be read
