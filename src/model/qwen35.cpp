@@ -311,7 +311,7 @@ class Qwen35Model final : public Model {
     const Tensor* projection_weights[] = {&layer.in_proj_qkv, &layer.in_proj_z, &layer.in_proj_b, &layer.in_proj_a};
     b.matmul_group(projections, x, projection_weights);
     Tensor conv = arena.alloc(DType::f32, {T, C});
-    b.delta_rule_gates(g, beta, g, beta, layer.a_log, layer.dt_bias);
+    auto gates = [&] { b.delta_rule_gates(g, beta, g, beta, layer.a_log, layer.dt_bias); };
 
     Tensor core = arena.alloc(DType::f32, {T, nV, dv});
     DeltaRuleParams params;
@@ -325,24 +325,31 @@ class Qwen35Model final : public Model {
         conv_states.push_back(part.seq->recurrent[l].conv);
         delta_states.push_back(part.seq->recurrent[l].delta);
       }
+      gates();  // (in order: the row ops' state tables share one buffer, not for concurrent branches)
       b.causal_conv1d_rows(conv, qkv, layer.conv_taps, conv_states, Activation::silu);
       const Tensor q = head_view(conv, 0, nK, dk), k = head_view(conv, nK * dk, nK, dk),
                    v = head_view(conv, 2 * nK * dk, nV, dv);
       b.gated_delta_rule_rows(core, q, k, v, g, beta, delta_states, params);
     } else {
-      for (const SequenceRows& part : parts) {  // each sequence's rows continue its own states
+      // The decay and beta gates (from a and b) beside the convolution (of q, k, v): independent
+      // until the delta rule reads both.
+      run_side_by_side(b, gates, [&] {
+        for (const SequenceRows& part : parts) {  // each sequence's rows continue its own states
+          const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
+          b.causal_conv1d(conv.slice(r0, r1), qkv.slice(r0, r1), layer.conv_taps, part.seq->recurrent[l].conv,
+                          Activation::silu);  // z, a, b skip it
+        }
+      });
+      for (const SequenceRows& part : parts) {
         const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
-        RecurrentView& state = part.seq->recurrent[l];
         const Tensor part_conv = conv.slice(r0, r1);
-        b.causal_conv1d(part_conv, qkv.slice(r0, r1), layer.conv_taps, state.conv,
-                        Activation::silu);  // z, a, b skip it
         const Tensor q = head_view(part_conv, 0, nK, dk), k = head_view(part_conv, nK * dk, nK, dk),
                      v = head_view(part_conv, 2 * nK * dk, nV, dv);
+        Tensor& delta = part.seq->recurrent[l].delta;
         if (part.n_rows == 1)
-          b.gated_delta_rule(core.slice(r0, r1), q, k, v, g.slice(r0, r1), beta.slice(r0, r1), state.delta, params);
+          b.gated_delta_rule(core.slice(r0, r1), q, k, v, g.slice(r0, r1), beta.slice(r0, r1), delta, params);
         else
-          b.gated_delta_rule_chunked(core.slice(r0, r1), q, k, v, g.slice(r0, r1), beta.slice(r0, r1), state.delta,
-                                     params);
+          b.gated_delta_rule_chunked(core.slice(r0, r1), q, k, v, g.slice(r0, r1), beta.slice(r0, r1), delta, params);
       }
     }
 

@@ -1,5 +1,6 @@
 // Concurrent branches (Backend::branch_begin) on the GPU: a MoE layer's dense MLP (Gemma 4) or
-// shared expert (Qwen3.5) on a second stream beside the routed experts gives byte-identical
+// shared expert (Qwen3.5) on a second stream beside the routed experts, a decode step's KV write
+// beside its attention, Qwen3.5's delta-rule gates beside its convolution, give byte-identical
 // results to the same ops in order on one stream (BackendOptions::concurrent_branches off):
 // logits and every byte of the sequence state, through prefill on the one-row kernels and on the
 // GEMMs (a 24-token chunk), eager decode, graph-replayed decode and batched decode, for bf16
@@ -121,15 +122,21 @@ TEST_P(ConcurrentBranches, GiveTheSameBytesAsOneStream) {
   expect_identical_batches(w, ids);
 }
 
+auto branch_case_name = [](const auto& info) {
+  std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+  for (char& c : name)
+    if (c == '-') c = '_';
+  return name;
+};
 INSTANTIATE_TEST_SUITE_P(MoeFixtures, ConcurrentBranches,
                          ::testing::Combine(::testing::Values("gemma4-moe", "qwen35-moe"),
                                             ::testing::Values("bf16", "hf4")),
-                         [](const auto& info) {
-                           std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
-                           for (char& c : name)
-                             if (c == '-') c = '_';
-                           return name;
-                         });
+                         branch_case_name);
+// Dense models take branches too: the decode step's KV write, Qwen3.5's gates beside the convolution.
+INSTANTIATE_TEST_SUITE_P(DenseFixtures, ConcurrentBranches,
+                         ::testing::Combine(::testing::Values("gemma4-dense", "gemma4-e2b", "qwen35-dense"),
+                                            ::testing::Values("hf4")),
+                         branch_case_name);
 
 // An exception inside either line: the branch is abandoned, the error passes on, and the backend
 // then computes what the in-order backend does. A second branch_begin while one is open refuses.
