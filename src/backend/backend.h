@@ -380,7 +380,7 @@ TensorCorePrecision parse_tensor_core_precision(std::string_view name);
 struct BackendOptions {
   TensorCorePrecision tensor_core_precision = TensorCorePrecision::f32;
   // Run concurrent branches (Backend::branch_begin) side by side where the backend can; off: in
-  // order on one stream (`fireline bench --serial`, for A/B timing). Results are identical.
+  // order on one stream (`fireline bench --branches off`, for A/B timing). Results are identical.
   bool concurrent_branches = true;
 };
 

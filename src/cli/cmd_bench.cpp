@@ -41,7 +41,7 @@ struct BenchOptions {
   int batch = 1;
   int tp = 1;  // --tp: ranks of a tensor-parallel split
   bool ep = false;  // --ep: deal the experts out over the ranks too
-  bool serial = false;  // --serial: concurrent branches in order (BackendOptions::concurrent_branches)
+  std::string branches;  // --branches on|off (BackendOptions::concurrent_branches); empty: the default
 };
 
 // Per-op device time of `steps` units (decode tokens, or one prefill), as table rows and JSON.
@@ -119,7 +119,7 @@ void run_bench(const BenchOptions& opt) {
   // (opened, not read: a .fire or safetensors file is mapped, a synthetic model made on load)
   std::unique_ptr<ModelSource> source = open_model_or_synthetic("bench", opt.model, opt.like, opt.format);
   BackendOptions backend_options = backend_options_from_flags(opt.precision);
-  backend_options.concurrent_branches = !opt.serial;
+  if (!opt.branches.empty()) backend_options.concurrent_branches = opt.branches == "on";
   auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend, backend_options);
   const auto probe_start = std::chrono::steady_clock::now();
   const RooflineBandwidth bandwidth = roofline_bandwidth(opt, *backend);  // before the model fills memory
@@ -128,6 +128,8 @@ void run_bench(const BenchOptions& opt) {
   const std::string_view precision = backend->device() == Device::cpu
                                          ? std::string_view("f32")
                                          : tensor_core_precision_name(backend_options.tensor_core_precision);
+  // Concurrent branches run side by side on a GPU only (the CPU runs every op in order).
+  const bool side_by_side = backend->device() != Device::cpu && backend_options.concurrent_branches;
   const DType kv = kv_type(opt.kv);
   LoadOptions load;
   load.max_seq = std::max<int64_t>(opt.context + opt.gen_tokens + 3, opt.prompt_tokens + 1);
@@ -266,7 +268,7 @@ void run_bench(const BenchOptions& opt) {
                         {"ep", opt.ep},
                         {"kv", opt.kv},
                         {"precision", precision},
-                        {"concurrent_branches", !opt.serial},
+                        {"concurrent_branches", side_by_side},
                         {"load_s", load_s},
                         {"prompt_tokens", opt.prompt_tokens},
                         {"prefill_tok_s", prefill},
@@ -291,8 +293,8 @@ void run_bench(const BenchOptions& opt) {
     return;
   }
   std::string out;
-  out += fmt::format("model     {} on {} (KV {}, tensor cores {}), loaded in {:.1f} s\n", source->path(), backend_name,
-                     opt.kv, precision, load_s);
+  out += fmt::format("model     {} on {} (KV {}, tensor cores {}{}), loaded in {:.1f} s\n", source->path(),
+                     backend_name, opt.kv, precision, side_by_side ? ", branches side by side" : "", load_s);
   out += fmt::format("prefill   {:>10.1f} tok/s   ({} tokens, median of {})\n", prefill, opt.prompt_tokens, opt.runs);
   // The CPU backend's capture() re-runs the ops: its "replay" is the eager path with the token
   // picked by the sampler op.
@@ -355,9 +357,11 @@ void add_bench_command(CLI::App& app) {
                   "NCCL, or CPU threads)")
       ->check(CLI::Range(1, 64));
   cmd->add_flag("--ep", opt->ep, "With --tp: deal a mixture-of-experts model's experts out over the ranks");
-  cmd->add_flag("--serial", opt->serial,
-                "Run a mixture-of-experts layer's dense MLP or shared expert after its routed experts rather than "
-                "beside them on the GPU (identical results; for A/B timing)");
+  cmd->add_option("--branches", opt->branches,
+                  "on: run independent lines of a layer (a MoE layer's dense MLP or shared expert and its routed "
+                  "experts, a decode step's KV write and attention) side by side on the GPU; off: one after the "
+                  "other (identical results; for A/B timing)")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_flag("--profile", opt->profile,
                 "Also time every op on the device (one prefill, --gen-tokens eager decode steps) and print where the time goes");
   cmd->callback([opt] { run_bench(*opt); });

@@ -201,6 +201,21 @@ TEST(CliSynth, BenchReportsThePrecisionAndRefusesUnknownOnes) {
   }
 }
 
+// --branches on|off: the CPU runs every op in order whatever is asked, and says so; a value that is
+// neither is refused before anything loads.
+TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
+  const std::string common = kTinyBench + " --backend cpu";
+  for (const char* asked : {"", " --branches on", " --branches off"}) {
+    auto r = fireline(common + asked + " --json");
+    ASSERT_EQ(r.exit_code, 0) << asked << ": " << r.err;
+    EXPECT_EQ(json::parse(r.out)["concurrent_branches"], false) << asked;
+  }
+  auto bad = fireline(common + " --branches sometimes");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--branches"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.out, "");
+}
+
 // The roofline's bandwidth is the device's: on the CPU its measured read bandwidth (the H200's 4250
 // GB/s made every CPU ratio ~0 %), or --bandwidth; the JSON says which, and the roofline is the
 // bytes per token over it. The CPU's decode line does not claim a graph replay.
