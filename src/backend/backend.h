@@ -380,8 +380,10 @@ TensorCorePrecision parse_tensor_core_precision(std::string_view name);
 struct BackendOptions {
   TensorCorePrecision tensor_core_precision = TensorCorePrecision::f32;
   // Run concurrent branches (Backend::branch_begin) side by side where the backend can; off: in
-  // order on one stream (`fireline bench --branches off`, for A/B timing). Results are identical.
-  bool concurrent_branches = true;
+  // order on one stream (`fireline bench --branches on|off` for A/B timing). Results are
+  // identical. Off by default until a GPU run has passed its tests and timed it (bench/RESULTS.md,
+  // 2026-12-05 twenty-first session: no GPU was lent when it was written).
+  bool concurrent_branches = false;
 };
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.
