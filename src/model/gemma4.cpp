@@ -286,11 +286,11 @@ class Gemma4Model final : public Model {
         b.attention_rows(attn, q, fresh_k[kv_layer], fresh_v[kv_layer], caches_of_layer(kv_layer), positions, params);
         if (lc.kv_source_layer < 0 && !writes_deferred_[l])
           b.kv_write_rows(caches_of_layer(l), fresh_k[l], fresh_v[l], positions);
-      } else if (parts.size() == 1 && T == 1 && lc.kv_source_layer < 0 && !writes_deferred_[l]) {
+      } else if (parts.size() == 1 && T == 1 && lc.kv_source_layer < 0 && !writes_deferred_[l] &&
+                 kv_write_may_overlap_attention(parts[0].seq->kv[l], params.window)) {
         // One sequence's decode step: its key and value go into the cache beside the attention,
-        // off the step's critical path. The attention takes the step's own key and value from k
-        // and v, never from the row being written (in a ring, that row held a key the window has
-        // left). (Prompt chunks write in order: their later keys' rows may still be read.)
+        // off the step's critical path (model.h). (Prompt chunks write in order: their later
+        // keys' rows may still be read.)
         const KvView& cache = parts[0].seq->kv[l];
         run_side_by_side(
             b, [&] { b.kv_write(cache, fresh_k[l], fresh_v[l], positions); },
@@ -333,9 +333,9 @@ class Gemma4Model final : public Model {
       // ---- feed-forward: dense MLP, plus the expert block on MoE models ----
       const int64_t I = lc.intermediate_size;
       Tensor mlp = arena.alloc(DType::f32, {T, H});
+      Tensor gate = arena.alloc(DType::f32, {T, I});  // (allocated here: a branch's lines only issue ops)
+      Tensor up = arena.alloc(DType::f32, {T, I});
       auto dense_mlp = [&] {
-        Tensor gate = arena.alloc(DType::f32, {T, I});
-        Tensor up = arena.alloc(DType::f32, {T, I});
         const Tensor gate_up[] = {gate, up};
         const Tensor* gate_up_weights[] = {&layer.gate_proj, &layer.up_proj};
         b.matmul_group(gate_up, x, gate_up_weights);

@@ -144,9 +144,23 @@ struct MemoryPlan {
 
 // Backend workspace a concurrent branch's side line (Backend::branch_begin) adds, for a dense
 // MLP or shared expert of hidden size H and intermediate size I over T tokens: a GEMM's input
-// rows cut into bf16 pieces, and the partial outputs of a few-tile GEMM split along K.
+// rows cut into three bf16 pieces (rows rounded up to whole 128-row tiles), and the partial
+// outputs of a GEMM split along K (up to 16 splits; only GEMMs of fewer tiles than SMs split,
+// which bounds their rows). An estimate for the plan: the workspace grows if an op asks more.
 inline double concurrent_branch_workspace(double T, double H, double I) {
-  return 3.0 * 2.0 * T * (H > I ? H : I) + 16.0 * 4.0 * (T < 64.0 ? T : 64.0) * 2.0 * I;
+  const double K = H > I ? H : I, M = H > 2 * I ? H : 2 * I;
+  const double tile_rows = (static_cast<double>(static_cast<int64_t>(T + 127) / 128)) * 128;
+  return 3.0 * 2.0 * tile_rows * K + 16.0 * 4.0 * (T < 128.0 ? T : 128.0) * M;
+}
+
+// Whether one sequence's decode step may write its K/V row while its attention reads the cache
+// (a concurrent branch). The attention takes the step's own key and value from the fresh rows,
+// never from the cache; the row written, pos % rows, holds key pos - rows (or nothing yet), which
+// a window of W keys (self included) has left when rows >= W. Full attention (window 0) keeps
+// every key, so its cache never wraps. A ring shorter than its window (allowed where max_seq is)
+// never wraps either, but cannot be told from one that does here: it writes in order.
+inline bool kv_write_may_overlap_attention(const KvView& cache, int window) {
+  return window == 0 || cache.n_rows() >= window;
 }
 
 // The checks every model makes, in one place so that a wrapper (model/tensor_parallel.h) refuses

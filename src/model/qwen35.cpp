@@ -390,10 +390,9 @@ class Qwen35Model final : public Model {
       for (const SequenceRows& part : parts) caches.push_back(part.seq->kv[l]);
       b.attention_rows(attn, q, k, v, caches, positions, params);
       b.kv_write_rows(caches, k, v, positions);
-    } else if (parts.size() == 1 && T == 1) {
+    } else if (parts.size() == 1 && T == 1 && kv_write_may_overlap_attention(parts[0].seq->kv[l], params.window)) {
       // One sequence's decode step: its key and value go into the cache beside the attention,
-      // off the step's critical path (the attention takes the step's own key and value from k
-      // and v, never from the row being written).
+      // off the step's critical path (model.h).
       const KvView& cache = parts[0].seq->kv[l];
       run_side_by_side(
           b, [&] { b.kv_write(cache, k, v, positions); },
@@ -416,9 +415,9 @@ class Qwen35Model final : public Model {
   void feed_forward(ScratchArena& arena, const Qwen35Layer& layer, const Tensor& x, Tensor out) {
     Backend& b = backend_;
     const int64_t T = x.dim(0), H = c_.hidden_size;
-    auto swiglu = [&](Tensor y, const Tensor& gate_w, const Tensor& up_w, const Tensor& down_w, int64_t I) {
-      Tensor gate = arena.alloc(DType::f32, {T, I});
-      Tensor up = arena.alloc(DType::f32, {T, I});
+    // gate and up [T, I] are allocated by the caller (outside any concurrent branch's lines)
+    auto swiglu = [&](Tensor y, const Tensor& gate_w, const Tensor& up_w, const Tensor& down_w, Tensor gate,
+                      Tensor up) {
       const Tensor gate_up[] = {gate, up};
       const Tensor* gate_up_weights[] = {&gate_w, &up_w};
       b.matmul_group(gate_up, x, gate_up_weights);
@@ -426,7 +425,8 @@ class Qwen35Model final : public Model {
       b.matmul(y, gate, down_w);
     };
     if (!c_.moe) {
-      swiglu(out, layer.gate_proj, layer.up_proj, layer.down_proj, c_.intermediate_size);
+      swiglu(out, layer.gate_proj, layer.up_proj, layer.down_proj, arena.alloc(DType::f32, {T, c_.intermediate_size}),
+             arena.alloc(DType::f32, {T, c_.intermediate_size}));
       if (comm_) comm_->all_reduce_sum(out);  // a rank's slice of the intermediate
       return;
     }
@@ -448,9 +448,11 @@ class Qwen35Model final : public Model {
     // Shared expert, always on, scaled by sigmoid(w_gate . x).
     Tensor shared = arena.alloc(DType::f32, {T, H});
     Tensor shared_gate = arena.alloc(DType::f32, {T, 1});
+    Tensor shared_hidden[2];  // gate and up
+    for (Tensor& t : shared_hidden) t = arena.alloc(DType::f32, {T, c_.shared_expert_intermediate_size});
     auto shared_expert = [&] {
-      swiglu(shared, layer.shared_gate_proj, layer.shared_up_proj, layer.shared_down_proj,
-             c_.shared_expert_intermediate_size);
+      swiglu(shared, layer.shared_gate_proj, layer.shared_up_proj, layer.shared_down_proj, shared_hidden[0],
+             shared_hidden[1]);
       b.matmul(shared_gate, x, layer.shared_expert_gate);
       b.sigmoid_gate(shared, shared_gate);
     };

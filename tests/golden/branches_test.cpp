@@ -77,6 +77,7 @@ void expect_identical_paths(TwoWays& w, std::span<const int32_t> ids) {
     EXPECT_TRUE(same_bytes(a, b)) << "replayed decode at position " << at;
   }
   EXPECT_TRUE(graphs[0]->captured());
+  EXPECT_TRUE(graphs[1]->captured());
   EXPECT_EQ(test::sequence_state_bytes(*w.backends[0], *seqs[0]), test::sequence_state_bytes(*w.backends[1], *seqs[1]));
 }
 
@@ -119,6 +120,9 @@ TEST_P(ConcurrentBranches, GiveTheSameBytesAsOneStream) {
   TwoWays w = load_two_ways(path);
   const std::vector<int32_t> ids = fixture_ids(fixture);
   expect_identical_paths(w, ids);
+  // the first backend really forked its side stream; the second ran everything in order
+  EXPECT_GT(cuda_branch_forks(*w.backends[0]), 0);
+  EXPECT_EQ(cuda_branch_forks(*w.backends[1]), 0);
   expect_identical_batches(w, ids);
 }
 
@@ -138,35 +142,61 @@ INSTANTIATE_TEST_SUITE_P(DenseFixtures, ConcurrentBranches,
                                             ::testing::Values("hf4")),
                          branch_case_name);
 
-// An exception inside either line: the branch is abandoned, the error passes on, and the backend
-// then computes what the in-order backend does. A second branch_begin while one is open refuses.
+// An exception inside either line, eagerly or inside a graph capture: the branch is abandoned, the
+// error passes on, and the backend then captures and computes what the in-order backend does.
+// Memory operations and a second branch_begin inside an open branch are refused.
 TEST(ConcurrentBranchesErrors, AnExceptionMidBranchLeavesTheBackendUsable) {
   if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
   TwoWays w = load_two_ways(test::fixtures_dir() + "/gemma4-moe");
   const std::vector<int32_t> ids = fixture_ids("gemma4-moe");
   Backend& b = *w.backends[0];
-  auto buffer = b.allocate(256 * sizeof(float));
-  Tensor x = make_tensor(buffer->data(), DType::f32, {1, 256}, b.device());
+  auto buffer = b.allocate(2 * 256 * sizeof(float));
+  auto* base = static_cast<float*>(buffer->data());
+  Tensor side_row = make_tensor(base, DType::f32, {1, 256}, b.device());  // one tensor per line
+  Tensor main_row = make_tensor(base + 256, DType::f32, {1, 256}, b.device());
   EXPECT_THROW(run_side_by_side(
                    b,
                    [&] {
-                     b.scale(x, 2.0f);
+                     b.scale(side_row, 2.0f);
                      fail("side line fails");
                    },
-                   [&] { b.scale(x, 3.0f); }),
+                   [&] { b.scale(main_row, 3.0f); }),
                Error);
   EXPECT_THROW(run_side_by_side(
-                   b, [&] { b.scale(x, 2.0f); },
+                   b, [&] { b.scale(side_row, 2.0f); },
                    [&] {
-                     b.scale(x, 3.0f);
+                     b.scale(main_row, 3.0f);
                      fail("main line fails");
                    }),
                Error);
+  EXPECT_THROW(b.capture([&] {
+    run_side_by_side(
+        b, [&] { b.scale(side_row, 2.0f); }, [&] { fail("main line fails inside a capture"); });
+  }),
+               Error);
   b.branch_begin();
   EXPECT_THROW(b.branch_begin(), Error);
+  EXPECT_THROW(b.allocate(64), Error);
+  EXPECT_THROW(b.synchronize(), Error);
   b.branch_abandon();
   EXPECT_THROW(b.branch_join(), Error);  // nothing open
   b.synchronize();
+  // A captured branch replays: side_row *= 2 beside main_row *= 3, twice, from ones.
+  const std::vector<float> ones(512, 1.0f);
+  b.copy_to_device(make_tensor(base, DType::f32, {512}, b.device()), ones.data());
+  auto graph = b.capture([&] {
+    run_side_by_side(
+        b, [&] { b.scale(side_row, 2.0f); }, [&] { b.scale(main_row, 3.0f); });
+  });
+  graph->replay();
+  graph->replay();
+  std::vector<float> got(512);
+  b.copy_to_host(got.data(), make_tensor(base, DType::f32, {512}, b.device()));
+  EXPECT_EQ(got[0], 4.0f);
+  EXPECT_EQ(got[255], 4.0f);
+  EXPECT_EQ(got[256], 9.0f);
+  EXPECT_EQ(got[511], 9.0f);
+  // and the model on it still equals the in-order backend
   std::unique_ptr<Sequence> seqs[2];
   std::vector<float> logits[2];
   for (int i = 0; i < 2; ++i) {

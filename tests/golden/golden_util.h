@@ -17,6 +17,7 @@
 #else
 namespace fl {
 inline bool cuda_device_available() { return false; }
+inline int64_t cuda_branch_forks(Backend&) { return 0; }
 }  // namespace fl
 #endif
 

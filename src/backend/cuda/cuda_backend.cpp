@@ -210,7 +210,10 @@ class CudaBackend final : public Backend {
   int device_index() const { return device_; }
   void bind_to_this_thread() override { check(cudaSetDevice(device_), "set device"); }
 
-  std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override { return std::make_unique<CudaBuffer>(bytes, stream_); }
+  std::unique_ptr<DeviceBuffer> allocate(size_t bytes) override {
+    require_no_branch("allocate");
+    return std::make_unique<CudaBuffer>(bytes, stream_);
+  }
   // This backend's GPU, whichever device is current on the calling thread (a split model asks
   // every rank's from one thread); the thread's current device is left as it was.
   std::optional<size_t> free_memory() const override {
@@ -246,16 +249,19 @@ class CudaBackend final : public Backend {
   }
 
   void copy_to_device(Tensor dst, const void* src) override {
+    require_no_branch("copy_to_device");
     require_device(dst, "copy_to_device");
     check(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "copy to device");
     check(cudaStreamSynchronize(stream_), "copy to device");
   }
   void copy_to_host(void* dst, const Tensor& src) override {
+    require_no_branch("copy_to_host");
     require_device(src, "copy_to_host");
     check(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_), "copy to host");
     synchronize();
   }
   void copy_on_device(Tensor dst, const Tensor& src) override {
+    require_no_branch("copy_on_device");
     require_device(dst, "copy_on_device");
     require_device(src, "copy_on_device");
     check_copy_on_device(dst, src);
@@ -263,7 +269,7 @@ class CudaBackend final : public Backend {
           "copy on device");
   }
   void synchronize() override {
-    if (branch_ != BranchState::none) fail("synchronize: a concurrent branch is open");
+    require_no_branch("synchronize");
     if (side_stream_) check(cudaStreamSynchronize(side_stream_), "synchronize");
     check(cudaStreamSynchronize(stream_), "synchronize");
     int32_t flag = 0;
@@ -276,6 +282,7 @@ class CudaBackend final : public Backend {
   }
 
   std::unique_ptr<CapturedSteps> capture(const std::function<void()>& body) override {
+    require_no_branch("graph capture");
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture");
     cudaGraph_t graph = nullptr;
     capturing_ = true;
@@ -308,15 +315,25 @@ class CudaBackend final : public Backend {
       branch_ = BranchState::in_order_side;
       return;
     }
-    // A ring of event pairs, so that a pair is not recorded again while an earlier wait on it may
-    // still be pending (CUDA's waits take the record current at the call; HIP's are less clear).
+    // A ring of event pairs: neighbouring branches record distinct events. (CUDA's waits take the
+    // record current at the call, so reuse would be safe there; the ring keeps the code from
+    // leaning on that for HIP. A step may take more branches than the ring holds.)
     branch_at_ = (branch_at_ + 1) % kBranchEventPairs;
+    ++branch_forks_;
     const BranchEvents& e = branch_events_[branch_at_];
     check(cudaEventRecord(e.fork, main_stream_), "branch begin");
     check(cudaStreamWaitEvent(side_stream_, e.fork, 0), "branch begin");
     stream_ = side_stream_;
     workspace_index_ = 1;
     branch_ = BranchState::side;
+  }
+  // Side streams forked so far (tests: whether branches really ran side by side).
+  int64_t branch_forks() const { return branch_forks_; }
+
+  // Memory operations, synchronisation and captures are refused while a branch is open: a
+  // branch's lines issue ops only (Backend::branch_begin).
+  void require_no_branch(const char* op) const {
+    if (branch_ != BranchState::none) fail("{}: not allowed inside a concurrent branch", op);
   }
   void branch_end() override {
     if (branch_ == BranchState::in_order_side) {
@@ -644,8 +661,7 @@ class CudaBackend final : public Backend {
   // read the previous table. Not inside a captured graph (the table is uploaded per call).
   const void* const* upload_pointer_table(const std::vector<const void*>& table, const char* op) {
     if (capturing_) fail("{}: not inside a captured graph (the row table is uploaded per call)", op);
-    if (branch_ == BranchState::side || branch_ == BranchState::main)
-      fail("{}: not inside a concurrent branch (one row table serves every launch, in stream order)", op);
+    require_no_branch(op);  // (one row table serves every launch, in stream order)
     const size_t bytes = table.size() * sizeof(void*);
     if (!cache_table_ || cache_table_->size() < bytes) {
       check(cudaStreamSynchronize(stream_), op);  // the old table may still be read
@@ -1164,6 +1180,7 @@ class CudaBackend final : public Backend {
   static constexpr int kBranchEventPairs = 64;
   BranchEvents branch_events_[kBranchEventPairs];
   int branch_at_ = 0;
+  int64_t branch_forks_ = 0;
   std::string name_;
   std::optional<MemoryPeak> memory_peak_;
   int sm_count_ = 0;
@@ -1226,6 +1243,7 @@ CudaBackend& cuda_backend_of(Backend& backend) {
 }  // namespace
 
 int cuda_device_index(Backend& backend) { return cuda_backend_of(backend).device_index(); }
+int64_t cuda_branch_forks(Backend& backend) { return cuda_backend_of(backend).branch_forks(); }
 void* cuda_stream_of(Backend& backend) { return cuda_backend_of(backend).stream(); }
 
 void cuda_allow_hopper_gemm(bool allowed) { cuda::allow_hopper_gemm(allowed); }
