@@ -169,10 +169,8 @@ class CudaBackend final : public Backend {
     if (options.concurrent_branches) {
       // Made here, not at the first branch: a decode graph's capture may hold the first one.
       check(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking), "stream create");
-      for (BranchEvents& e : branch_events_) {
-        check(cudaEventCreateWithFlags(&e.fork, cudaEventDisableTiming), "event create");
-        check(cudaEventCreateWithFlags(&e.join, cudaEventDisableTiming), "event create");
-      }
+      check(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming), "event create");
+      check(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming), "event create");
     }
     cudaDeviceProp prop{};
     check(cudaGetDeviceProperties(&prop, device_index), "device properties");
@@ -193,10 +191,8 @@ class CudaBackend final : public Backend {
     cudaStreamSynchronize(main_stream_);
     if (side_stream_) {
       cudaStreamSynchronize(side_stream_);
-      for (BranchEvents& e : branch_events_) {
-        if (e.fork) cudaEventDestroy(e.fork);
-        if (e.join) cudaEventDestroy(e.join);
-      }
+      cudaEventDestroy(fork_event_);
+      cudaEventDestroy(join_event_);
       cudaStreamDestroy(side_stream_);
     }
     cudaFree(error_flag_);
@@ -269,8 +265,7 @@ class CudaBackend final : public Backend {
           "copy on device");
   }
   void synchronize() override {
-    require_no_branch("synchronize");
-    if (side_stream_) check(cudaStreamSynchronize(side_stream_), "synchronize");
+    require_no_branch("synchronize");  // (so the side stream's work is joined into the main one)
     check(cudaStreamSynchronize(stream_), "synchronize");
     int32_t flag = 0;
     check(cudaMemcpyAsync(&flag, error_flag_, sizeof flag, cudaMemcpyDeviceToHost, stream_), "error flag");
@@ -315,16 +310,12 @@ class CudaBackend final : public Backend {
       branch_ = BranchState::in_order_side;
       return;
     }
-    // A ring of event pairs: neighbouring branches record distinct events. (CUDA's waits take the
-    // record current at the call, so reuse would be safe there; the ring keeps the code from
-    // leaning on that for HIP. A step may take more branches than the ring holds.)
-    branch_at_ = (branch_at_ + 1) % kBranchEventPairs;
+    // One event pair serves every branch: a stream's wait takes the event's record current at the
+    // call (CUDA and HIP alike), and a captured graph keeps the dependency, not the event.
     ++branch_forks_;
-    const BranchEvents& e = branch_events_[branch_at_];
-    check(cudaEventRecord(e.fork, main_stream_), "branch begin");
-    check(cudaStreamWaitEvent(side_stream_, e.fork, 0), "branch begin");
+    check(cudaEventRecord(fork_event_, main_stream_), "branch begin");
+    check(cudaStreamWaitEvent(side_stream_, fork_event_, 0), "branch begin");
     stream_ = side_stream_;
-    workspace_index_ = 1;
     branch_ = BranchState::side;
   }
   // Side streams forked so far (tests: whether branches really ran side by side).
@@ -341,9 +332,8 @@ class CudaBackend final : public Backend {
       return;
     }
     if (branch_ != BranchState::side) fail("branch_end: no side line is open");
-    check(cudaEventRecord(branch_events_[branch_at_].join, side_stream_), "branch end");
+    check(cudaEventRecord(join_event_, side_stream_), "branch end");
     stream_ = main_stream_;
-    workspace_index_ = 0;
     branch_ = BranchState::main;
   }
   void branch_join() override {
@@ -352,16 +342,14 @@ class CudaBackend final : public Backend {
       return;
     }
     if (branch_ != BranchState::main) fail("branch_join: no branch_end before it");
-    check(cudaStreamWaitEvent(main_stream_, branch_events_[branch_at_].join, 0), "branch join");
+    check(cudaStreamWaitEvent(main_stream_, join_event_, 0), "branch join");
     branch_ = BranchState::none;
   }
   void branch_abandon() noexcept override {
-    const BranchEvents& e = branch_events_[branch_at_];
-    if (branch_ == BranchState::side) cudaEventRecord(e.join, side_stream_);
-    if (branch_ == BranchState::side || branch_ == BranchState::main) cudaStreamWaitEvent(main_stream_, e.join, 0);
+    if (branch_ == BranchState::side) cudaEventRecord(join_event_, side_stream_);
+    if (branch_ == BranchState::side || branch_ == BranchState::main) cudaStreamWaitEvent(main_stream_, join_event_, 0);
     cudaGetLastError();  // (an invalidated capture refuses both; the error being reported is the first)
     stream_ = main_stream_;
-    workspace_index_ = 0;
     branch_ = BranchState::none;
   }
 
@@ -1154,7 +1142,7 @@ class CudaBackend final : public Backend {
   // synchronisation there): the uncaptured first step of a decode graph sizes it.
   float* workspace_floats(size_t n) {
     const size_t bytes = n * sizeof(float);
-    std::unique_ptr<CudaBuffer>& workspace = workspaces_[workspace_index_];
+    std::unique_ptr<CudaBuffer>& workspace = workspaces_[branch_ == BranchState::side ? 1 : 0];
     if (!workspace || workspace->size() < bytes) {
       if (capturing_) fail("the {} workspace must grow to {} bytes inside a graph capture", gpu::kRuntimeName, bytes);
       const size_t grown = std::max(bytes, workspace ? workspace->size() * 2 : size_t{1} << 20);
@@ -1174,12 +1162,7 @@ class CudaBackend final : public Backend {
   cudaStream_t side_stream_ = nullptr;  // null: concurrent branches off
   enum class BranchState { none, side, main, in_order_side, in_order_main };
   BranchState branch_ = BranchState::none;
-  struct BranchEvents {
-    cudaEvent_t fork = nullptr, join = nullptr;
-  };
-  static constexpr int kBranchEventPairs = 64;
-  BranchEvents branch_events_[kBranchEventPairs];
-  int branch_at_ = 0;
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   int64_t branch_forks_ = 0;
   std::string name_;
   std::optional<MemoryPeak> memory_peak_;
@@ -1190,7 +1173,6 @@ class CudaBackend final : public Backend {
   size_t weight_used_ = 0;
   size_t weight_bytes_ = 0;
   std::unique_ptr<CudaBuffer> workspaces_[2];  // the main stream's, the side stream's
-  int workspace_index_ = 0;
   std::unique_ptr<CudaBuffer> sample_adjust_;
   // upload_pointer_table: per-row cache or state addresses of the rows ops (attention_rows,
   // kv_write_rows, causal_conv1d_rows, gated_delta_rule_rows)
