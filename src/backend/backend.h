@@ -381,9 +381,9 @@ struct BackendOptions {
   TensorCorePrecision tensor_core_precision = TensorCorePrecision::f32;
   // Run concurrent branches (Backend::branch_begin) side by side where the backend can; off: in
   // order on one stream (`fireline bench --branches on|off` for A/B timing). Results are
-  // identical. Off by default until a GPU run has passed its tests and timed it (bench/RESULTS.md,
-  // 2026-12-05 twenty-first session: no GPU was lent when it was written).
-  bool concurrent_branches = false;
+  // identical (tests/golden/branches_test.cpp); on by default since the H100 run of
+  // bench/RESULTS.md 2026-12-05 (twenty-second session): decode +5 % (26B-A4B), +14 % (35B-A3B).
+  bool concurrent_branches = true;
 };
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.
