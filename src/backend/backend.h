@@ -184,12 +184,6 @@ class Backend {
   // outs[i] = x * weights[i]^T for several weights of the same input (Gemma's q/k/v and gate/up
   // projections). outs[i] [T, M_i]; x [T, K]; weights[i] [M_i, K].
   virtual void matmul_group(std::span<const Tensor> outs, const Tensor& x, std::span<const Tensor* const> weights);
-  // out = act(x * gate_w^T) * (x * up_w^T): a gated MLP's input half (GELU or SiLU gate).
-  // out, up [T, I]; x [T, K]; gate_w, up_w [I, K]. `up` is scratch: the default (matmul_group of
-  // the two weights, then gated_activation) leaves the up projection there; a GPU that computes
-  // both products in one launch leaves it untouched. Either way out holds the same numbers.
-  virtual void matmul_gated(Tensor out, Tensor up, const Tensor& x, const Tensor& gate_w, const Tensor& up_w,
-                            Activation act);
   // h += rms_norm(x) (* gain), x = the normed value: a block's output norm and residual add.
   // h, x [R, N].
   virtual void add_rms_norm(Tensor h, Tensor x, const Tensor* weight, NormGain gain, float eps) {

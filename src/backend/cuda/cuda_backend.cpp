@@ -534,37 +534,6 @@ class CudaBackend final : public Backend {
     check(cuda::launch_matvec_group(a, stream_), "matmul_group");
   }
 
-  void matmul_gated(Tensor out, Tensor up, const Tensor& x, const Tensor& gate_w, const Tensor& up_w,
-                    Activation act) override {
-    // One input row on HFQ4 weights (a decode step): both products and the activation in one
-    // launch; anything else, the default (two products, then the activation).
-    cuda::MatvecArgs a;
-    a.weight_type = gate_w.dtype;
-    a.n_inputs = x.ndim == 2 ? x.dim(0) : 0;
-    a.gated = true;
-    const bool fused = a.n_inputs == 1 && cuda::matvec_gated_supported(a) && up_w.dtype == gate_w.dtype &&
-                       gate_w.ndim == 2 && up_w.ndim == 2 && gate_w.dim(0) == up_w.dim(0) &&
-                       gate_w.dim(1) == up_w.dim(1) && gate_w.stride[0] == up_w.stride[0] &&
-                       x.dim(1) == gate_w.dim(1) && out.ndim == 2 && out.dim(0) == 1 && out.dim(1) == gate_w.dim(0);
-    if (!fused) return Backend::matmul_gated(out, up, x, gate_w, up_w, act);
-    OpTimer timer(*this, "matmul",
-                  static_cast<double>(gate_w.nbytes() + up_w.nbytes()) + 4.0 * (x.numel() + out.numel()));
-    F32Rows o = f32_rows(out, "matmul_gated"), in = f32_rows(x, "matmul_gated");
-    require_device(gate_w, "matmul_gated");
-    require_device(up_w, "matmul_gated");
-    a.out = o.data;
-    a.out_stride = o.stride;
-    a.x = in.data;
-    a.x_stride = in.stride;
-    a.weight = static_cast<const uint8_t*>(gate_w.data);
-    a.up_weight = static_cast<const uint8_t*>(up_w.data);
-    a.M = gate_w.dim(0);
-    a.K = gate_w.dim(1);
-    a.row_bytes = gate_w.stride[0];
-    a.act = static_cast<cuda::Act>(act);
-    check(cuda::launch_matvec(a, stream_), "matmul_gated");
-  }
-
   void rope(Tensor x, const Tensor& positions, const Tensor& inv_freq) override {
     OpTimer timer(*this, "rope", 2.0 * x.numel() * 4);
     check_rope(x, positions, inv_freq, "rope");
@@ -817,16 +786,8 @@ class CudaBackend final : public Backend {
                      pairs >= cuda::kMmaMinInputs && pairs >= 2 * E;
     // Bytes: each pair's expert matrices (the matvec path), or each expert's once per work item
     // (the GEMM, counted as if every expert got pairs: an upper bound).
-    // The matvec path's gate_up product stores the activated rows itself where it can (HFQ4).
-    cuda::MatvecArgs gated_probe;
-    gated_probe.weight_type = gate_up.dtype;
-    gated_probe.expert_ids = ids.ptr<int32_t>();
-    gated_probe.gated = true;
-    const bool gated = !mma && cuda::matvec_gated_supported(gated_probe);
     const double expert_bytes = static_cast<double>(gate_up.stride[0] + down.stride[0]);
-    const int kernels = mma ? 5 : gated ? 3 : 4;
-    OpTimer timer(*this, "moe_experts", expert_bytes * (mma ? static_cast<double>(std::min(pairs, E)) : pairs),
-                  kernels);
+    OpTimer timer(*this, "moe_experts", expert_bytes * (mma ? static_cast<double>(std::min(pairs, E)) : pairs), mma ? 5 : 4);
     const int64_t max_items = mma ? cuda::max_work_items(pairs, E) : 0;
     // Scratch: hidden [pairs, 2I], activated [pairs, I], expert outputs [pairs, H]; with the GEMM
     // also the work items (4 int32 each), their count and the sorted pair ids.
@@ -870,20 +831,10 @@ class CudaBackend final : public Backend {
     a.expert_ids = ids.ptr<int32_t>();
     a.expert_bytes = gate_up.stride[0];
     a.x_row_div = K;
-    if (gated) {  // act(gate) * up straight into `activated` [pairs, I]
-      a.out = activated;
-      a.out_stride = I;
-      a.M = I;
-      a.gated = true;
-      a.act = static_cast<cuda::Act>(act);
-      expert_product(a, "moe_experts gate_up");
-      a.gated = false;
-    } else {
-      expert_product(a, "moe_experts gate_up");
-      check(cuda::launch_gated_activation(activated, I, hidden, I2, hidden + I, I2, pairs, I,
-                                          static_cast<cuda::Act>(act), stream_),
-            "moe_experts activation");
-    }
+    expert_product(a, "moe_experts gate_up");
+    check(cuda::launch_gated_activation(activated, I, hidden, I2, hidden + I, I2, pairs, I, static_cast<cuda::Act>(act),
+                                        stream_),
+          "moe_experts activation");
     a.out = y;
     a.out_stride = H;
     a.x = activated;
