@@ -18,6 +18,7 @@
 namespace fl {
 inline bool cuda_device_available() { return false; }
 inline int64_t cuda_branch_forks(Backend&) { return 0; }
+inline int64_t cuda_workspace_growths(Backend&) { return 0; }
 }  // namespace fl
 #endif
 

@@ -1305,6 +1305,55 @@ TEST_F(CudaOps, LinearAttentionDecodeStepReplaysAsAGraph) {
   expect_close(out, 2 * kSumBudget, "gated output");
 }
 
+// A captured graph keeps the workspace it was captured with: a longer call on the same backend
+// afterwards grows the workspace (a larger buffer replaces it), and the graph's replays must
+// neither read freed memory nor write into what the freed range is reused for. The graph is one
+// decode-sized expert block (its scratch in the workspace); the growth, a 300-token block on the
+// grouped GEMM; then a buffer the size of the old workspace, filled with a pattern, likely lands
+// in the freed range: the replay must leave it as it was and give the first result again.
+TEST_F(CudaOps, AGraphKeepsItsWorkspaceWhenTheWorkspaceGrows) {
+  RoutedExperts small = routed_experts(DType::hfq4_g256, 1, false);
+  gpu_->moe_experts(small.out.gpu, small.x.gpu, small.gate_up.gpu, small.down.gpu, small.ids.gpu, small.w.gpu,
+                    Activation::gelu_tanh);  // eager: sizes the workspace
+  gpu_->synchronize();
+  const std::vector<uint8_t> want = gpu_bytes(small.out);
+  std::unique_ptr<CapturedSteps> graph = gpu_->capture([&] {
+    gpu_->moe_experts(small.out.gpu, small.x.gpu, small.gate_up.gpu, small.down.gpu, small.ids.gpu, small.w.gpu,
+                      Activation::gelu_tanh);
+  });
+  graph->replay();
+  gpu_->synchronize();
+  ASSERT_EQ(gpu_bytes(small.out), want) << "replay before the growth";
+
+  const int64_t growths = cuda_workspace_growths(*gpu_);
+  RoutedExperts big = routed_experts(DType::hfq4_g256, 300, false);
+  gpu_->moe_experts(big.out.gpu, big.x.gpu, big.gate_up.gpu, big.down.gpu, big.ids.gpu, big.w.gpu,
+                    Activation::gelu_tanh);
+  gpu_->synchronize();
+  ASSERT_GT(cuda_workspace_growths(*gpu_), growths) << "the 300-token call did not grow the workspace";
+  // (the first workspace is at least 1 MiB)
+  std::unique_ptr<DeviceBuffer> bystander = gpu_->allocate(size_t{1} << 20);
+  const std::vector<uint8_t> pattern(bystander->size(), 0xA5);
+  const Tensor bystander_bytes =
+      make_tensor(bystander->data(), DType::u8, {static_cast<int64_t>(pattern.size())}, Device::cuda);
+  gpu_->copy_to_device(bystander_bytes, pattern.data());
+
+  const std::vector<uint8_t> poison(small.out.host.size(), 0xff);
+  gpu_->copy_to_device(small.out.gpu, poison.data());
+  graph->replay();
+  gpu_->synchronize();
+  EXPECT_EQ(gpu_bytes(small.out), want) << "replay after the growth";
+  std::vector<uint8_t> after(pattern.size());
+  gpu_->copy_to_host(after.data(), bystander_bytes);
+  EXPECT_EQ(after, pattern) << "the replay wrote into memory the old workspace no longer owns";
+  // and eager calls go on with the grown workspace
+  Twin again = twin_output(DType::f32, {1, 256});
+  gpu_->moe_experts(again.gpu, small.x.gpu, small.gate_up.gpu, small.down.gpu, small.ids.gpu, small.w.gpu,
+                    Activation::gelu_tanh);
+  gpu_->synchronize();
+  EXPECT_EQ(gpu_bytes(again), want) << "eager after the growth";
+}
+
 // The decode attention plan (cuda::plan_attention, host code: runs without a GPU) on the
 // published shapes of an H200 (132 SMs): which kernel, how many splits. The op cases above check
 // what each plan computes; this pins the choices bench/RESULTS.md measured.

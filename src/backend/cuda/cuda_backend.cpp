@@ -56,15 +56,21 @@ class CudaBuffer final : public DeviceBuffer {
   size_t size_;
 };
 
+// A captured graph's kernels keep the addresses they were captured with, the backend's
+// workspaces among them: the graph holds those buffers, so that a workspace that grows later
+// (another sequence's longer prompt on the same backend) is not freed under the graph's replays.
+// The backend moves on to the larger buffer; the graph keeps using its own.
 class CudaGraph final : public CapturedSteps {
  public:
-  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream) : exec_(exec), stream_(stream) {}
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream, std::vector<std::shared_ptr<CudaBuffer>> buffers)
+      : exec_(exec), stream_(stream), buffers_(std::move(buffers)) {}
   ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
   void replay() override { check(cudaGraphLaunch(exec_, stream_), "graph replay"); }
 
  private:
   cudaGraphExec_t exec_;
   cudaStream_t stream_;
+  std::vector<std::shared_ptr<CudaBuffer>> buffers_;
 };
 
 // f32 activation rows: pointer, row count, column count, row stride in elements.
@@ -297,7 +303,8 @@ class CudaBackend final : public Backend {
     cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     check(err, "graph instantiate");
-    return std::make_unique<CudaGraph>(exec, stream_);
+    return std::make_unique<CudaGraph>(exec, stream_,
+                                       std::vector<std::shared_ptr<CudaBuffer>>{workspaces_[0], workspaces_[1]});
   }
 
   // The side line goes to a second stream forked off the main one by an event and joined by
@@ -320,6 +327,7 @@ class CudaBackend final : public Backend {
   }
   // Side streams forked so far (tests: whether branches really ran side by side).
   int64_t branch_forks() const { return branch_forks_; }
+  int64_t workspace_growths() const { return workspace_growths_; }
 
   // Memory operations, synchronisation and captures are refused while a branch is open: a
   // branch's lines issue ops only (Backend::branch_begin).
@@ -1139,16 +1147,18 @@ class CudaBackend final : public Backend {
   // Device scratch shared by ops within one call (attention partials, expert intermediates), one
   // per stream: a concurrent branch's side line has its own. It only grows; ops on one stream run
   // in order, so reuse across ops is safe. It cannot grow inside a graph capture (no
-  // synchronisation there): the uncaptured first step of a decode graph sizes it.
+  // synchronisation there): the uncaptured first step of a decode graph sizes it. A grown
+  // workspace replaces the old one, which lives on while a graph captured with it does (CudaGraph).
   float* workspace_floats(size_t n) {
     const size_t bytes = n * sizeof(float);
-    std::unique_ptr<CudaBuffer>& workspace = workspaces_[branch_ == BranchState::side ? 1 : 0];
+    std::shared_ptr<CudaBuffer>& workspace = workspaces_[branch_ == BranchState::side ? 1 : 0];
     if (!workspace || workspace->size() < bytes) {
       if (capturing_) fail("the {} workspace must grow to {} bytes inside a graph capture", gpu::kRuntimeName, bytes);
       const size_t grown = std::max(bytes, workspace ? workspace->size() * 2 : size_t{1} << 20);
       check(cudaStreamSynchronize(stream_), "workspace resize");
       workspace.reset();
-      workspace = std::make_unique<CudaBuffer>(grown, stream_);
+      workspace = std::make_shared<CudaBuffer>(grown, stream_);
+      ++workspace_growths_;
     }
     return static_cast<float*>(workspace->data());
   }
@@ -1172,7 +1182,8 @@ class CudaBackend final : public Backend {
   std::vector<std::unique_ptr<CudaBuffer>> weight_chunks_;
   size_t weight_used_ = 0;
   size_t weight_bytes_ = 0;
-  std::unique_ptr<CudaBuffer> workspaces_[2];  // the main stream's, the side stream's
+  std::shared_ptr<CudaBuffer> workspaces_[2];  // the main stream's, the side stream's (graphs share them)
+  int64_t workspace_growths_ = 0;
   std::unique_ptr<CudaBuffer> sample_adjust_;
   // upload_pointer_table: per-row cache or state addresses of the rows ops (attention_rows,
   // kv_write_rows, causal_conv1d_rows, gated_delta_rule_rows)
@@ -1226,6 +1237,7 @@ CudaBackend& cuda_backend_of(Backend& backend) {
 
 int cuda_device_index(Backend& backend) { return cuda_backend_of(backend).device_index(); }
 int64_t cuda_branch_forks(Backend& backend) { return cuda_backend_of(backend).branch_forks(); }
+int64_t cuda_workspace_growths(Backend& backend) { return cuda_backend_of(backend).workspace_growths(); }
 void* cuda_stream_of(Backend& backend) { return cuda_backend_of(backend).stream(); }
 
 void cuda_allow_hopper_gemm(bool allowed) { cuda::allow_hopper_gemm(allowed); }

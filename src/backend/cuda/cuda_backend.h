@@ -26,6 +26,8 @@ void* cuda_stream_of(Backend& backend);
 // How many times the backend forked its side stream for a concurrent branch (Backend::
 // branch_begin): zero while branches run in order; for tests.
 int64_t cuda_branch_forks(Backend& backend);
+// How many times the backend's workspaces grew (a larger buffer replacing the old); for tests.
+int64_t cuda_workspace_growths(Backend& backend);
 // Whether a bf16 backend's prompt attention of n_tokens x head_dim runs attention_flash_bf16.cu's
 // kernel on the backend's GPU (its shared memory: D = 512 needs Hopper's), for tests that check
 // which kernel ran.
