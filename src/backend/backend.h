@@ -332,6 +332,10 @@ class Backend {
   // two events per op. Backends without it return nothing.
   virtual void set_profiling(bool on) { (void)on; }
   virtual std::vector<OpProfile> take_profile() { return {}; }  // per op family, in first-call order; resets
+  // Brackets the work an external profiler started with its recording off records (Nsight Compute
+  // --profile-from-start off: scripts/kernel-times --batch): a GPU backend turns its runtime's
+  // profiler on and off there; elsewhere nothing.
+  virtual void profiler_region(bool on) { (void)on; }
 };
 
 // side() as the side line and main() as the main line of a concurrent branch (Backend::branch_begin),

@@ -42,6 +42,7 @@ struct BenchOptions {
   int tp = 1;  // --tp: ranks of a tensor-parallel split
   bool ep = false;  // --ep: deal the experts out over the ranks too
   std::string branches;  // --branches on|off (BackendOptions::concurrent_branches); empty: the default
+  std::string profiler_region = "none";  // --profiler-region: what an external profiler records
 };
 
 // Per-op device time of `steps` units (decode tokens, or one prefill), as table rows and JSON.
@@ -115,6 +116,8 @@ RooflineBandwidth roofline_bandwidth(const BenchOptions& opt, const Backend& bac
 void run_bench(const BenchOptions& opt) {
   const std::string ranks_backend = check_tensor_parallel_flags(opt.tp, opt.ep, opt.backend);
   if (opt.tp > 1 && opt.profile) fail("--profile times one device's ops; it does not combine with --tp");
+  if (opt.profiler_region == "batch" && opt.batch < 2)
+    fail("--profiler-region batch records the batched steps: give --batch 2 or more");
   auto start = std::chrono::steady_clock::now();
   // (opened, not read: a .fire or safetensors file is mapped, a synthetic model made on load)
   std::unique_ptr<ModelSource> source = open_model_or_synthetic("bench", opt.model, opt.like, opt.format);
@@ -215,9 +218,13 @@ void run_bench(const BenchOptions& opt) {
     for (int r = 0; r < opt.runs + 1; ++r) {
       Batch b = make_batch();
       batch_step(b);  // warm-up step: scratch and workspace sizing
+      // --profiler-region batch: the last run's timed steps (scripts/kernel-times --batch)
+      const bool recorded = opt.profiler_region == "batch" && r == opt.runs;
+      if (recorded) backend->profiler_region(true);
       auto t0 = std::chrono::steady_clock::now();
       for (int i = 0; i < opt.gen_tokens; ++i) batch_step(b);
       if (r > 0) tps.push_back(static_cast<double>(opt.batch) * opt.gen_tokens / seconds_since(t0));
+      if (recorded) backend->profiler_region(false);
     }
     decode_batch = median(tps);
   }
@@ -362,6 +369,10 @@ void add_bench_command(CLI::App& app) {
                   "experts, a decode step's KV write and attention) side by side on the GPU; off: one after the "
                   "other (identical results; for A/B timing)")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--profiler-region", opt->profiler_region,
+                  "batch: turn the GPU runtime's profiler on for the last run's batched steps only, for a profiler "
+                  "started with recording off (scripts/kernel-times --batch); none (default)")
+      ->check(CLI::IsMember({"none", "batch"}));
   cmd->add_flag("--profile", opt->profile,
                 "Also time every op on the device (one prefill, --gen-tokens eager decode steps) and print where the time goes");
   cmd->callback([opt] { run_bench(*opt); });

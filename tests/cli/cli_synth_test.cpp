@@ -201,6 +201,23 @@ TEST(CliSynth, BenchReportsThePrecisionAndRefusesUnknownOnes) {
   }
 }
 
+// --profiler-region batch (for a profiler started with recording off): on the CPU a no-op that
+// must not change the run; without batched steps to record, or with another region, refused
+// before anything loads.
+TEST(CliSynth, BenchProfilerRegionNeedsBatchedSteps) {
+  const std::string common = kTinyBench + " --backend cpu";
+  auto r = fireline(common + " --batch 2 --profiler-region batch --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(json::parse(r.out)["batch"]["sequences"], 2);
+  auto alone = fireline(common + " --profiler-region batch");
+  EXPECT_NE(alone.exit_code, 0);
+  EXPECT_NE(alone.err.find("--batch 2 or more"), std::string::npos) << alone.err;
+  EXPECT_EQ(alone.out, "");
+  auto bad = fireline(common + " --batch 2 --profiler-region prefill");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--profiler-region"), std::string::npos) << bad.err;
+}
+
 // --branches on|off: the CPU runs every op in order whatever is asked, and says so; a value that is
 // neither is refused before anything loads.
 TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {

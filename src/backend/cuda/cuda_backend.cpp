@@ -21,6 +21,9 @@
 #include "backend/cuda/norm.cuh"
 #include "core/error.h"
 #include "core/log.h"
+#if !defined(FIRELINE_GPU_HIP)
+#include <cuda_profiler_api.h>
+#endif
 
 namespace fl {
 namespace {
@@ -1050,6 +1053,14 @@ class CudaBackend final : public Backend {
   size_t weight_bytes() const { return weight_bytes_; }
 
   void set_profiling(bool on) override { profiling_ = on; }
+  void profiler_region(bool on) override {
+#if !defined(FIRELINE_GPU_HIP)
+    check(cudaStreamSynchronize(stream_), "profiler region");  // the region holds exactly the work between
+    check(on ? cudaProfilerStart() : cudaProfilerStop(), "profiler region");
+#else
+    (void)on;
+#endif
+  }
 
   std::vector<OpProfile> take_profile() override {
     check(cudaStreamSynchronize(stream_), "profile");
