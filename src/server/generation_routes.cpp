@@ -52,6 +52,9 @@ struct StreamState {
     CollectedOutput finish;  // the finish event's usage and timings, for the usage chunk
   };
   std::vector<Choice> choices;
+  // Bumped by every choice's events: with several choices unfinished, the handler sleeps on it
+  // until any of them has something (rather than on one choice, polling the others).
+  std::shared_ptr<ArrivalSignal> arrivals = std::make_shared<ArrivalSignal>();
   size_t per_prompt = 1;
   bool begun = false;
   bool done = false;
@@ -219,9 +222,11 @@ void Server::respond(std::vector<GenerationTask> tasks, const GenerationRequest&
                           loop_.info().model_id, tasks[0].logprobs >= 0};
   const std::vector<std::shared_ptr<TaskStream>> streams = submit_all(std::move(tasks), meta.id);
   auto state = std::make_shared<StreamState>();
-  for (size_t i = 0; i < streams.size(); ++i)
+  for (size_t i = 0; i < streams.size(); ++i) {
+    streams[i]->notify_also(state->arrivals);
     state->choices.push_back(
         {streams[i], StreamFormatter(meta, chat, generation.include_usage, static_cast<int>(i)), CollectedOutput{}});
+  }
   state->per_prompt = static_cast<size_t>(generation.n);
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
@@ -258,20 +263,25 @@ void Server::respond(std::vector<GenerationTask> tasks, const GenerationRequest&
             }
             return true;
           };
-          // Every unfinished choice's events so far; with none, wait on the first unfinished one
-          // (briefly when there are several, so that the others' tokens are not held back).
-          bool any = false;
+          // Every unfinished choice's events so far; with none, wait: on the one unfinished choice,
+          // or on the arrivals of all of them (the count taken before reading, so that an event
+          // that came during the reads ends the wait at once).
+          auto drain_all = [&] {
+            bool got = false;
+            for (auto& c : state->choices)
+              if (!c.finish.finished && !state->done) got = drain(c, std::chrono::milliseconds(0)) || got;
+            return got;
+          };
+          const uint64_t seen = state->arrivals->count();
+          bool any = drain_all();
           size_t unfinished = 0;
-          for (auto& c : state->choices) {
-            if (c.finish.finished || state->done) continue;
-            ++unfinished;
-            any = drain(c, std::chrono::milliseconds(0)) || any;
-          }
-          for (auto& c : state->choices) {
-            if (any || state->done) break;
-            if (c.finish.finished) continue;
-            any = drain(c, unfinished == 1 ? kPollInterval : std::chrono::milliseconds(5));
-            break;
+          StreamState::Choice* last_unfinished = nullptr;
+          for (auto& c : state->choices)
+            if (!c.finish.finished) ++unfinished, last_unfinished = &c;
+          if (!any && !state->done && unfinished == 1) {
+            any = drain(*last_unfinished, kPollInterval);
+          } else if (!any && !state->done && unfinished > 1 && state->arrivals->wait_past(seen, kPollInterval)) {
+            any = drain_all();
           }
           if (!state->done) {
             bool all_finished = true;

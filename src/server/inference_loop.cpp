@@ -82,13 +82,39 @@ bool TaskStream::finished() const {
 }
 
 void TaskStream::push(EngineEvent event) {
+  std::shared_ptr<ArrivalSignal> also;
   {
     std::lock_guard lock(mutex_);
     if (finished_) return;  // one finish per task, nothing after it
     if (event.kind == EngineEvent::Kind::finish) finished_ = true;
     events_.push_back(std::move(event));
+    also = also_;
   }
   ready_.notify_all();
+  if (also) also->bump();  // after the event is readable: a waiter woken by it finds it
+}
+
+void TaskStream::notify_also(std::shared_ptr<ArrivalSignal> signal) {
+  std::lock_guard lock(mutex_);
+  also_ = std::move(signal);
+}
+
+uint64_t ArrivalSignal::count() const {
+  std::lock_guard lock(mutex_);
+  return count_;
+}
+
+bool ArrivalSignal::wait_past(uint64_t seen, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mutex_);
+  return changed_.wait_for(lock, timeout, [&] { return count_ != seen; });
+}
+
+void ArrivalSignal::bump() {
+  {
+    std::lock_guard lock(mutex_);
+    ++count_;
+  }
+  changed_.notify_all();
 }
 
 void TaskStream::cancel() {

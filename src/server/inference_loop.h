@@ -29,9 +29,28 @@ namespace fl::server {
 class InferenceLoop;
 
 // One task's events, handed from the inference thread to the HTTP worker that serves it.
+// Wakes a waiter when an event arrives on any of several streams (a request's n choices, read by
+// one handler thread): each stream that notifies it bumps its count after storing an event.
+class ArrivalSignal {
+ public:
+  uint64_t count() const;
+  // Waits until count() is no longer `seen`, or `timeout` passes. True when it changed.
+  bool wait_past(uint64_t seen, std::chrono::milliseconds timeout);
+
+ private:
+  friend class TaskStream;
+  void bump();
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  uint64_t count_ = 0;
+};
+
 class TaskStream {
  public:
   TaskId id() const { return id_; }
+  // From now on every event pushed to this stream also bumps `signal` (events already queued do
+  // not: read them first, with the count taken before).
+  void notify_also(std::shared_ptr<ArrivalSignal> signal);
 
   // Moves the events that arrived into `out` (appending). Waits up to `timeout` when there are
   // none. Returns false when nothing arrived in time.
@@ -52,6 +71,7 @@ class TaskStream {
   mutable std::mutex mutex_;
   std::condition_variable ready_;
   std::vector<EngineEvent> events_;
+  std::shared_ptr<ArrivalSignal> also_;  // notify_also
   bool finished_ = false;
   std::atomic<bool> cancel_requested_{false};
 };

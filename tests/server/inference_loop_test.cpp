@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "server/fake_engine.h"
 #include "server/inference_loop.h"
 
 namespace fl::server {
@@ -76,6 +77,49 @@ TEST(InferenceLoop, BindsTheEngineFirstOnItsOwnThread) {
     EXPECT_EQ(thread, loop_thread) << what << " came from another thread";
   }
   EXPECT_EQ(binds, 1);
+}
+
+// An ArrivalSignal wakes its waiter for an event on any stream that notifies it: with one
+// choice finished and the other still generating (20 ms a step), each wait ends with the second
+// stream's next event, long before its timeout; once both are finished, nothing bumps it.
+TEST(InferenceLoop, AnArrivalSignalWakesForAnyWatchedStream) {
+  FakeEngineConfig config;
+  InferenceLoop loop(std::make_unique<FakeEngine>(config), {});
+  auto task = [](const std::string& text, int64_t max_tokens) {
+    GenerationTask t;
+    t.kind = TaskKind::completion;
+    t.prompt_text = text;
+    t.prompt_token_count = static_cast<int64_t>(text.size());
+    t.max_tokens = max_tokens;
+    return t;
+  };
+  auto signal = std::make_shared<ArrivalSignal>();
+  const uint64_t before = signal->count();
+  auto quick = loop.submit(task("a", 1)), slow = loop.submit(task("[[long]] [[delay=20]]", 12));
+  ASSERT_EQ(quick.admission, InferenceLoop::Admission::accepted);
+  ASSERT_EQ(slow.admission, InferenceLoop::Admission::accepted);
+  quick.stream->notify_also(signal);
+  slow.stream->notify_also(signal);
+  std::vector<EngineEvent> events;
+  while (!quick.stream->finished()) quick.stream->wait(events, std::chrono::milliseconds(100));
+  int wakes = 0;
+  bool slow_done = false;
+  while (!slow_done) {
+    const uint64_t seen = signal->count();
+    events.clear();
+    if (!slow.stream->wait(events, std::chrono::milliseconds(0))) {
+      const auto t0 = std::chrono::steady_clock::now();
+      ASSERT_TRUE(signal->wait_past(seen, std::chrono::seconds(5))) << "no wake for the slow stream's event";
+      EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+      ++wakes;
+      continue;
+    }
+    for (const auto& e : events) slow_done = slow_done || e.kind == EngineEvent::Kind::finish;
+  }
+  EXPECT_GT(wakes, 0);
+  EXPECT_GT(signal->count(), before);
+  const uint64_t settled = signal->count();
+  EXPECT_FALSE(signal->wait_past(settled, std::chrono::milliseconds(50))) << "a bump after both finished";
 }
 
 }  // namespace
