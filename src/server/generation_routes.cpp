@@ -1,4 +1,5 @@
 // POST /v1/chat/completions and /v1/completions: request -> GenerationTask -> response.
+#include <algorithm>
 #include <ctime>
 #include <memory>
 #include <vector>
@@ -52,8 +53,8 @@ struct StreamState {
     CollectedOutput finish;  // the finish event's usage and timings, for the usage chunk
   };
   std::vector<Choice> choices;
-  // Bumped by every choice's events: with several choices unfinished, the handler sleeps on it
-  // until any of them has something (rather than on one choice, polling the others).
+  // Bumped by every choice's events: the handler sleeps on it until any unfinished choice has
+  // something (rather than on one choice, polling the others).
   std::shared_ptr<ArrivalSignal> arrivals = std::make_shared<ArrivalSignal>();
   size_t per_prompt = 1;
   bool begun = false;
@@ -263,9 +264,9 @@ void Server::respond(std::vector<GenerationTask> tasks, const GenerationRequest&
             }
             return true;
           };
-          // Every unfinished choice's events so far; with none, wait: on the one unfinished choice,
-          // or on the arrivals of all of them (the count taken before reading, so that an event
-          // that came during the reads ends the wait at once).
+          // Every unfinished choice's events so far; with none, wait for the next arrival on any of
+          // them (the count taken before reading, so that an event that came during the reads
+          // ends the wait at once).
           auto drain_all = [&] {
             bool got = false;
             for (auto& c : state->choices)
@@ -274,15 +275,9 @@ void Server::respond(std::vector<GenerationTask> tasks, const GenerationRequest&
           };
           const uint64_t seen = state->arrivals->count();
           bool any = drain_all();
-          size_t unfinished = 0;
-          StreamState::Choice* last_unfinished = nullptr;
-          for (auto& c : state->choices)
-            if (!c.finish.finished) ++unfinished, last_unfinished = &c;
-          if (!any && !state->done && unfinished == 1) {
-            any = drain(*last_unfinished, kPollInterval);
-          } else if (!any && !state->done && unfinished > 1 && state->arrivals->wait_past(seen, kPollInterval)) {
-            any = drain_all();
-          }
+          const bool unfinished = std::any_of(state->choices.begin(), state->choices.end(),
+                                              [](const StreamState::Choice& c) { return !c.finish.finished; });
+          if (!any && !state->done && unfinished && state->arrivals->wait_past(seen, kPollInterval)) any = drain_all();
           if (!state->done) {
             bool all_finished = true;
             for (const auto& c : state->choices) all_finished = all_finished && c.finish.finished;

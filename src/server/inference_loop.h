@@ -28,7 +28,6 @@ namespace fl::server {
 
 class InferenceLoop;
 
-// One task's events, handed from the inference thread to the HTTP worker that serves it.
 // Wakes a waiter when an event arrives on any of several streams (a request's n choices, read by
 // one handler thread): each stream that notifies it bumps its count after storing an event.
 class ArrivalSignal {
@@ -45,6 +44,7 @@ class ArrivalSignal {
   uint64_t count_ = 0;
 };
 
+// One task's events, handed from the inference thread to the HTTP worker that serves it.
 class TaskStream {
  public:
   TaskId id() const { return id_; }
