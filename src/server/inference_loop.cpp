@@ -82,16 +82,19 @@ bool TaskStream::finished() const {
 }
 
 void TaskStream::push(EngineEvent event) {
-  std::shared_ptr<ArrivalSignal> also;
   {
     std::lock_guard lock(mutex_);
     if (finished_) return;  // one finish per task, nothing after it
     if (event.kind == EngineEvent::Kind::finish) finished_ = true;
     events_.push_back(std::move(event));
-    also = also_;
+    // Bumped under the stream's lock: a reader who takes this event has the bump counted already,
+    // so a count read after draining the stream never lags behind what was drained (bumping after
+    // the unlock let a reader drain the event first and then see a stray bump for it). A waiter
+    // woken by the bump finds the event: it reads under this lock, which is released next.
+    // Lock order: stream, then signal; the signal never takes a stream's lock.
+    if (also_) also_->bump();
   }
   ready_.notify_all();
-  if (also) also->bump();  // after the event is readable: a waiter woken by it finds it
 }
 
 void TaskStream::notify_also(std::shared_ptr<ArrivalSignal> signal) {

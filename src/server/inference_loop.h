@@ -29,7 +29,8 @@ namespace fl::server {
 class InferenceLoop;
 
 // Wakes a waiter when an event arrives on any of several streams (a request's n choices, read by
-// one handler thread): each stream that notifies it bumps its count after storing an event.
+// one handler thread): each stream that notifies it bumps its count while it stores an event,
+// under the stream's lock, so an event that a reader can take has always been counted.
 class ArrivalSignal {
  public:
   uint64_t count() const;

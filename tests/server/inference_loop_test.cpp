@@ -122,5 +122,44 @@ TEST(InferenceLoop, AnArrivalSignalWakesForAnyWatchedStream) {
   EXPECT_FALSE(signal->wait_past(settled, std::chrono::milliseconds(50))) << "a bump after both finished";
 }
 
+// The count never lags behind what a reader drained: each event's bump is counted before the
+// event can be read. A reader that takes the count, drains, and then waits on that count would
+// otherwise wake at once for an event it already handled, and a "nothing more" check after the
+// finish could see a stray bump (CI once did, in the test above, when the bump followed the
+// unlock). That window is a few instructions wide, so this tight loop rarely lands in it even
+// with the bump outside the lock; it does fail at once for a stream that stops bumping.
+TEST(InferenceLoop, AnArrivalSignalCountsAnEventBeforeItCanBeRead) {
+  FakeEngineConfig config;
+  InferenceLoop loop(std::make_unique<FakeEngine>(config), {});
+  GenerationTask t;
+  t.kind = TaskKind::completion;
+  t.prompt_text = "[[long]]";
+  t.prompt_token_count = 8;
+  t.max_tokens = 3000;
+  auto signal = std::make_shared<ArrivalSignal>();
+  const uint64_t before = signal->count();
+  auto sub = loop.submit(std::move(t));
+  ASSERT_EQ(sub.admission, InferenceLoop::Admission::accepted);
+  sub.stream->notify_also(signal);
+  std::vector<EngineEvent> events;
+  // Events queued before notify_also were not counted; they all leave with the first drain (a
+  // drain takes everything queued), so every later event must be covered by the count.
+  uint64_t drained = 0, first_drain = 0;
+  bool done = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!done) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the stream never finished";
+    events.clear();
+    if (!sub.stream->wait(events, std::chrono::milliseconds(0))) continue;
+    if (drained == 0) first_drain = events.size();
+    drained += events.size();
+    const uint64_t counted = signal->count() - before;
+    ASSERT_GE(counted + first_drain, drained)
+        << "drained " << drained << " events but only " << counted << " bumps were counted";
+    for (const auto& e : events) done = done || e.kind == EngineEvent::Kind::finish;
+  }
+  EXPECT_GT(drained, 100u);
+}
+
 }  // namespace
 }  // namespace fl::server
