@@ -25,6 +25,14 @@ void Backend::matmul_group(std::span<const Tensor> outs, const Tensor& x, std::s
   for (size_t i = 0; i < outs.size(); ++i) matmul(outs[i], x, *weights[i]);
 }
 
+void Backend::matmul_gated(Tensor out, Tensor up, const Tensor& x, const Tensor& gate_w, const Tensor& up_w,
+                           Activation act) {
+  const Tensor outs[] = {out, up};
+  const Tensor* weights[] = {&gate_w, &up_w};
+  matmul_group(outs, x, weights);
+  gated_activation(out, out, up, act);
+}
+
 void Backend::rms_norm_rope_group(std::span<const HeadNorm> parts, float eps, const Tensor& positions,
                                   const Tensor& inv_freq) {
   if (parts.empty() || parts.size() > 4) fail("rms_norm_rope_group: {} parts (1 to 4)", parts.size());

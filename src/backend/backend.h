@@ -184,6 +184,12 @@ class Backend {
   // outs[i] = x * weights[i]^T for several weights of the same input (Gemma's q/k/v and gate/up
   // projections). outs[i] [T, M_i]; x [T, K]; weights[i] [M_i, K].
   virtual void matmul_group(std::span<const Tensor> outs, const Tensor& x, std::span<const Tensor* const> weights);
+  // out = act(x * gate_w^T) * (x * up_w^T): a gated MLP's input half (GELU or SiLU gate).
+  // out, up [T, I]; x [T, K]; gate_w, up_w [I, K]. `up` is scratch: the default (matmul_group of
+  // the two weights, then gated_activation) leaves the up projection there; a GPU that computes
+  // both products in one launch leaves it untouched. Either way out holds the same numbers.
+  virtual void matmul_gated(Tensor out, Tensor up, const Tensor& x, const Tensor& gate_w, const Tensor& up_w,
+                            Activation act);
   // h += rms_norm(x) (* gain), x = the normed value: a block's output norm and residual add.
   // h, x [R, N].
   virtual void add_rms_norm(Tensor h, Tensor x, const Tensor* weight, NormGain gain, float eps) {
@@ -388,6 +394,17 @@ struct BackendOptions {
   // identical (tests/golden/branches_test.cpp); on by default since the H100 run of
   // bench/RESULTS.md 2026-12-05 (twenty-second session): decode +5 % (26B-A4B), +14 % (35B-A3B).
   bool concurrent_branches = true;
+  // A gated MLP's gate and up products and its activation in one launch at decode (HFQ4, one
+  // input row; the MoE experts' matvec path too): Backend::matmul_gated. Same numbers either way
+  // (CudaOps.MatmulGatedMatchesTheTwoProductsAndTheActivation). Off by default: faster alone but
+  // slower in the replayed step on an H100 (4B 395 -> 375 tok/s; bench/RESULTS.md, twenty-second
+  // session), the cause not yet found (`fireline bench --gated-matvec on|off`).
+  bool gated_matvec = false;
+  // Decode's one-input matvecs pull their rows into L2 before waiting for the previous kernel
+  // (programmatic dependent launch) when the grid fits in a wave or so. Off: no early prefetch,
+  // for testing whether it competes with a heavy previous kernel (`fireline bench
+  // --weight-prefetch on|off`). Same numbers either way.
+  bool weight_prefetch = true;
 };
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.

@@ -42,6 +42,8 @@ struct BenchOptions {
   int tp = 1;  // --tp: ranks of a tensor-parallel split
   bool ep = false;  // --ep: deal the experts out over the ranks too
   std::string branches;  // --branches on|off (BackendOptions::concurrent_branches); empty: the default
+  std::string gated_matvec;     // --gated-matvec on|off (BackendOptions::gated_matvec); empty: the default
+  std::string weight_prefetch;  // --weight-prefetch on|off (BackendOptions::weight_prefetch); empty: the default
   std::string profiler_region = "none";  // --profiler-region: what an external profiler records
 };
 
@@ -123,6 +125,8 @@ void run_bench(const BenchOptions& opt) {
   std::unique_ptr<ModelSource> source = open_model_or_synthetic("bench", opt.model, opt.like, opt.format);
   BackendOptions backend_options = backend_options_from_flags(opt.precision);
   if (!opt.branches.empty()) backend_options.concurrent_branches = opt.branches == "on";
+  if (!opt.gated_matvec.empty()) backend_options.gated_matvec = opt.gated_matvec == "on";
+  if (!opt.weight_prefetch.empty()) backend_options.weight_prefetch = opt.weight_prefetch == "on";
   auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend, backend_options);
   const auto probe_start = std::chrono::steady_clock::now();
   const RooflineBandwidth bandwidth = roofline_bandwidth(opt, *backend);  // before the model fills memory
@@ -133,6 +137,9 @@ void run_bench(const BenchOptions& opt) {
                                          : tensor_core_precision_name(backend_options.tensor_core_precision);
   // Concurrent branches run side by side on a GPU only (the CPU runs every op in order).
   const bool side_by_side = backend->device() != Device::cpu && backend_options.concurrent_branches;
+  // Likewise the GPU's fused gated matvec and its early weight prefetch (the JSON says what ran).
+  const bool gated_matvec = backend->device() != Device::cpu && backend_options.gated_matvec;
+  const bool weight_prefetch = backend->device() != Device::cpu && backend_options.weight_prefetch;
   const DType kv = kv_type(opt.kv);
   LoadOptions load;
   load.max_seq = std::max<int64_t>(opt.context + opt.gen_tokens + 3, opt.prompt_tokens + 1);
@@ -276,6 +283,8 @@ void run_bench(const BenchOptions& opt) {
                         {"kv", opt.kv},
                         {"precision", precision},
                         {"concurrent_branches", side_by_side},
+                        {"gated_matvec", gated_matvec},
+                        {"weight_prefetch", weight_prefetch},
                         {"load_s", load_s},
                         {"prompt_tokens", opt.prompt_tokens},
                         {"prefill_tok_s", prefill},
@@ -368,6 +377,14 @@ void add_bench_command(CLI::App& app) {
                   "on: run independent lines of a layer (a MoE layer's dense MLP or shared expert and its routed "
                   "experts, a decode step's KV write and attention) side by side on the GPU; off: one after the "
                   "other (identical results; for A/B timing)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--gated-matvec", opt->gated_matvec,
+                  "on: a gated MLP's gate and up products and its activation in one launch at decode (HFQ4); off "
+                  "(default): two products, then the activation (identical results; for A/B timing)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--weight-prefetch", opt->weight_prefetch,
+                  "on (default): decode's small matrix-vector products pull their rows into L2 while the previous "
+                  "kernel finishes; off: they do not (identical results; for A/B timing)")
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--profiler-region", opt->profiler_region,
                   "batch: turn the GPU runtime's profiler on for the last run's batched steps only, for a profiler "

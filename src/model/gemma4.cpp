@@ -336,10 +336,7 @@ class Gemma4Model final : public Model {
       Tensor gate = arena.alloc(DType::f32, {T, I});  // (allocated here: a branch's lines only issue ops)
       Tensor up = arena.alloc(DType::f32, {T, I});
       auto dense_mlp = [&] {
-        const Tensor gate_up[] = {gate, up};
-        const Tensor* gate_up_weights[] = {&layer.gate_proj, &layer.up_proj};
-        b.matmul_group(gate_up, x, gate_up_weights);
-        b.gated_activation(gate, gate, up, Activation::gelu_tanh);
+        b.matmul_gated(gate, up, x, layer.gate_proj, layer.up_proj, Activation::gelu_tanh);
         b.matmul(mlp, gate, layer.down_proj);
         if (comm_) comm_->all_reduce_sum(mlp);  // a rank's slice of the intermediate: likewise
       };

@@ -418,10 +418,7 @@ class Qwen35Model final : public Model {
     // gate and up [T, I] are allocated by the caller (outside any concurrent branch's lines)
     auto swiglu = [&](Tensor y, const Tensor& gate_w, const Tensor& up_w, const Tensor& down_w, Tensor gate,
                       Tensor up) {
-      const Tensor gate_up[] = {gate, up};
-      const Tensor* gate_up_weights[] = {&gate_w, &up_w};
-      b.matmul_group(gate_up, x, gate_up_weights);
-      b.gated_activation(gate, gate, up, Activation::silu);
+      b.matmul_gated(gate, up, x, gate_w, up_w, Activation::silu);
       b.matmul(y, gate, down_w);
     };
     if (!c_.moe) {

@@ -233,6 +233,26 @@ TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
   EXPECT_EQ(bad.out, "");
 }
 
+// --gated-matvec and --weight-prefetch: GPU switches for A/B timing. The CPU has neither (the JSON
+// says false whatever is asked); a value other than on or off is refused before anything loads.
+TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
+  const std::string common = kTinyBench + " --backend cpu";
+  for (const char* asked :
+       {"", " --gated-matvec on --weight-prefetch on", " --gated-matvec off --weight-prefetch off"}) {
+    auto r = fireline(common + asked + " --json");
+    ASSERT_EQ(r.exit_code, 0) << asked << ": " << r.err;
+    const json j = json::parse(r.out);
+    EXPECT_EQ(j["gated_matvec"], false) << asked;
+    EXPECT_EQ(j["weight_prefetch"], false) << asked;
+  }
+  for (const char* flag : {"--gated-matvec", "--weight-prefetch"}) {
+    auto bad = fireline(common + " " + flag + " maybe");
+    EXPECT_NE(bad.exit_code, 0) << flag;
+    EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;
+    EXPECT_EQ(bad.out, "") << flag;
+  }
+}
+
 // The roofline's bandwidth is the device's: on the CPU its measured read bandwidth (the H200's 4250
 // GB/s made every CPU ratio ~0 %), or --bandwidth; the JSON says which, and the roofline is the
 // bytes per token over it. The CPU's decode line does not claim a graph replay.

@@ -5,7 +5,7 @@
 // logits and every byte of the sequence state, through prefill on the one-row kernels and on the
 // GEMMs (a 24-token chunk), eager decode, graph-replayed decode and batched decode, for bf16
 // checkpoints and HFQ4 .fire files. And a branch cut short by an exception leaves the backend
-// usable.
+// usable. The other switches of BackendOptions (gated matvec, weight prefetch) likewise.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -28,20 +28,25 @@ bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// One model on two CUDA backends, branches side by side (0) and in order (1).
+// One model on two CUDA backends: by default branches side by side (0) and in order (1).
 struct TwoWays {
   std::unique_ptr<ModelSource> source;
   std::unique_ptr<Backend> backends[2];
   std::unique_ptr<Model> models[2];
 };
 
-TwoWays load_two_ways(const std::string& path) {
+BackendOptions branches_option(bool side_by_side) {
+  BackendOptions options;
+  options.concurrent_branches = side_by_side;
+  return options;
+}
+
+TwoWays load_two_ways(const std::string& path, const BackendOptions& first = branches_option(true),
+                      const BackendOptions& second = branches_option(false)) {
   TwoWays w;
   w.source = open_model_source(path);
   for (int i = 0; i < 2; ++i) {
-    BackendOptions options;
-    options.concurrent_branches = i == 0;
-    w.backends[i] = make_backend("cuda", options);
+    w.backends[i] = make_backend("cuda", i == 0 ? first : second);
     w.models[i] = load_model(*w.source, *w.backends[i]);
   }
   return w;
@@ -141,6 +146,38 @@ INSTANTIATE_TEST_SUITE_P(DenseFixtures, ConcurrentBranches,
                          ::testing::Combine(::testing::Values("gemma4-dense", "gemma4-e2b", "qwen35-dense"),
                                             ::testing::Values("hf4")),
                          branch_case_name);
+
+// The GPU's switches for A/B timing (BackendOptions::gated_matvec on, weight_prefetch off) move no
+// numbers in the whole model either: the same bytes as the defaults on every path above. HFQ4 is
+// the format the gated matvec takes; the dense fixtures reach matmul_gated, the MoE ones also
+// the experts' gated product.
+class GpuSwitches : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
+  if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+  const std::string fixture = GetParam();
+  test::TempDir dir;
+  const std::string fire = dir.file(fixture + ".fire");
+  QuantizeOptions q;
+  q.policy.preset = *parse_quant_preset("hf4");
+  quantize_model(test::fixtures_dir() + "/" + fixture, fire, q);
+  BackendOptions switched;
+  switched.gated_matvec = true;
+  switched.weight_prefetch = false;
+  TwoWays w = load_two_ways(fire, switched, BackendOptions{});
+  const std::vector<int32_t> ids = fixture_ids(fixture);
+  expect_identical_paths(w, ids);
+  expect_identical_batches(w, ids);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hf4Fixtures, GpuSwitches,
+                         ::testing::Values("gemma4-dense", "gemma4-moe", "qwen35-dense", "qwen35-moe"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
 
 // An exception inside either line, eagerly or inside a graph capture: the branch is abandoned, the
 // error passes on, and the backend then captures and computes what the in-order backend does.

@@ -459,6 +459,76 @@ TEST_F(CudaOps, MatmulGroupOneLaunchForSeveralWeights) {
   expect_close(ob, kSumBudget * 2, "mixed formats, second");
 }
 
+// A gated MLP's input half in one launch (HFQ4 at one input row, BackendOptions::gated_matvec):
+// the same bits as the two products and gated_activation on the GPU, and close to the CPU oracle;
+// other formats and several rows take the default and must still be right.
+TEST_F(CudaOps, MatmulGatedMatchesTheTwoProductsAndTheActivation) {
+  BackendOptions options;
+  options.gated_matvec = true;
+  auto fused = make_backend("cuda", options);
+  struct Case {
+    DType type;
+    int64_t I, K, T;
+  };
+  const Case cases[] = {{DType::hfq4_g256, 2112, 2816, 1}, {DType::hfq4_g256, 17, 768, 1},
+                        {DType::hfq4_g128, 1408, 2816, 1}, {DType::hfq4_g128, 176, 704, 1},
+                        {DType::hfq4_g256, 2112, 8448, 1}, {DType::hfq4_g256, 300, 2816, 3},
+                        {DType::q8_0, 300, 768, 1}};
+  for (const Case& c : cases)
+    for (Activation act : {Activation::gelu_tanh, Activation::silu}) {
+      if (!has_quant_format(c.type)) continue;
+      const std::string what = std::string(dtype_name(c.type)) + " I=" + std::to_string(c.I) +
+                               " K=" + std::to_string(c.K) + " T=" + std::to_string(c.T) +
+                               (act == Activation::silu ? " silu" : " gelu");
+      Twin gate_w = twin_random(c.type, {c.I, c.K}, 0.5f), up_w = twin_random(c.type, {c.I, c.K}, 0.5f);
+      Twin x = twin_random(DType::f32, {c.T, c.K});
+      Twin out = twin_output(DType::f32, {c.T, c.I}), up = twin_output(DType::f32, {c.T, c.I});
+      cpu_->matmul_gated(out.cpu, up.cpu, x.cpu, gate_w.cpu, up_w.cpu, act);
+      fused->matmul_gated(out.gpu, up.gpu, x.gpu, gate_w.gpu, up_w.gpu, act);
+      fused->synchronize();  // (another backend's stream: done before this one reads)
+      // the activation of two dots: the products' budget, plus tanh/exp's ulps
+      expect_close(out, dot_budget(c.K) * 2, "matmul_gated " + what);
+      // the separate ops on the GPU: bit for bit
+      Twin gate2 = twin_output(DType::f32, {c.T, c.I}), up2 = twin_output(DType::f32, {c.T, c.I});
+      const Tensor outs[] = {gate2.gpu, up2.gpu};
+      const Tensor* weights[] = {&gate_w.gpu, &up_w.gpu};
+      gpu_->matmul_group(outs, x.gpu, weights);
+      gpu_->gated_activation(gate2.gpu, gate2.gpu, up2.gpu, act);
+      EXPECT_EQ(gpu_bytes(out), gpu_bytes(gate2)) << what << ": the fused form differs from the separate ops";
+    }
+}
+
+// Decode's early L2 prefetch of a matvec's rows (BackendOptions::weight_prefetch) moves no
+// numbers: off and on give the same bits, for one matrix and a group of them.
+TEST_F(CudaOps, WeightPrefetchOffGivesTheSameBits) {
+  BackendOptions options;
+  options.weight_prefetch = false;
+  auto plain = make_backend("cuda", options);
+  for (DType type : {DType::hfq4_g256, DType::q8_0, DType::bf16}) {
+    if (!has_quant_format(type)) continue;
+    const std::string what = std::string("weight_prefetch off ") + std::string(dtype_name(type));
+    Twin w = twin_random(type, {1024, 2816}, 0.5f), w2 = twin_random(type, {256, 2816}, 0.5f);
+    Twin x = twin_random(DType::f32, {1, 2816});
+    Twin out = twin_output(DType::f32, {1, 1024}), out2 = twin_output(DType::f32, {1, 256});
+    gpu_->matmul(out.gpu, x.gpu, w.gpu);
+    const std::vector<uint8_t> with_prefetch = gpu_bytes(out);
+    plain->matmul(out.gpu, x.gpu, w.gpu);
+    plain->synchronize();
+    EXPECT_EQ(gpu_bytes(out), with_prefetch) << what;
+    const Tensor outs[] = {out.gpu, out2.gpu};
+    const Tensor* weights[] = {&w.gpu, &w2.gpu};
+    gpu_->matmul_group(outs, x.gpu, weights);
+    const std::vector<uint8_t> group_a = gpu_bytes(out), group_b = gpu_bytes(out2);
+    plain->matmul_group(outs, x.gpu, weights);
+    plain->synchronize();
+    EXPECT_EQ(gpu_bytes(out), group_a) << what << " (group)";
+    EXPECT_EQ(gpu_bytes(out2), group_b) << what << " (group)";
+    // and the oracle, so that two equally wrong paths do not pass
+    cpu_->matmul(out.cpu, x.cpu, w.cpu);
+    expect_close(out, dot_budget(2816), what);
+  }
+}
+
 // The fused forms against the CPU's two separate ops (norm then add; norm then RoPE). The norm's
 // f32 sum order differs (block tree vs left to right), hence kSumBudget; RoPE's sin/cos add an
 // ulp or two on top.
@@ -760,6 +830,22 @@ TEST_F(CudaOps, MoeRouteAndExperts) {
         gpu_->copy_to_device(w.gpu, w.host.data());
         gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
         expect_close(out, kSumBudget, std::string("moe_experts ") + std::string(dtype_name(type)));
+        // SiLU (Qwen3.5's experts; HFQ4's matvec path fuses it into the gate_up product)
+        Twin silu_out = twin_output(DType::f32, {T, H});
+        cpu_->moe_experts(silu_out.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, Activation::silu);
+        gpu_->moe_experts(silu_out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::silu);
+        expect_close(silu_out, kSumBudget, std::string("moe_experts silu ") + std::string(dtype_name(type)));
+        // BackendOptions::gated_matvec: the matvec path's gate_up product applies the activation
+        // itself (HFQ4), with the same bits as the product and gated_activation apart
+        {
+          BackendOptions gated_options;
+          gated_options.gated_matvec = true;
+          auto gated = make_backend("cuda", gated_options);
+          const std::vector<uint8_t> apart = gpu_bytes(silu_out);
+          gated->moe_experts(silu_out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::silu);
+          gated->synchronize();
+          EXPECT_EQ(gpu_bytes(silu_out), apart) << "moe_experts gated matvec " << dtype_name(type) << " T=" << T;
+        }
         // --ep: the pairs of experts outside [E/4, 3E/4) become id -1 (moe_keep_experts on each
         // side) and are not run, on the matvec path (T = 1, 3) and the grouped GEMM's (T = 17).
         Twin kept_ids = twin_bytes(DType::i32, {T, K}, ids.host.data());

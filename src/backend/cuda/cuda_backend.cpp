@@ -164,7 +164,9 @@ class CudaBackend final : public Backend {
  public:
   CudaBackend(int device_index, const BackendOptions& options)
       : device_(device_index),
-        act_pieces_(options.tensor_core_precision == TensorCorePrecision::bf16 ? 1 : cuda::kMmaExactParts) {
+        act_pieces_(options.tensor_core_precision == TensorCorePrecision::bf16 ? 1 : cuda::kMmaExactParts),
+        gated_matvec_(options.gated_matvec),
+        weight_prefetch_(options.weight_prefetch) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -404,6 +406,7 @@ class CudaBackend final : public Backend {
     a.row_bytes = weight.stride[0];
     a.n_inputs = in.rows;
     a.act_pieces = act_pieces_;
+    a.weight_prefetch = weight_prefetch_;
     a.scratch_bytes = cuda::matvec_scratch_bytes(a);
     if (a.scratch_bytes > 0) a.scratch = workspace_floats((a.scratch_bytes + 3) / 4);
     check(cuda::launch_matvec(a, stream_), "matmul");
@@ -533,6 +536,7 @@ class CudaBackend final : public Backend {
     a.weight_type = weights[0]->dtype;
     a.K = x.dim(1);
     a.n_inputs = 1;
+    a.weight_prefetch = weight_prefetch_;
     a.n_segments = static_cast<int>(weights.size());
     for (size_t i = 0; i < weights.size(); ++i) {
       require_device(*weights[i], "matmul_group");
@@ -543,6 +547,39 @@ class CudaBackend final : public Backend {
       a.segments[i].row_bytes = weights[i]->stride[0];
     }
     check(cuda::launch_matvec_group(a, stream_), "matmul_group");
+  }
+
+  void matmul_gated(Tensor out, Tensor up, const Tensor& x, const Tensor& gate_w, const Tensor& up_w,
+                    Activation act) override {
+    // One input row on HFQ4 weights (a decode step): both products and the activation in one
+    // launch; anything else, the default (two products, then the activation).
+    cuda::MatvecArgs a;
+    a.weight_type = gate_w.dtype;
+    a.n_inputs = x.ndim == 2 ? x.dim(0) : 0;
+    a.gated = true;
+    a.weight_prefetch = weight_prefetch_;
+    const bool fused = gated_matvec_ && a.n_inputs == 1 && cuda::matvec_gated_supported(a) &&
+                       up_w.dtype == gate_w.dtype && gate_w.ndim == 2 && up_w.ndim == 2 &&
+                       gate_w.dim(0) == up_w.dim(0) && gate_w.dim(1) == up_w.dim(1) &&
+                       gate_w.stride[0] == up_w.stride[0] && x.dim(1) == gate_w.dim(1) && out.ndim == 2 &&
+                       out.dim(0) == 1 && out.dim(1) == gate_w.dim(0);
+    if (!fused) return Backend::matmul_gated(out, up, x, gate_w, up_w, act);
+    OpTimer timer(*this, "matmul",
+                  static_cast<double>(gate_w.nbytes() + up_w.nbytes()) + 4.0 * (x.numel() + out.numel()));
+    F32Rows o = f32_rows(out, "matmul_gated"), in = f32_rows(x, "matmul_gated");
+    require_device(gate_w, "matmul_gated");
+    require_device(up_w, "matmul_gated");
+    a.out = o.data;
+    a.out_stride = o.stride;
+    a.x = in.data;
+    a.x_stride = in.stride;
+    a.weight = static_cast<const uint8_t*>(gate_w.data);
+    a.up_weight = static_cast<const uint8_t*>(up_w.data);
+    a.M = gate_w.dim(0);
+    a.K = gate_w.dim(1);
+    a.row_bytes = gate_w.stride[0];
+    a.act = static_cast<cuda::Act>(act);
+    check(cuda::launch_matvec(a, stream_), "matmul_gated");
   }
 
   void rope(Tensor x, const Tensor& positions, const Tensor& inv_freq) override {
@@ -797,8 +834,17 @@ class CudaBackend final : public Backend {
                      pairs >= cuda::kMmaMinInputs && pairs >= 2 * E;
     // Bytes: each pair's expert matrices (the matvec path), or each expert's once per work item
     // (the GEMM, counted as if every expert got pairs: an upper bound).
+    // With BackendOptions::gated_matvec the matvec path's gate_up product stores the activated
+    // rows itself where it can (HFQ4).
+    cuda::MatvecArgs gated_probe;
+    gated_probe.weight_type = gate_up.dtype;
+    gated_probe.expert_ids = ids.ptr<int32_t>();
+    gated_probe.gated = true;
+    const bool gated = gated_matvec_ && !mma && cuda::matvec_gated_supported(gated_probe);
     const double expert_bytes = static_cast<double>(gate_up.stride[0] + down.stride[0]);
-    OpTimer timer(*this, "moe_experts", expert_bytes * (mma ? static_cast<double>(std::min(pairs, E)) : pairs), mma ? 5 : 4);
+    const int kernels = mma ? 5 : gated ? 3 : 4;
+    OpTimer timer(*this, "moe_experts", expert_bytes * (mma ? static_cast<double>(std::min(pairs, E)) : pairs),
+                  kernels);
     const int64_t max_items = mma ? cuda::max_work_items(pairs, E) : 0;
     // Scratch: hidden [pairs, 2I], activated [pairs, I], expert outputs [pairs, H]; with the GEMM
     // also the work items (4 int32 each), their count and the sorted pair ids.
@@ -842,10 +888,20 @@ class CudaBackend final : public Backend {
     a.expert_ids = ids.ptr<int32_t>();
     a.expert_bytes = gate_up.stride[0];
     a.x_row_div = K;
-    expert_product(a, "moe_experts gate_up");
-    check(cuda::launch_gated_activation(activated, I, hidden, I2, hidden + I, I2, pairs, I, static_cast<cuda::Act>(act),
-                                        stream_),
-          "moe_experts activation");
+    if (gated) {  // act(gate) * up straight into `activated` [pairs, I]
+      a.out = activated;
+      a.out_stride = I;
+      a.M = I;
+      a.gated = true;
+      a.act = static_cast<cuda::Act>(act);
+      expert_product(a, "moe_experts gate_up");
+      a.gated = false;
+    } else {
+      expert_product(a, "moe_experts gate_up");
+      check(cuda::launch_gated_activation(activated, I, hidden, I2, hidden + I, I2, pairs, I,
+                                          static_cast<cuda::Act>(act), stream_),
+            "moe_experts activation");
+    }
     a.out = y;
     a.out_stride = H;
     a.x = activated;
@@ -1177,6 +1233,8 @@ class CudaBackend final : public Backend {
   int device_;
   // bf16 pieces per activation in the tensor-core products of many tokens (BackendOptions).
   int act_pieces_;
+  bool gated_matvec_;     // BackendOptions::gated_matvec
+  bool weight_prefetch_;  // BackendOptions::weight_prefetch
   // Ops go to stream_: the main stream, or the side stream inside a branch's side line.
   cudaStream_t stream_ = nullptr;
   cudaStream_t main_stream_ = nullptr;

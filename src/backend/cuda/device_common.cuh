@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "backend/cuda/gpu_runtime.h"
+#include "backend/cuda/kernel_types.cuh"
 #include "backend/cuda/launch.cuh"
 #include "core/dtype.h"
 
@@ -25,6 +26,21 @@ __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
   for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, gpu::shfl_xor(v, offset));
   return v;
+}
+
+// act(gate) * up, a gated MLP's activation: GELU (tanh form) or SiLU. One definition for
+// gated_activation_kernel and the gated matvec's epilogue (matmul.cu), so that the fused and the
+// separate forms give the same bits.
+__device__ __forceinline__ float gated_value(float gate, float up, Act act) {
+  float a;
+  if (act == Act::gelu_tanh) {
+    const float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
+    const float kKappa = 0.044715f;
+    a = 0.5f * gate * (1.0f + tanhf(kBeta * (gate + kKappa * gate * gate * gate)));
+  } else {
+    a = gate / (1.0f + expf(-gate));
+  }
+  return a * up;
 }
 
 // Sum over the whole block (blockDim.x a multiple of kWarp, at most 1024); every thread gets it.

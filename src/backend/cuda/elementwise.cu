@@ -61,21 +61,13 @@ __global__ void softcap_kernel(float* x, int64_t stride, int64_t rows, int64_t c
   }
 }
 
-__device__ __forceinline__ float gelu_tanh(float x) {
-  const float kBeta = 0.7978845608028654f;  // sqrt(2 / pi)
-  const float kKappa = 0.044715f;
-  return 0.5f * x * (1.0f + tanhf(kBeta * (x + kKappa * x * x * x)));
-}
-
 __global__ void gated_activation_kernel(float* out, int64_t os, const float* gate, int64_t gs, const float* up,
                                         int64_t us, int64_t rows, int64_t cols, Act act) {
   enter_kernel();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * cols;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i % cols;
-    const float g = gate[r * gs + c];
-    const float a = act == Act::gelu_tanh ? gelu_tanh(g) : g / (1.0f + expf(-g));
-    out[r * os + c] = a * up[r * us + c];
+    out[r * os + c] = gated_value(gate[r * gs + c], up[r * us + c], act);
   }
 }
 

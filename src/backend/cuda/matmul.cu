@@ -249,31 +249,45 @@ __device__ __forceinline__ float hfq4_lane_dot(uint2 codes, float scale, float m
 }
 
 // The rows kernel for HFQ4 (one input per matrix; grouped segments; expert pairs), kWarpsPerBlock
-// warps of kRows rows each, kUnroll warp steps of loads in flight per lane.
-template <int kGroup, int kRows, int kUnroll, int kWarps>
+// warps of kRows rows each, kUnroll warp steps of loads in flight per lane. Gated (MatvecArgs::
+// gated): a warp's kRows rows are kRows / 2 gate rows and the same up rows, and it stores
+// act(gate) * up for each: the products' loop is the plain one's, row by row, so the values are
+// those of the two products and gated_activation, one launch and one store fewer.
+template <int kGroup, int kRows, int kUnroll, int kWarps, bool kGated>
 __global__ void __launch_bounds__(kWarps* kWarp) matvec_hfq4_rows_kernel(MatvecArgs a, bool vector_x, bool prefetch) {
   using L = Hfq4Lanes<kGroup>;
+  static_assert(!kGated || kRows % 2 == 0, "gated: pairs of gate and up rows");
+  constexpr int kOuts = kGated ? kRows / 2 : kRows;  // outputs per warp
   const int lane = threadIdx.x % kWarp, sub = lane % L::kLanesPerBlock, lane_block = lane / L::kLanesPerBlock;
   const RowsTarget target = rows_target(a);
   float* out = target.out;
   const uint8_t* matrix = target.matrix;
   const int64_t M = target.M, row_bytes = target.row_bytes;
-  const int64_t m_first = (target.block * kWarps + threadIdx.x / kWarp) * kRows;
-  if (prefetch && blockIdx.y == 0) prefetch_rows(target, m_first, kRows);  // as matvec_rows_kernel
+  // gated: the up rows' matrix (a separate one, or the stack's rows M .. 2M - 1)
+  const uint8_t* up_matrix = kGated ? (a.up_weight ? a.up_weight : matrix + M * row_bytes) : nullptr;
+  const int64_t m_first = (target.block * kWarps + threadIdx.x / kWarp) * kOuts;
+  if (prefetch && blockIdx.y == 0) {  // as matvec_rows_kernel
+    prefetch_rows(target, m_first, kOuts);
+    if constexpr (kGated) prefetch_rows(RowsTarget{out, up_matrix, M, row_bytes, 0}, m_first, kOuts);
+  }
   enter_kernel();
   if (m_first >= M) return;
   const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
   for (int64_t g = blockIdx.y; g < a.n_inputs; g += gridDim.y) {
     const uint8_t* weight = matrix;
+    const uint8_t* up_weight = up_matrix;
     if (a.expert_ids) {
       const int32_t expert = a.expert_ids[g];
       if (expert < 0) continue;  // a pair another rank runs (--ep): nothing to compute or store
       weight += static_cast<int64_t>(expert) * a.expert_bytes;
+      up_weight += static_cast<int64_t>(expert) * a.expert_bytes;
     }
     const uint8_t* rows[kRows];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)  // rows past M re-read the last row and are not stored
-      rows[r] = weight + (m_first + r < M ? m_first + r : M - 1) * row_bytes + 8 * sub;
+    for (int r = 0; r < kRows; ++r) {  // rows past M re-read the last row and are not stored
+      const int64_t m = m_first + r % kOuts;
+      rows[r] = (kGated && r >= kOuts ? up_weight : weight) + (m < M ? m : M - 1) * row_bytes + 8 * sub;
+    }
     const float* x = a.x + (g / a.x_row_div) * a.x_stride;
     float acc[kRows];
 #pragma unroll
@@ -305,9 +319,10 @@ __global__ void __launch_bounds__(kWarps* kWarp) matvec_hfq4_rows_kernel(MatvecA
       }
     }
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const float sum = warp_sum(acc[r]);
-      if (lane == 0 && m_first + r < M) out[g * a.out_stride + m_first + r] = sum;
+    for (int r = 0; r < kOuts; ++r) {
+      float value = warp_sum(acc[r]);
+      if constexpr (kGated) value = gated_value(value, warp_sum(acc[r + kOuts]), a.act);
+      if (lane == 0 && m_first + r < M) out[g * a.out_stride + m_first + r] = value;
     }
   }
 }
@@ -382,7 +397,7 @@ cudaError_t launch_rows(MatvecArgs a, cudaStream_t stream) {
   // previous kernel runs (one wave: the small matrices of a decode step); a multi-wave grid's
   // later blocks start after it anyway, and there the prefetches only add L2 requests (31B
   // decode 54 -> 50 tok/s with them on every matrix).
-  const bool prefetch = !a.expert_ids && blocks * y <= 2 * static_cast<int64_t>(current_device_traits().sm_count);
+  const bool prefetch = a.weight_prefetch && !a.expert_ids && blocks * y <= 2 * static_cast<int64_t>(current_device_traits().sm_count);
   // 8 chunks in flight per lane whatever kRows: 4 rows x 4 chunks took 178 registers (one
   // block per SM); 4 x 2 keeps two blocks resident.
   return launch_kernel(matvec_rows_kernel<F, kRows, 8 / kRows>, dim3(row_blocks, y), kWarpsPerBlock * kWarp, 0, stream,
@@ -409,13 +424,19 @@ int64_t row_warps_at(const MatvecArgs& a, int k_rows) {
 template <int kGroup, int kRows, int kUnroll>
 cudaError_t launch_hfq4_rows(MatvecArgs a, cudaStream_t stream) {
   constexpr int kWarps = 4;  // 4-warp blocks: a large matrix's blocks spread more evenly (H200)
-  constexpr int64_t rows_per_block = static_cast<int64_t>(kWarps) * kRows;
-  const int64_t blocks = number_row_blocks(a, rows_per_block);
+  const int64_t outs_per_block = static_cast<int64_t>(kWarps) * (a.gated ? kRows / 2 : kRows);
+  const int64_t blocks = number_row_blocks(a, outs_per_block);
   if (blocks == 0) return cudaSuccess;
   const unsigned y = static_cast<unsigned>(a.n_inputs < 65535 ? a.n_inputs : 65535);
-  const bool prefetch = !a.expert_ids && blocks * y <= 4 * static_cast<int64_t>(current_device_traits().sm_count);
-  return launch_kernel(matvec_hfq4_rows_kernel<kGroup, kRows, kUnroll, kWarps>, dim3(static_cast<unsigned>(blocks), y),
-                       kWarps * kWarp, 0, stream, a, vector_x_ok(a), prefetch);
+  const bool prefetch = a.weight_prefetch && !a.expert_ids && blocks * y <= 4 * static_cast<int64_t>(current_device_traits().sm_count);
+  if constexpr (kRows % 2 == 0) {
+    if (a.gated)
+      return launch_kernel(matvec_hfq4_rows_kernel<kGroup, kRows, kUnroll, kWarps, true>,
+                           dim3(static_cast<unsigned>(blocks), y), kWarps * kWarp, 0, stream, a, vector_x_ok(a), prefetch);
+  }
+  if (a.gated) return cudaErrorInvalidValue;
+  return launch_kernel(matvec_hfq4_rows_kernel<kGroup, kRows, kUnroll, kWarps, false>,
+                       dim3(static_cast<unsigned>(blocks), y), kWarps * kWarp, 0, stream, a, vector_x_ok(a), prefetch);
 }
 
 template <int kGroup>
@@ -423,8 +444,11 @@ cudaError_t launch_hfq4(const MatvecArgs& a, cudaStream_t stream) {
   if (a.expert_ids || a.n_inputs == 1) {
     // Four rows per warp share each lane's x loads and sum; fewer when that would leave under
     // ~8 warps per SM (H200 matmul variants: a 5376-row matrix fastest at 4 rows per warp, a
-    // 2816-row one at 2, a 2048-row one at 2).
-    const int64_t warps_at_4 = row_warps_at(a, 4);
+    // 2816-row one at 2, a 2048-row one at 2). Gated products choose as the two products
+    // together would (2M rows), at least 2 rows per warp (a gate row and its up row).
+    MatvecArgs rows = a;
+    if (a.gated) rows.M = 2 * a.M;
+    const int64_t warps_at_4 = row_warps_at(rows, 4);
     if (warps_at_4 >= 1024) {
       // Four warp steps of loads in flight instead of two when the grid is about one wave of the
       // 4-step kernel (168 registers: 12 warps per SM) and the rows are long (32+ blocks): then
@@ -437,9 +461,10 @@ cudaError_t launch_hfq4(const MatvecArgs& a, cudaStream_t stream) {
         return launch_hfq4_rows<kGroup, 4, 4>(a, stream);
       return launch_hfq4_rows<kGroup, 4, 2>(a, stream);
     }
-    if (row_warps_at(a, 2) >= 512) return launch_hfq4_rows<kGroup, 2, 4>(a, stream);
+    if (a.gated || row_warps_at(rows, 2) >= 512) return launch_hfq4_rows<kGroup, 2, 4>(a, stream);
     return launch_hfq4_rows<kGroup, 1, 4>(a, stream);
   }
+  if (a.gated) return cudaErrorInvalidValue;  // matvec_gated_supported
   const unsigned row_blocks = static_cast<unsigned>((a.M + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const int64_t groups = (a.n_inputs + kTokens - 1) / kTokens;
   const unsigned y = static_cast<unsigned>(groups < 65535 ? groups : 65535);
@@ -483,7 +508,13 @@ cudaError_t launch_matvec_group(const MatvecArgs& a, cudaStream_t stream) {
 }
 
 bool takes_mma(const MatvecArgs& a) {
-  return !a.expert_ids && a.n_segments == 0 && a.n_inputs >= kMmaMinInputs && matmul_mma_supports(a.weight_type);
+  return !a.gated && !a.expert_ids && a.n_segments == 0 && a.n_inputs >= kMmaMinInputs &&
+         matmul_mma_supports(a.weight_type);
+}
+
+bool matvec_gated_supported(const MatvecArgs& a) {
+  return (a.weight_type == DType::hfq4_g256 || a.weight_type == DType::hfq4_g128) && a.n_segments == 0 &&
+         (a.expert_ids || a.n_inputs == 1);
 }
 
 size_t matvec_scratch_bytes(const MatvecArgs& a) {
@@ -492,6 +523,7 @@ size_t matvec_scratch_bytes(const MatvecArgs& a) {
 
 cudaError_t launch_matvec(const MatvecArgs& a, cudaStream_t stream) {
   if (a.n_segments != 0) return cudaErrorInvalidValue;  // launch_matvec_group
+  if (a.gated && !matvec_gated_supported(a)) return cudaErrorInvalidValue;
   if (a.M == 0 || a.n_inputs == 0) return cudaSuccess;
   if (takes_mma(a)) return launch_matmul_mma(a, a.act_pieces, stream);
   cudaError_t result = cudaErrorInvalidValue;

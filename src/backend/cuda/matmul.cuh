@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cuda/gpu_runtime.h"
+#include "backend/cuda/kernel_types.cuh"
 #include "core/dtype.h"
 
 namespace fl::cuda {
@@ -56,6 +57,17 @@ struct MatvecArgs {
   // is multiplied by the one input row (n_inputs == 1, no experts), all in one launch.
   int n_segments = 0;
   MatvecSegment segments[kMaxMatvecSegments];
+  // Gated (a gated MLP's input half in one launch): out[i, m] = act(gate_i[m] . x) * (up_i[m] . x)
+  // for m < M, where gate_i is the matrix above (rows 0 .. M - 1) and up_i is up_weight, or with
+  // up_weight null the same matrix's rows M .. 2M - 1 (an expert stack's fused gate_up [E, 2M, K]).
+  // Each dot is the one the plain product computes (the same per-row order, the same bits), and
+  // act(gate) * up is gated_activation's. See matvec_gated_supported.
+  bool gated = false;
+  Act act = Act::gelu_tanh;
+  const uint8_t* up_weight = nullptr;
+  // The matvec kernels may pull a one-wave grid's rows into L2 before waiting for the previous
+  // kernel (BackendOptions::weight_prefetch); false: never.
+  bool weight_prefetch = true;
 };
 // With n_inputs >= kMmaMinInputs (and no expert ids) on a format the tensor-core GEMM takes, the
 // product runs there; otherwise on the matvec kernels.
@@ -66,5 +78,9 @@ size_t matvec_scratch_bytes(const MatvecArgs& args);
 // Several weights of one format and width K times one input row x [K], one launch: Gemma's
 // q/k/v and gate/up projections at batch 1, where each alone is too small to fill the GPU.
 cudaError_t launch_matvec_group(const MatvecArgs& args, cudaStream_t stream);
+// Whether launch_matvec takes these arguments with `gated` set: HFQ4 weights, one input per
+// matrix (one input row, or routed expert pairs), no segments. Otherwise the caller runs the two
+// products and gated_activation.
+bool matvec_gated_supported(const MatvecArgs& args);
 
 }  // namespace fl::cuda
