@@ -405,6 +405,14 @@ struct BackendOptions {
   // for testing whether it competes with a heavy previous kernel (`fireline bench
   // --weight-prefetch on|off`). Same numbers either way.
   bool weight_prefetch = true;
+  // Mixture-of-experts GEMMs (prefill, long batches: 64-pair work items) on the Hopper wgmma
+  // kernel, as plain products already are, instead of mma.sync; one-piece (bf16) tensor-core
+  // precision on an sm_90 GPU only. The inputs of each item are gathered into a tile of its own
+  // first (a token's row copied once per expert it is routed to). Same bits either way
+  // (CudaOps.Bf16TensorCoresMultiplyRoundedInputs). Off until timed (`fireline bench
+  // --hopper-experts on|off`); its gathered tiles (bf16, a row per routed pair: ~1.4 GB for the
+  // 26B-A4B's 30000-token prompt) are not yet in the models' memory plans.
+  bool hopper_expert_gemm = false;
 };
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.

@@ -5,7 +5,8 @@
 // logits and every byte of the sequence state, through prefill on the one-row kernels and on the
 // GEMMs (a 24-token chunk), eager decode, graph-replayed decode and batched decode, for bf16
 // checkpoints and HFQ4 .fire files. And a branch cut short by an exception leaves the backend
-// usable. The other switches of BackendOptions (gated matvec, weight prefetch) likewise.
+// usable. The other switches of BackendOptions (gated matvec, weight prefetch, the Hopper expert
+// GEMM) likewise.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -147,10 +148,12 @@ INSTANTIATE_TEST_SUITE_P(DenseFixtures, ConcurrentBranches,
                                             ::testing::Values("hf4")),
                          branch_case_name);
 
-// The GPU's switches for A/B timing (BackendOptions::gated_matvec on, weight_prefetch off) move no
-// numbers in the whole model either: the same bytes as the defaults on every path above. HFQ4 is
-// the format the gated matvec takes; the dense fixtures reach matmul_gated, the MoE ones also
-// the experts' gated product.
+// The GPU's switches for A/B timing (BackendOptions::gated_matvec on, weight_prefetch off,
+// hopper_expert_gemm on) move no numbers in the whole model either: the same bytes as the
+// defaults on every path above, at both tensor-core precisions (the Hopper expert GEMM takes
+// one-piece products only: bf16). HFQ4 is the format the gated matvec takes; the dense fixtures
+// reach matmul_gated, the MoE ones also the experts' gated product and, in the 24-token chunk,
+// the grouped expert GEMM.
 class GpuSwitches : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
@@ -161,13 +164,19 @@ TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
   QuantizeOptions q;
   q.policy.preset = *parse_quant_preset("hf4");
   quantize_model(test::fixtures_dir() + "/" + fixture, fire, q);
-  BackendOptions switched;
-  switched.gated_matvec = true;
-  switched.weight_prefetch = false;
-  TwoWays w = load_two_ways(fire, switched, BackendOptions{});
   const std::vector<int32_t> ids = fixture_ids(fixture);
-  expect_identical_paths(w, ids);
-  expect_identical_batches(w, ids);
+  for (TensorCorePrecision precision : {TensorCorePrecision::f32, TensorCorePrecision::bf16}) {
+    SCOPED_TRACE(precision == TensorCorePrecision::bf16 ? "bf16 tensor cores" : "f32 tensor cores");
+    BackendOptions defaults;
+    defaults.tensor_core_precision = precision;
+    BackendOptions switched = defaults;
+    switched.gated_matvec = true;
+    switched.weight_prefetch = false;
+    switched.hopper_expert_gemm = true;
+    TwoWays w = load_two_ways(fire, switched, defaults);
+    expect_identical_paths(w, ids);
+    expect_identical_batches(w, ids);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Hf4Fixtures, GpuSwitches,

@@ -1082,6 +1082,17 @@ TEST_F(CudaOps, Bf16TensorCoresMultiplyRoundedInputs) {
       bf16->synchronize();
       expect_close(out, 1e-2f, what);
       const std::vector<uint8_t> got = gpu_bytes(out);
+      // BackendOptions::hopper_expert_gemm: the 64-pair items on the wgmma kernel, their pairs
+      // gathered into tiles first (the 16-pair items of T = 64 stay on the pipelined kernel). The
+      // two kernels sum and fold alike: the same bits.
+      if (cuda_hopper_gemm_active(*bf16)) {
+        BackendOptions hopper_options = options;
+        hopper_options.hopper_expert_gemm = true;
+        auto hopper = make_backend("cuda", hopper_options);
+        hopper->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
+        hopper->synchronize();
+        EXPECT_EQ(got, gpu_bytes(out)) << what << ": the Hopper expert GEMM differs from the pipelined kernel";
+      }
       gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
       EXPECT_NE(got, gpu_bytes(out)) << what << ": bf16 and f32 precision gave the same bits";
     }

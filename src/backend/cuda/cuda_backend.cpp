@@ -166,7 +166,8 @@ class CudaBackend final : public Backend {
       : device_(device_index),
         act_pieces_(options.tensor_core_precision == TensorCorePrecision::bf16 ? 1 : cuda::kMmaExactParts),
         gated_matvec_(options.gated_matvec),
-        weight_prefetch_(options.weight_prefetch) {
+        weight_prefetch_(options.weight_prefetch),
+        hopper_expert_gemm_(options.hopper_expert_gemm) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -852,7 +853,9 @@ class CudaBackend final : public Backend {
     // and the GEMM's split inputs (x for gate_up, then the activations for down), 16-byte aligned
     const int act_pieces = act_pieces_;
     const size_t split_bytes =
-        mma ? std::max(cuda::mma_scratch_bytes(T, H, act_pieces), cuda::mma_scratch_bytes(pairs, I, act_pieces)) : 0;
+        mma ? std::max(cuda::mma_grouped_scratch_bytes(T, pairs, E, H, act_pieces, hopper_expert_gemm_),
+                       cuda::mma_grouped_scratch_bytes(pairs, pairs, E, I, act_pieces, hopper_expert_gemm_))
+            : 0;
     const size_t head_floats = (static_cast<size_t>(pairs) * (I2 + I + H) + sort_floats + 3) / 4 * 4;
     float* scratch = workspace_floats(head_floats + (split_bytes + 3) / 4);
     float* hidden = scratch;
@@ -865,6 +868,7 @@ class CudaBackend final : public Backend {
       auto* n_items = reinterpret_cast<int32_t*>(items + max_items);
       check(cuda::launch_moe_sort_pairs(grouped, items, n_items, n_items + 1, ids.ptr<int32_t>(), pairs, E, stream_),
             "moe_experts sort");
+      grouped.hopper = hopper_expert_gemm_;
     }
     auto expert_product = [&](const cuda::MatvecArgs& args, const char* what) {
       check(mma ? cuda::launch_matmul_mma(args, args.act_pieces, stream_, &grouped) : cuda::launch_matvec(args, stream_),
@@ -1235,6 +1239,7 @@ class CudaBackend final : public Backend {
   int act_pieces_;
   bool gated_matvec_;     // BackendOptions::gated_matvec
   bool weight_prefetch_;  // BackendOptions::weight_prefetch
+  bool hopper_expert_gemm_;  // BackendOptions::hopper_expert_gemm
   // Ops go to stream_: the main stream, or the side stream inside a branch's side line.
   cudaStream_t stream_ = nullptr;
   cudaStream_t main_stream_ = nullptr;

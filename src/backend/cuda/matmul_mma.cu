@@ -138,18 +138,40 @@ __host__ __device__ constexpr int pipelined_k_of_position(int p) {
 // tile_rows > 0 (the Hopper kernel, one piece): the pieces are stored tiled instead, so that one
 // bulk copy moves a block's inputs of one stage: [row / tile_rows][stage][8-position chunk]
 // [row % tile_rows][8], over rows rounded up to tile_rows (the rows past `rows` zero).
+//
+// With `gather` (the Hopper kernel's expert items): row r of the output is item r / tile_rows's
+// pair r % tile_rows, whose input is x row pair_ids[first + r % tile_rows] / x_row_div (zero past
+// the item's count); the items past n_items are not written (their blocks return at once). A
+// token routed to k experts is so copied k times, once into each item that holds one of its pairs.
+struct SplitGather {
+  const MmaWorkItem* items = nullptr;  // null: rows are x's rows
+  const int32_t* n_items = nullptr;
+  const int32_t* pair_ids = nullptr;
+  int64_t x_row_div = 1;
+};
 template <int kParts, bool kPipelinedOrder>
-__global__ void split_inputs_kernel(SplitInputs out, const float* x, int64_t x_stride, int64_t K, int tile_rows) {
+__global__ void split_inputs_kernel(SplitInputs out, const float* x, int64_t x_stride, int64_t K, int tile_rows,
+                                    SplitGather gather) {
   enter_kernel();
   const int64_t k = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
   const int64_t padded_rows = tile_rows > 0 ? (out.rows + tile_rows - 1) / tile_rows * tile_rows : out.rows;
-  for (int64_t row = blockIdx.y; row < padded_rows; row += gridDim.y) {
+  const int64_t real_rows = gather.items ? static_cast<int64_t>(*gather.n_items) * tile_rows : padded_rows;
+  for (int64_t row = blockIdx.y; row < padded_rows && row < real_rows; row += gridDim.y) {
+    // (row is the block's alone, so the whole block leaves the loop together: the shuffles below
+    // always have all their lanes)
     float v[8];
-    const float* src = x + (row < out.rows ? row : 0) * x_stride;
+    bool valid = row < out.rows;
+    int64_t src_row = row;
+    if (gather.items) {
+      const MmaWorkItem item = gather.items[row / tile_rows];
+      valid = row % tile_rows < item.count;
+      src_row = valid ? gather.pair_ids[item.first + row % tile_rows] / gather.x_row_div : 0;
+    }
+    const float* src = x + (valid ? src_row : 0) * x_stride;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
       const int64_t at = kPipelinedOrder ? k / 32 * 32 + pipelined_k_of_position(static_cast<int>(k % 32) + i) : k + i;
-      v[i] = at < K && row < out.rows ? src[at] : 0.0f;
+      v[i] = at < K && valid ? src[at] : 0.0f;
     }
     if constexpr (kParts < kMmaExactParts) {
 #pragma unroll
@@ -162,7 +184,7 @@ __global__ void split_inputs_kernel(SplitInputs out, const float* x, int64_t x_s
     sum += gpu::shfl_xor(sum, 2);
     sum += gpu::shfl_xor(sum, 4);
     if (k >= out.k_pad) continue;  // after the shuffles: every lane takes part
-    if (threadIdx.x % 8 == 0 && row < out.rows) out.sums[row * (out.k_pad / kTileK) + k / kTileK] = sum;
+    if (threadIdx.x % 8 == 0 && valid) out.sums[row * (out.k_pad / kTileK) + k / kTileK] = sum;
     uint32_t pairs[4][kParts];  // [k pair][piece]
 #pragma unroll
     for (int i = 0; i < 4; ++i) split_pair<kParts>(v[2 * i], v[2 * i + 1], pairs[i]);
@@ -651,7 +673,9 @@ __global__ void __launch_bounds__(kThreads, kTileRows == 128  ? 1
 // split kernel stores them in that layout (tiled), so one bulk copy per stage brings them: a copy
 // of the async proxy, which the wgmma reads without the per-thread proxy fence that cp.async's
 // writes need (with that fence after each stage's copies, the first version took ~3000 cycles a
-// stage for ~500 of tensor work). Plain products only: expert items gather their rows.
+// stage for ~500 of tensor work). Expert items (MmaGroupedRows::hopper) come the same way: the
+// split kernel gathers each item's pairs into a tile of its own (SplitGather), and the block
+// stores its outputs to the items' pair rows.
 // The group's affine map is applied as in the other kernels: sums of code products per group in
 // `part` (the group's first k-step overwrites it), then acc += scale * part + min * sum(x).
 //
@@ -707,8 +731,9 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kWgRows;
   auto weight_row = [&](int n) { return rows.matrix + (n0 + n < a.M ? n0 + n : a.M - 1) * a.row_bytes; };
 
-  // Plain products only (the launcher never passes expert items): inputs t0 + t. Copy roles.
-  // Inputs: thread 0, the block's tile ([tile][stage][...], split_inputs_kernel). Codes:
+  // The block's tile of inputs is tile blockIdx.y of the split kernel's (split rows
+  // blockIdx.y * kTileT + t): inputs t0 + t of a plain product, or item blockIdx.y's pairs,
+  // gathered there. Copy roles. Inputs: thread 0, the block's tile ([tile][stage][...]). Codes:
   // row c / 4, bytes 8 (c % 4) .. of the stage's 32. Sums: input tid. Maps: weight row tid.
   const uint16_t* tile_src = in.pieces + static_cast<int64_t>(blockIdx.y) * (in.k_pad / kTileK) * (kInputBytes / 2);
   const uint8_t* code_src[kCodeCopies];
@@ -716,7 +741,8 @@ __global__ void __launch_bounds__(kWgThreads, 1)
   for (int i = 0; i < kCodeCopies; ++i)
     code_src[i] = weight_row((tid + i * kWgThreads) / 4) + 8 + ((tid + i * kWgThreads) % 4) * 8;
   const bool sum_valid = tid < rows.t_count;
-  const float* sum_src = in.sums + (sum_valid ? rows.t0 + tid : 0) * (in.k_pad / kTileK);
+  const float* sum_src =
+      in.sums + (sum_valid ? static_cast<int64_t>(blockIdx.y) * kTileT + tid : 0) * (in.k_pad / kTileK);
   const uint8_t* affine_src = weight_row(tid % kWgRows);
 
   const int n_stages = static_cast<int>((a.K + kTileK - 1) / kTileK);
@@ -841,7 +867,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
       const int t = 8 * j + 2 * q + (c & 1);
       const int64_t n = n0 + row0 + 8 * (c / 2);
       if (t >= rows.t_count || n >= a.M) continue;
-      const int64_t row = rows.t0 + t;
+      const int64_t row = rows.pairs ? rows.pairs[t] : rows.t0 + t;
       if (k_partial)
         k_partial[(static_cast<int64_t>(blockIdx.z) * a.n_inputs + row) * a.M + n] = acc[4 * j + c];
       else
@@ -942,16 +968,23 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
   const int64_t t_tiles = grouped ? grouped->max_items : (a.n_inputs + tile_rows - 1) / tile_rows;
   if (t_tiles > 65535) return cudaErrorInvalidValue;  // 4M inputs: the caller splits first
   const int64_t x_rows = grouped ? (a.n_inputs + a.x_row_div - 1) / a.x_row_div : a.n_inputs;
-  if (!a.scratch || a.scratch_bytes < (grouped ? mma_scratch_bytes(x_rows, a.K, kParts) : matmul_mma_scratch_bytes(a, kParts)))
-    return cudaErrorInvalidValue;
-  // The Hopper kernel (plain products of 64- and 128-input tiles: its inputs arrive tiled, one bulk
-  // copy per stage): kWgRows weight rows and kWgThreads threads per block.
-  const bool hopper = kPipelined && !grouped && hopper_gemm_active();
-  const SplitInputs in = split_layout(a.scratch, x_rows, a.K);
+  // The Hopper kernel (64- and 128-input tiles of plain products; asked for, 64-pair expert items:
+  // its inputs arrive tiled, one bulk copy per stage): kWgRows weight rows and kWgThreads threads
+  // per block. Expert items have their pairs gathered into one tile per item by the split kernel.
+  const bool hopper_items = kPipelined && grouped && grouped->hopper && tile_rows == kTileT && hopper_gemm_active();
+  const bool hopper = hopper_items || (kPipelined && !grouped && hopper_gemm_active());
+  const int64_t split_rows = hopper_items ? t_tiles * tile_rows : x_rows;  // (gathered: every item's tile)
+  const size_t need = !grouped      ? matmul_mma_scratch_bytes(a, kParts)
+                      : hopper_items ? mma_scratch_bytes(split_rows, a.K, kParts)
+                                     : mma_scratch_bytes(x_rows, a.K, kParts);
+  if (!a.scratch || a.scratch_bytes < need) return cudaErrorInvalidValue;
+  const SplitInputs in = split_layout(a.scratch, split_rows, a.K);
   const dim3 split_grid(static_cast<unsigned>((in.k_pad / 8 + 255) / 256),
-                        static_cast<unsigned>(x_rows < 65535 ? x_rows : 65535));
+                        static_cast<unsigned>(split_rows < 65535 ? split_rows : 65535));
+  SplitGather gather;
+  if (hopper_items) gather = SplitGather{grouped->items, grouped->n_items, grouped->pair_ids, a.x_row_div};
   cudaError_t err = launch_kernel(split_inputs_kernel<kParts, kPipelined>, split_grid, 256, 0, stream, in, a.x,
-                                  a.x_stride, a.K, hopper ? tile_rows : 0);
+                                  a.x_stride, a.K, hopper ? tile_rows : 0, gather);
   if (err != cudaSuccess) return err;
   void (*kernel)(MatvecArgs, MmaGroupedRows, SplitInputs, float*, int) = nullptr;  // both kernels' signature
   size_t smem = 0;
@@ -1021,6 +1054,13 @@ size_t mma_scratch_bytes(int64_t x_rows, int64_t K, int parts) {
   return static_cast<size_t>(sum_bytes + static_cast<int64_t>(parts) * piece_rows * k_pad * 2);
 }
 
+size_t mma_grouped_scratch_bytes(int64_t x_rows, int64_t n_pairs, int64_t n_experts, int64_t K, int parts,
+                                 bool hopper) {
+  const size_t rows = mma_scratch_bytes(x_rows, K, parts);
+  if (!hopper || parts != 1 || grouped_tile_rows(n_pairs, n_experts) != kTileT) return rows;
+  return std::max(rows, mma_scratch_bytes(max_work_items(n_pairs, n_experts) * kTileT, K, parts));
+}
+
 size_t matmul_mma_scratch_bytes(const MatvecArgs& a, int parts) {
   // the split inputs, then the K splits' partial outputs [splits][n_inputs][M]
   const KSplits k =
@@ -1065,6 +1105,7 @@ bool hopper_gemm_active() { return false; }
 
 bool matmul_mma_supports(DType) { return false; }
 size_t mma_scratch_bytes(int64_t, int64_t, int) { return 0; }
+size_t mma_grouped_scratch_bytes(int64_t, int64_t, int64_t, int64_t, int, bool) { return 0; }
 size_t matmul_mma_scratch_bytes(const MatvecArgs&, int) { return 0; }
 cudaError_t launch_matmul_mma(const MatvecArgs&, int, cudaStream_t, const MmaGroupedRows*) {
   return cudaErrorInvalidValue;

@@ -37,12 +37,22 @@ struct MmaGroupedRows {
   const int32_t* pair_ids = nullptr;
   int64_t max_items = 0;
   int tile_rows = 64;  // inputs per block: 16 when the experts get few pairs each (batched decode)
+  // The 64-pair items on the Hopper (wgmma) kernel where it is active, one piece only
+  // (BackendOptions::hopper_expert_gemm): the split kernel then gathers each item's pairs into a
+  // tile of its own, in the layout one bulk copy per stage brings in. Same bits as the pipelined
+  // kernel that takes them otherwise. Needs mma_grouped_scratch_bytes(..., true).
+  bool hopper = false;
 };
 
 // out[i, m] = sum_k x[i, k] * W[m, k] for i < n_inputs (a.expert_ids must be null), or with
 // `grouped`, the routed pairs of each work item times its expert's matrix. a.scratch must hold
-// mma_scratch_bytes(x rows, K, parts) bytes, x rows being n_inputs / x_row_div rounded up.
+// mma_scratch_bytes(x rows, K, parts) bytes, x rows being n_inputs / x_row_div rounded up
+// (grouped: mma_grouped_scratch_bytes).
 size_t mma_scratch_bytes(int64_t x_rows, int64_t K, int parts);
+// A grouped product's scratch: the split x rows, or with `hopper` (MmaGroupedRows::hopper) at
+// least room for every possible item's tile (max_work_items x 64 rows) as well.
+size_t mma_grouped_scratch_bytes(int64_t x_rows, int64_t n_pairs, int64_t n_experts, int64_t K, int parts,
+                                 bool hopper);
 // What a plain (ungrouped) product needs: the split inputs, plus the partial outputs when few
 // row tiles make it split K across blocks.
 size_t matmul_mma_scratch_bytes(const MatvecArgs& a, int parts);
