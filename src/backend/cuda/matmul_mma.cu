@@ -940,11 +940,16 @@ int dense_tile_rows(int64_t M, int64_t n_inputs, DType type, int parts) {
 
 // How many K splits a plain product takes: with fewer tiles than SMs (batched decode, short
 // prompts: a 4096-row matrix at 64 inputs is 32 tiles for 132 SMs) K is cut at group boundaries
-// until there are about two blocks per SM, at most 16 splits.
+// until the blocks fill one wave of the GPU (blocks_per_sm resident per SM), at most 16 splits.
+// One wave, not more: a block's time is a pipeline ramp plus its stages, so a second wave of
+// short blocks costs more than fewer, longer ones (Hopper's wgmma kernel holds one block per SM
+// at 64 inputs, 166 registers x 256 threads; the rule before, about two blocks per SM whatever
+// the kernel, sent its 64-input products into two waves: 26B q_proj 6 splits x 32 tiles = 192
+// blocks for 132 SMs).
 struct KSplits {
   int splits = 1, groups_per_split = 1 << 30;
 };
-KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type, int tile_rows) {
+KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type, int tile_rows, int blocks_per_sm) {
   KSplits k;
   // the split unit: a whole HFQ4 group, or one 64-wide stage (two Q8_0 blocks)
   const int64_t group = type == DType::hfq4_g256 ? 256 : type == DType::hfq4_g128 ? 128 : kTileK;
@@ -952,14 +957,18 @@ KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type, int ti
   const int64_t tiles = (M + kTileN - 1) / kTileN * ((n_inputs + tile_rows - 1) / tile_rows);
   const int sms = current_device_traits().sm_count;
   if (tiles >= sms || n_groups < 2) return k;
-  const int64_t want = std::min<int64_t>({(2 * sms + tiles - 1) / tiles, n_groups, 16});
+  const int64_t want = std::min<int64_t>({std::max<int64_t>(1, blocks_per_sm * sms / tiles), n_groups, 16});
   k.groups_per_split = static_cast<int>((n_groups + want - 1) / want);
-  k.splits = static_cast<int>((n_groups + k.groups_per_split - 1) / k.groups_per_split);
+  k.splits = static_cast<int>((n_groups + k.groups_per_split - 1) / k.groups_per_split);  // <= want
   return k;
 }
 
 // Whether a bench or test turned the Hopper kernel off (allow_hopper_gemm).
 std::atomic<bool> g_hopper_gemm_allowed{true};
+
+// Blocks of a plain product resident per SM: the Hopper kernel's 64-input tile holds one (its
+// registers), the mma.sync kernels' two.
+int plain_blocks_per_sm(DType type, int parts) { return takes_pipelined(type, parts) && hopper_gemm_active() ? 1 : 2; }
 
 template <DType F, int kParts>
 cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cudaStream_t stream) {
@@ -1007,7 +1016,7 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   const MmaGroupedRows rows = grouped ? *grouped : MmaGroupedRows{};
-  const KSplits k = grouped ? KSplits{} : plan_k_splits(a.M, a.n_inputs, a.K, F, tile_rows);
+  const KSplits k = grouped ? KSplits{} : plan_k_splits(a.M, a.n_inputs, a.K, F, tile_rows, hopper ? 1 : 2);
   float* partial = k.splits > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(a.scratch) +
                                                            mma_scratch_bytes(x_rows, a.K, kParts))
                                 : nullptr;
@@ -1064,7 +1073,8 @@ size_t mma_grouped_scratch_bytes(int64_t x_rows, int64_t n_pairs, int64_t n_expe
 size_t matmul_mma_scratch_bytes(const MatvecArgs& a, int parts) {
   // the split inputs, then the K splits' partial outputs [splits][n_inputs][M]
   const KSplits k =
-      plan_k_splits(a.M, a.n_inputs, a.K, a.weight_type, dense_tile_rows(a.M, a.n_inputs, a.weight_type, parts));
+      plan_k_splits(a.M, a.n_inputs, a.K, a.weight_type, dense_tile_rows(a.M, a.n_inputs, a.weight_type, parts),
+                    plain_blocks_per_sm(a.weight_type, parts));
   const size_t partial = k.splits > 1 ? static_cast<size_t>(k.splits) * a.n_inputs * a.M * sizeof(float) : 0;
   return mma_scratch_bytes(a.n_inputs, a.K, parts) + partial;
 }
