@@ -152,8 +152,8 @@ INSTANTIATE_TEST_SUITE_P(DenseFixtures, ConcurrentBranches,
 // hopper_expert_gemm on) move no numbers in the whole model either: the same bytes as the
 // defaults on every path above, at both tensor-core precisions (the Hopper expert GEMM takes
 // one-piece products only: bf16). HFQ4 is the format the gated matvec takes; the dense fixtures
-// reach matmul_gated, the MoE ones also the experts' gated product and, in the 24-token chunk,
-// the grouped expert GEMM.
+// reach matmul_gated, the MoE ones also the experts' gated product and, in a 36-token chunk, the
+// grouped expert GEMM's 64-pair items.
 class GpuSwitches : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
@@ -176,6 +176,18 @@ TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
     TwoWays w = load_two_ways(fire, switched, defaults);
     expect_identical_paths(w, ids);
     expect_identical_batches(w, ids);
+    // A 36-token chunk: 72 routed pairs over the MoE fixtures' 4 experts (top 2) make 64-pair
+    // items, the ones the Hopper expert GEMM takes (the 24-token chunk above makes 16-pair ones).
+    const int64_t launches = cuda_hopper_expert_gemm_launches();
+    std::vector<float> logits[2];
+    for (int i = 0; i < 2; ++i) {
+      auto seq = w.models[i]->new_sequence({static_cast<int64_t>(ids.size()) + 8, DType::q8_0, true});
+      logits[i] = w.models[i]->forward(*seq, std::span<const int32_t>(ids).first(36), LogitsMode::all);
+    }
+    EXPECT_TRUE(same_bytes(logits[0], logits[1])) << "a 36-token chunk";
+    if (precision == TensorCorePrecision::bf16 && fixture.find("moe") != std::string::npos &&
+        cuda_hopper_gemm_active(*w.backends[0]))
+      EXPECT_GT(cuda_hopper_expert_gemm_launches(), launches) << "the Hopper expert GEMM did not run";
   }
 }
 

@@ -510,8 +510,15 @@ TEST_F(CudaOps, WeightPrefetchOffGivesTheSameBits) {
     Twin w = twin_random(type, {1024, 2816}, 0.5f), w2 = twin_random(type, {256, 2816}, 0.5f);
     Twin x = twin_random(DType::f32, {1, 2816});
     Twin out = twin_output(DType::f32, {1, 1024}), out2 = twin_output(DType::f32, {1, 256});
+    // (each launch writes over NaN: a launch that stored nothing cannot pass)
+    const std::vector<uint8_t> nan_bytes(out.host.size(), 0xff), nan_bytes2(out2.host.size(), 0xff);
+    auto poison = [&] {
+      gpu_->copy_to_device(out.gpu, nan_bytes.data());
+      gpu_->copy_to_device(out2.gpu, nan_bytes2.data());
+    };
     gpu_->matmul(out.gpu, x.gpu, w.gpu);
     const std::vector<uint8_t> with_prefetch = gpu_bytes(out);
+    poison();
     plain->matmul(out.gpu, x.gpu, w.gpu);
     plain->synchronize();
     EXPECT_EQ(gpu_bytes(out), with_prefetch) << what;
@@ -519,6 +526,7 @@ TEST_F(CudaOps, WeightPrefetchOffGivesTheSameBits) {
     const Tensor* weights[] = {&w.gpu, &w2.gpu};
     gpu_->matmul_group(outs, x.gpu, weights);
     const std::vector<uint8_t> group_a = gpu_bytes(out), group_b = gpu_bytes(out2);
+    poison();
     plain->matmul_group(outs, x.gpu, weights);
     plain->synchronize();
     EXPECT_EQ(gpu_bytes(out), group_a) << what << " (group)";
@@ -1089,9 +1097,12 @@ TEST_F(CudaOps, Bf16TensorCoresMultiplyRoundedInputs) {
         BackendOptions hopper_options = options;
         hopper_options.hopper_expert_gemm = true;
         auto hopper = make_backend("cuda", hopper_options);
+        const int64_t launches = cuda_hopper_expert_gemm_launches();
         hopper->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
         hopper->synchronize();
         EXPECT_EQ(got, gpu_bytes(out)) << what << ": the Hopper expert GEMM differs from the pipelined kernel";
+        // 64-pair items (all but T = 64's 16-pair ones) took it: gate_up and down
+        EXPECT_EQ(cuda_hopper_expert_gemm_launches() - launches, T == 64 ? 0 : 2) << what;
       }
       gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
       EXPECT_NE(got, gpu_bytes(out)) << what << ": bf16 and f32 precision gave the same bits";

@@ -853,8 +853,8 @@ class CudaBackend final : public Backend {
     // and the GEMM's split inputs (x for gate_up, then the activations for down), 16-byte aligned
     const int act_pieces = act_pieces_;
     const size_t split_bytes =
-        mma ? std::max(cuda::mma_grouped_scratch_bytes(T, pairs, E, H, act_pieces, hopper_expert_gemm_),
-                       cuda::mma_grouped_scratch_bytes(pairs, pairs, E, I, act_pieces, hopper_expert_gemm_))
+        mma ? std::max(cuda::mma_grouped_scratch_bytes(T, pairs, E, H, gate_up.dtype, act_pieces, hopper_expert_gemm_),
+                       cuda::mma_grouped_scratch_bytes(pairs, pairs, E, I, down.dtype, act_pieces, hopper_expert_gemm_))
             : 0;
     const size_t head_floats = (static_cast<size_t>(pairs) * (I2 + I + H) + sort_floats + 3) / 4 * 4;
     float* scratch = workspace_floats(head_floats + (split_bytes + 3) / 4);
@@ -1312,6 +1312,7 @@ CudaBackend& cuda_backend_of(Backend& backend) {
 int cuda_device_index(Backend& backend) { return cuda_backend_of(backend).device_index(); }
 int64_t cuda_branch_forks(Backend& backend) { return cuda_backend_of(backend).branch_forks(); }
 int64_t cuda_workspace_growths(Backend& backend) { return cuda_backend_of(backend).workspace_growths(); }
+int64_t cuda_hopper_expert_gemm_launches() { return cuda::hopper_expert_gemm_launches(); }
 void* cuda_stream_of(Backend& backend) { return cuda_backend_of(backend).stream(); }
 
 void cuda_allow_hopper_gemm(bool allowed) { cuda::allow_hopper_gemm(allowed); }

@@ -37,6 +37,9 @@ bool cuda_bf16_prompt_attention_applies(Backend& backend, int64_t n_tokens, int 
 // And whether it takes them now on the backend's GPU (allowed, the build has sm_90a code, a 9.0 GPU).
 void cuda_allow_hopper_gemm(bool allowed);
 bool cuda_hopper_gemm_active(Backend& backend);
+// How many expert products this process has run on the Hopper kernel (BackendOptions::
+// hopper_expert_gemm), for tests that check the path ran.
+int64_t cuda_hopper_expert_gemm_launches();
 // Bytes of shared memory one block may opt in to on the backend's GPU (sm_80: 163 KiB, sm_90:
 // 227 KiB).
 int cuda_max_block_shared_memory(Backend& backend);

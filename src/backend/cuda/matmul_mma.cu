@@ -965,6 +965,7 @@ KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type, int ti
 
 // Whether a bench or test turned the Hopper kernel off (allow_hopper_gemm).
 std::atomic<bool> g_hopper_gemm_allowed{true};
+std::atomic<int64_t> g_hopper_expert_launches{0};  // hopper_expert_gemm_launches
 
 // Blocks of a plain product resident per SM: the Hopper kernel's 64-input tile holds one (its
 // registers), the mma.sync kernels' two.
@@ -991,7 +992,10 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
   const dim3 split_grid(static_cast<unsigned>((in.k_pad / 8 + 255) / 256),
                         static_cast<unsigned>(split_rows < 65535 ? split_rows : 65535));
   SplitGather gather;
-  if (hopper_items) gather = SplitGather{grouped->items, grouped->n_items, grouped->pair_ids, a.x_row_div};
+  if (hopper_items) {
+    gather = SplitGather{grouped->items, grouped->n_items, grouped->pair_ids, a.x_row_div};
+    g_hopper_expert_launches.fetch_add(1, std::memory_order_relaxed);
+  }
   cudaError_t err = launch_kernel(split_inputs_kernel<kParts, kPipelined>, split_grid, 256, 0, stream, in, a.x,
                                   a.x_stride, a.K, hopper ? tile_rows : 0, gather);
   if (err != cudaSuccess) return err;
@@ -1044,6 +1048,8 @@ cudaError_t launch_format(const MatvecArgs& a, int parts, const MmaGroupedRows* 
 
 void allow_hopper_gemm(bool allowed) { g_hopper_gemm_allowed.store(allowed, std::memory_order_relaxed); }
 
+int64_t hopper_expert_gemm_launches() { return g_hopper_expert_launches.load(std::memory_order_relaxed); }
+
 bool hopper_gemm_active() {
 #if defined(FIRELINE_CUDA_SM90A)
   return g_hopper_gemm_allowed.load(std::memory_order_relaxed) && current_device_traits().major == 9;
@@ -1063,10 +1069,13 @@ size_t mma_scratch_bytes(int64_t x_rows, int64_t K, int parts) {
   return static_cast<size_t>(sum_bytes + static_cast<int64_t>(parts) * piece_rows * k_pad * 2);
 }
 
-size_t mma_grouped_scratch_bytes(int64_t x_rows, int64_t n_pairs, int64_t n_experts, int64_t K, int parts,
-                                 bool hopper) {
+size_t mma_grouped_scratch_bytes(int64_t x_rows, int64_t n_pairs, int64_t n_experts, int64_t K, DType type,
+                                 int parts, bool hopper) {
   const size_t rows = mma_scratch_bytes(x_rows, K, parts);
-  if (!hopper || parts != 1 || grouped_tile_rows(n_pairs, n_experts) != kTileT) return rows;
+  // the conditions under which launch_parts sends the items to the Hopper kernel
+  if (!hopper || !takes_pipelined(type, parts) || grouped_tile_rows(n_pairs, n_experts) != kTileT ||
+      !hopper_gemm_active())
+    return rows;
   return std::max(rows, mma_scratch_bytes(max_work_items(n_pairs, n_experts) * kTileT, K, parts));
 }
 
@@ -1115,7 +1124,8 @@ bool hopper_gemm_active() { return false; }
 
 bool matmul_mma_supports(DType) { return false; }
 size_t mma_scratch_bytes(int64_t, int64_t, int) { return 0; }
-size_t mma_grouped_scratch_bytes(int64_t, int64_t, int64_t, int64_t, int, bool) { return 0; }
+size_t mma_grouped_scratch_bytes(int64_t, int64_t, int64_t, int64_t, DType, int, bool) { return 0; }
+int64_t hopper_expert_gemm_launches() { return 0; }
 size_t matmul_mma_scratch_bytes(const MatvecArgs&, int) { return 0; }
 cudaError_t launch_matmul_mma(const MatvecArgs&, int, cudaStream_t, const MmaGroupedRows*) {
   return cudaErrorInvalidValue;

@@ -16,6 +16,9 @@ namespace fl::cuda {
 void allow_hopper_gemm(bool allowed);
 // Whether it would take them now (allowed, the build carries sm_90a code, the device is a 9.0 one).
 bool hopper_gemm_active();
+// How many grouped (expert) products this process has launched on the Hopper kernel
+// (MmaGroupedRows::hopper); for tests that check the path ran.
+int64_t hopper_expert_gemm_launches();
 
 // Whether this build has the mma.sync GEMM (CUDA, sm_80 and later; not HIP) and it takes `type`.
 bool matmul_mma_supports(DType type);
@@ -49,10 +52,11 @@ struct MmaGroupedRows {
 // mma_scratch_bytes(x rows, K, parts) bytes, x rows being n_inputs / x_row_div rounded up
 // (grouped: mma_grouped_scratch_bytes).
 size_t mma_scratch_bytes(int64_t x_rows, int64_t K, int parts);
-// A grouped product's scratch: the split x rows, or with `hopper` (MmaGroupedRows::hopper) at
-// least room for every possible item's tile (max_work_items x 64 rows) as well.
-size_t mma_grouped_scratch_bytes(int64_t x_rows, int64_t n_pairs, int64_t n_experts, int64_t K, int parts,
-                                 bool hopper);
+// A grouped product's scratch: the split x rows, or where `hopper` (MmaGroupedRows::hopper) will
+// take the items (one piece, HFQ4, 64-pair items, the Hopper kernel active) room for every
+// possible item's tile (max_work_items x 64 rows) if that is more.
+size_t mma_grouped_scratch_bytes(int64_t x_rows, int64_t n_pairs, int64_t n_experts, int64_t K, DType type,
+                                 int parts, bool hopper);
 // What a plain (ungrouped) product needs: the split inputs, plus the partial outputs when few
 // row tiles make it split K across blocks.
 size_t matmul_mma_scratch_bytes(const MatvecArgs& a, int parts);
