@@ -413,6 +413,13 @@ struct BackendOptions {
   // --hopper-experts on|off`); its gathered tiles (bf16, a row per routed pair: ~1.4 GB for the
   // 26B-A4B's 30000-token prompt) are not yet in the models' memory plans.
   bool hopper_expert_gemm = false;
+  // Several products of one input at many inputs (q/k/v, gate/up; prefill and batched decode) in
+  // one GEMM launch: the inputs split once, every matrix's row tiles and K splits in one grid, one
+  // K-split sum, instead of three launches per product. Hopper's wgmma kernel only (bf16 tensor
+  // cores, an sm_90 GPU); elsewhere the products run one by one. Results move only by the order
+  // of the K-split sums (the split plan counts every matrix's tiles). Off until timed (`fireline
+  // bench --group-gemm on|off`).
+  bool group_gemm = false;
 };
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.

@@ -45,6 +45,7 @@ struct BenchOptions {
   std::string gated_matvec;     // --gated-matvec on|off (BackendOptions::gated_matvec); empty: the default
   std::string weight_prefetch;  // --weight-prefetch on|off (BackendOptions::weight_prefetch); empty: the default
   std::string hopper_experts;   // --hopper-experts on|off (BackendOptions::hopper_expert_gemm); empty: the default
+  std::string group_gemm;       // --group-gemm on|off (BackendOptions::group_gemm); empty: the default
   std::string profiler_region = "none";  // --profiler-region: what an external profiler records
 };
 
@@ -129,6 +130,7 @@ void run_bench(const BenchOptions& opt) {
   if (!opt.gated_matvec.empty()) backend_options.gated_matvec = opt.gated_matvec == "on";
   if (!opt.weight_prefetch.empty()) backend_options.weight_prefetch = opt.weight_prefetch == "on";
   if (!opt.hopper_experts.empty()) backend_options.hopper_expert_gemm = opt.hopper_experts == "on";
+  if (!opt.group_gemm.empty()) backend_options.group_gemm = opt.group_gemm == "on";
   auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend, backend_options);
   const auto probe_start = std::chrono::steady_clock::now();
   const RooflineBandwidth bandwidth = roofline_bandwidth(opt, *backend);  // before the model fills memory
@@ -144,6 +146,7 @@ void run_bench(const BenchOptions& opt) {
   const bool weight_prefetch = backend->device() != Device::cpu && backend_options.weight_prefetch;
   // (asked for: whether the GPU has the Hopper kernel is the backend's to say; docs/cli.md)
   const bool hopper_experts = backend->device() != Device::cpu && backend_options.hopper_expert_gemm;
+  const bool group_gemm = backend->device() != Device::cpu && backend_options.group_gemm;
   const DType kv = kv_type(opt.kv);
   LoadOptions load;
   load.max_seq = std::max<int64_t>(opt.context + opt.gen_tokens + 3, opt.prompt_tokens + 1);
@@ -290,6 +293,7 @@ void run_bench(const BenchOptions& opt) {
                         {"gated_matvec", gated_matvec},
                         {"weight_prefetch", weight_prefetch},
                         {"hopper_experts", hopper_experts},
+                        {"group_gemm", group_gemm},
                         {"load_s", load_s},
                         {"prompt_tokens", opt.prompt_tokens},
                         {"prefill_tok_s", prefill},
@@ -394,6 +398,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--hopper-experts", opt->hopper_experts,
                   "on: a mixture-of-experts model's expert GEMMs (prefill, long batches) on the Hopper wgmma kernel "
                   "(sm_90, --precision bf16); off (default): on mma.sync (identical results; for A/B timing)")
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--group-gemm", opt->group_gemm,
+                  "on: products of one input at many inputs (q/k/v, gate/up) in one GEMM launch (sm_90, --precision "
+                  "bf16); off (default): one product after another (results differ only in the order of K-split sums)")
       ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--profiler-region", opt->profiler_region,
                   "batch: turn the GPU runtime's profiler on for the last run's batched steps only, for a profiler "

@@ -233,20 +233,21 @@ TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
   EXPECT_EQ(bad.out, "");
 }
 
-// --gated-matvec, --weight-prefetch and --hopper-experts: GPU switches for A/B timing. The CPU has neither (the JSON
-// says false whatever is asked); a value other than on or off is refused before anything loads.
+// --gated-matvec, --weight-prefetch, --hopper-experts and --group-gemm: GPU switches for A/B timing. The CPU has
+// neither (the JSON says false whatever is asked); a value other than on or off is refused before anything loads.
 TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
   const std::string common = kTinyBench + " --backend cpu";
-  for (const char* asked : {"", " --gated-matvec on --weight-prefetch on --hopper-experts on",
-                            " --gated-matvec off --weight-prefetch off --hopper-experts off"}) {
+  for (const char* asked : {"", " --gated-matvec on --weight-prefetch on --hopper-experts on --group-gemm on",
+                            " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off"}) {
     auto r = fireline(common + asked + " --json");
     ASSERT_EQ(r.exit_code, 0) << asked << ": " << r.err;
     const json j = json::parse(r.out);
     EXPECT_EQ(j["gated_matvec"], false) << asked;
     EXPECT_EQ(j["weight_prefetch"], false) << asked;
     EXPECT_EQ(j["hopper_experts"], false) << asked;
+    EXPECT_EQ(j["group_gemm"], false) << asked;
   }
-  for (const char* flag : {"--gated-matvec", "--weight-prefetch", "--hopper-experts"}) {
+  for (const char* flag : {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm"}) {
     auto bad = fireline(common + " " + flag + " maybe");
     EXPECT_NE(bad.exit_code, 0) << flag;
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;

@@ -9,6 +9,8 @@
 // GEMM) likewise.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <span>
 #include <string>
@@ -153,7 +155,8 @@ INSTANTIATE_TEST_SUITE_P(DenseFixtures, ConcurrentBranches,
 // defaults on every path above, at both tensor-core precisions (the Hopper expert GEMM takes
 // one-piece products only: bf16). HFQ4 is the format the gated matvec takes; the dense fixtures
 // reach matmul_gated, the MoE ones also the experts' gated product and, in a 36-token chunk, the
-// grouped expert GEMM's 64-pair items.
+// grouped expert GEMM's 64-pair items. group_gemm (one launch for q/k/v, one for gate/up) changes
+// the order of K-split sums, so it is held to a tolerance instead.
 class GpuSwitches : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
@@ -189,6 +192,28 @@ TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
         cuda_hopper_gemm_active(*w.backends[0]))
       EXPECT_GT(cuda_hopper_expert_gemm_launches(), launches) << "the Hopper expert GEMM did not run";
   }
+  // group_gemm (q/k/v and gate/up of a chunk in one GEMM launch each, bf16 tensor cores) moves
+  // results by the order of K-split sums only: the chunk's logits within 1e-4 of the largest.
+  BackendOptions defaults;
+  defaults.tensor_core_precision = TensorCorePrecision::bf16;
+  BackendOptions grouped = defaults;
+  grouped.group_gemm = true;
+  TwoWays w = load_two_ways(fire, grouped, defaults);
+  const int64_t launches = cuda_group_gemm_launches();
+  std::vector<float> logits[2];
+  for (int i = 0; i < 2; ++i) {
+    auto seq = w.models[i]->new_sequence({static_cast<int64_t>(ids.size()) + 8, DType::q8_0, true});
+    logits[i] = w.models[i]->forward(*seq, std::span<const int32_t>(ids).first(36), LogitsMode::all);
+  }
+  ASSERT_EQ(logits[0].size(), logits[1].size());
+  float largest = 0.0f, diff = 0.0f;
+  for (size_t i = 0; i < logits[0].size(); ++i) {
+    largest = std::max(largest, std::fabs(logits[1][i]));
+    diff = std::max(diff, std::fabs(logits[0][i] - logits[1][i]));
+  }
+  EXPECT_LE(diff, 1e-4f * largest) << "group_gemm moved a 36-token chunk's logits";
+  if (cuda_hopper_gemm_active(*w.backends[0]))
+    EXPECT_GT(cuda_group_gemm_launches(), launches) << "no product of the chunk ran as one launch";
 }
 
 INSTANTIATE_TEST_SUITE_P(Hf4Fixtures, GpuSwitches,

@@ -1191,6 +1191,53 @@ Tensor head_view(const Tensor& rows, int64_t col0, int64_t heads, int64_t dim) {
   return out;
 }
 
+// BackendOptions::group_gemm: products of one input at many inputs in one GEMM launch (Hopper's
+// wgmma kernel, bf16 tensor cores): each product close to the CPU's of the rounded inputs (the
+// bf16 GEMM budget above), one launch counted where the Hopper kernel runs (elsewhere the
+// products run one by one). Cases: the 26B's q/k/v at 64 inputs (few tiles: K split, the
+// segmented K-split sum), two G128 matrices with partial tiles, four segments with more tiles
+// than SMs (no split, 128-input tiles, a partial one), and a partial 64-input tile.
+TEST_F(CudaOps, GroupGemmOneLaunchForSeveralMatrices) {
+  BackendOptions options;
+  options.tensor_core_precision = TensorCorePrecision::bf16;
+  options.group_gemm = true;
+  auto grouped = make_backend("cuda", options);
+  struct Case {
+    DType type;
+    int64_t T, K;
+    std::vector<int64_t> M;
+  };
+  const Case cases[] = {{DType::hfq4_g256, 64, 2816, {4096, 2048, 2048}},
+                        {DType::hfq4_g128, 64, 704, {300, 77}},
+                        {DType::hfq4_g256, 300, 1024, {8300, 1000, 513, 64}},
+                        {DType::hfq4_g256, 17, 352, {200, 130}}};
+  for (const Case& c : cases) {
+    const size_t n = c.M.size();
+    std::string what = std::string("group GEMM ") + std::string(dtype_name(c.type)) + " T=" + std::to_string(c.T) +
+                       " K=" + std::to_string(c.K) + " M=";
+    for (int64_t m : c.M) what += std::to_string(m) + ",";
+    Twin x = twin_random(DType::f32, {c.T, c.K});
+    std::vector<Twin> w, out;
+    for (int64_t m : c.M) {
+      w.push_back(twin_random(c.type, {m, c.K}, 0.5f));
+      out.push_back(twin_output(DType::f32, {c.T, m}));
+    }
+    std::vector<Tensor> outs;
+    std::vector<const Tensor*> weights;
+    for (size_t i = 0; i < n; ++i) outs.push_back(out[i].gpu), weights.push_back(&w[i].gpu);
+    const int64_t before = cuda_group_gemm_launches();
+    grouped->matmul_group(outs, x.gpu, weights);
+    grouped->synchronize();
+    EXPECT_EQ(cuda_group_gemm_launches() - before, cuda_hopper_gemm_active(*grouped) ? 1 : 0) << what;
+    HostBuffer rounded;
+    const Tensor x_rounded = rounded_to_bf16(x, rounded);
+    for (size_t i = 0; i < n; ++i) {
+      cpu_->matmul(out[i].cpu, x_rounded, w[i].cpu);
+      expect_close(out[i], dot_budget(c.K), what + " product " + std::to_string(i));
+    }
+  }
+}
+
 // Gated DeltaNet (Qwen3.5). The conv sums the same products in the same order on both sides
 // (only silu's exp differs by an ulp) and moves its window bit for bit. The delta rule sums dk
 // products per column in a different order (lane groups, then shuffles) and contracts the state

@@ -167,7 +167,8 @@ class CudaBackend final : public Backend {
         act_pieces_(options.tensor_core_precision == TensorCorePrecision::bf16 ? 1 : cuda::kMmaExactParts),
         gated_matvec_(options.gated_matvec),
         weight_prefetch_(options.weight_prefetch),
-        hopper_expert_gemm_(options.hopper_expert_gemm) {
+        hopper_expert_gemm_(options.hopper_expert_gemm),
+        group_gemm_(options.group_gemm) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -519,25 +520,26 @@ class CudaBackend final : public Backend {
   }
 
   void matmul_group(std::span<const Tensor> outs, const Tensor& x, std::span<const Tensor* const> weights) override {
-    // One launch for a decode step's projections of one input; anything else, one matmul each.
+    // One launch for a decode step's projections of one input (the matvec kernels); with
+    // BackendOptions::group_gemm, one split of the inputs and one GEMM launch for many inputs where
+    // the GEMM takes segments (Hopper); anything else, one matmul each.
     bool grouped = outs.size() == weights.size() && !outs.empty() && outs.size() <= cuda::kMaxMatvecSegments &&
-                   x.ndim == 2 && x.dim(0) == 1;
+                   x.ndim == 2 && x.dim(0) >= 1 && (x.dim(0) == 1 || group_gemm_);
     for (size_t i = 0; grouped && i < weights.size(); ++i)
       grouped = weights[i]->ndim == 2 && weights[i]->dtype == weights[0]->dtype && weights[i]->dim(1) == x.dim(1) &&
-                outs[i].ndim == 2 && outs[i].dim(0) == 1 && outs[i].dim(1) == weights[i]->dim(0) &&
+                outs[i].ndim == 2 && outs[i].dim(0) == x.dim(0) && outs[i].dim(1) == weights[i]->dim(0) &&
                 outs[i].dtype == DType::f32 && outs[i].is_contiguous();
     if (!grouped) return Backend::matmul_group(outs, x, weights);
-    double bytes = 4.0 * x.numel();
-    for (size_t i = 0; i < weights.size(); ++i) bytes += static_cast<double>(weights[i]->nbytes()) + 4.0 * outs[i].numel();
-    OpTimer timer(*this, "matmul", bytes);
+    const int64_t T = x.dim(0);
     F32Rows in = f32_rows(x, "matmul_group");
     cuda::MatvecArgs a;
     a.x = in.data;
     a.x_stride = in.stride;
     a.weight_type = weights[0]->dtype;
     a.K = x.dim(1);
-    a.n_inputs = 1;
+    a.n_inputs = T;
     a.weight_prefetch = weight_prefetch_;
+    a.act_pieces = act_pieces_;
     a.n_segments = static_cast<int>(weights.size());
     for (size_t i = 0; i < weights.size(); ++i) {
       require_device(*weights[i], "matmul_group");
@@ -547,7 +549,15 @@ class CudaBackend final : public Backend {
       a.segments[i].M = weights[i]->dim(0);
       a.segments[i].row_bytes = weights[i]->stride[0];
     }
-    check(cuda::launch_matvec_group(a, stream_), "matmul_group");
+    if (T > 1 && !cuda::matmul_mma_takes_segments(a, act_pieces_)) return Backend::matmul_group(outs, x, weights);
+    double bytes = 4.0 * x.numel();
+    for (size_t i = 0; i < weights.size(); ++i)
+      bytes += static_cast<double>(weights[i]->nbytes()) + 4.0 * outs[i].numel();
+    OpTimer timer(*this, "matmul", bytes);
+    if (T == 1) return check(cuda::launch_matvec_group(a, stream_), "matmul_group");
+    a.scratch_bytes = cuda::matmul_mma_scratch_bytes(a, act_pieces_);
+    a.scratch = workspace_floats((a.scratch_bytes + 3) / 4);
+    check(cuda::launch_matmul_mma(a, act_pieces_, stream_), "matmul_group");
   }
 
   void matmul_gated(Tensor out, Tensor up, const Tensor& x, const Tensor& gate_w, const Tensor& up_w,
@@ -1240,6 +1250,7 @@ class CudaBackend final : public Backend {
   bool gated_matvec_;     // BackendOptions::gated_matvec
   bool weight_prefetch_;  // BackendOptions::weight_prefetch
   bool hopper_expert_gemm_;  // BackendOptions::hopper_expert_gemm
+  bool group_gemm_;          // BackendOptions::group_gemm
   // Ops go to stream_: the main stream, or the side stream inside a branch's side line.
   cudaStream_t stream_ = nullptr;
   cudaStream_t main_stream_ = nullptr;
@@ -1313,6 +1324,7 @@ int cuda_device_index(Backend& backend) { return cuda_backend_of(backend).device
 int64_t cuda_branch_forks(Backend& backend) { return cuda_backend_of(backend).branch_forks(); }
 int64_t cuda_workspace_growths(Backend& backend) { return cuda_backend_of(backend).workspace_growths(); }
 int64_t cuda_hopper_expert_gemm_launches() { return cuda::hopper_expert_gemm_launches(); }
+int64_t cuda_group_gemm_launches() { return cuda::segment_gemm_launches(); }
 void* cuda_stream_of(Backend& backend) { return cuda_backend_of(backend).stream(); }
 
 void cuda_allow_hopper_gemm(bool allowed) { cuda::allow_hopper_gemm(allowed); }

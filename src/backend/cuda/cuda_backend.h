@@ -40,6 +40,8 @@ bool cuda_hopper_gemm_active(Backend& backend);
 // How many expert products this process has run on the Hopper kernel (BackendOptions::
 // hopper_expert_gemm), for tests that check the path ran.
 int64_t cuda_hopper_expert_gemm_launches();
+// How many products of one input it has run as one GEMM launch (BackendOptions::group_gemm).
+int64_t cuda_group_gemm_launches();
 // Bytes of shared memory one block may opt in to on the backend's GPU (sm_80: 163 KiB, sm_90:
 // 227 KiB).
 int cuda_max_block_shared_memory(Backend& backend);

@@ -660,6 +660,29 @@ __global__ void __launch_bounds__(kThreads, kTileRows == 128  ? 1
   store_warp_tile(a, rows, k_partial, acc, warp_t * kWarpRows, n0 + warp_n * kWarpCols, g, q);
 }
 
+// A plain product's matrix and output for this block's row tile blockIdx.x: a.weight's, or with
+// segments (several matrices of one input; each segment's outputs [n_inputs, M] contiguous) the
+// segment whose tiles hold it. With K split, the partials are [split][t][columns], this matrix's
+// rows at columns column0 + n.
+struct PlainTarget {
+  const uint8_t* weight;
+  float* out;
+  int64_t out_stride, M, row_bytes, tile, column0, columns;
+};
+__device__ __forceinline__ PlainTarget plain_target(const MatvecArgs& a) {
+  PlainTarget t{a.weight, a.out, a.out_stride, a.M, a.row_bytes, static_cast<int64_t>(blockIdx.x), 0, a.M};
+  if (a.n_segments == 0) return t;
+  int s = 0;
+  int64_t column0 = 0, columns = a.segments[0].M;
+  for (int i = 1; i < a.n_segments; ++i) {
+    columns += a.segments[i].M;
+    if (t.tile >= a.segments[i].first_block) s = i;
+  }
+  for (int i = 0; i < s; ++i) column0 += a.segments[i].M;
+  const MatvecSegment& seg = a.segments[s];
+  return PlainTarget{seg.weight, seg.out, seg.M, seg.M, seg.row_bytes, t.tile - seg.first_block, column0, columns};
+}
+
 // ---- Hopper: the one-piece GEMM on warpgroup MMA (wgmma, sm_90a) ----
 //
 // matmul_bf16_pipelined_kernel's mma.sync keeps the tensor pipe about a third busy (its entry in
@@ -728,8 +751,11 @@ __global__ void __launch_bounds__(kWgThreads, 1)
 
   BlockRows rows;
   if (!block_rows(a, grouped, kTileT, rows)) return;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * kWgRows;
-  auto weight_row = [&](int n) { return rows.matrix + (n0 + n < a.M ? n0 + n : a.M - 1) * a.row_bytes; };
+  const PlainTarget target = plain_target(a);  // (segments: plain products only)
+  if (a.n_segments > 0) rows.matrix = target.weight;
+  const int64_t M = target.M, row_bytes = target.row_bytes;
+  const int64_t n0 = target.tile * kWgRows;
+  auto weight_row = [&](int n) { return rows.matrix + (n0 + n < M ? n0 + n : M - 1) * row_bytes; };
 
   // The block's tile of inputs is tile blockIdx.y of the split kernel's (split rows
   // blockIdx.y * kTileT + t): inputs t0 + t of a plain product, or item blockIdx.y's pairs,
@@ -866,12 +892,13 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     for (int c = 0; c < 4; ++c) {
       const int t = 8 * j + 2 * q + (c & 1);
       const int64_t n = n0 + row0 + 8 * (c / 2);
-      if (t >= rows.t_count || n >= a.M) continue;
+      if (t >= rows.t_count || n >= M) continue;
       const int64_t row = rows.pairs ? rows.pairs[t] : rows.t0 + t;
       if (k_partial)
-        k_partial[(static_cast<int64_t>(blockIdx.z) * a.n_inputs + row) * a.M + n] = acc[4 * j + c];
+        k_partial[(static_cast<int64_t>(blockIdx.z) * a.n_inputs + row) * target.columns + target.column0 + n] =
+            acc[4 * j + c];
       else
-        a.out[row * a.out_stride + n] = acc[4 * j + c];
+        target.out[row * target.out_stride + n] = acc[4 * j + c];
     }
 #else
   __trap();  // launched only where hopper_gemm_active()
@@ -911,15 +938,24 @@ __global__ void moe_sort_pairs_kernel(MmaWorkItem* items, int32_t* n_items, int3
   }
 }
 
-// out[t, n] = the sum of the K splits' partials [split][t][n], in split order (deterministic).
-__global__ void sum_k_splits_kernel(float* out, int64_t out_stride, const float* partial, int64_t rows, int64_t M,
-                                    int splits) {
+// out[t, n] = the sum of the K splits' partials [split][t][columns], in split order
+// (deterministic): columns = M for one matrix (out = a.out, a.out_stride), or with segments (several
+// matrices, each output [t, M_s] contiguous) segment s's rows at its offset among the columns.
+__global__ void sum_k_splits_kernel(MatvecArgs a, const float* partial, int64_t rows, int64_t columns, int splits) {
   enter_kernel();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= rows * M) return;
+  if (i >= rows * columns) return;
   float sum = 0.0f;
-  for (int z = 0; z < splits; ++z) sum += partial[z * rows * M + i];
-  out[(i / M) * out_stride + i % M] = sum;
+  for (int z = 0; z < splits; ++z) sum += partial[z * rows * columns + i];
+  const int64_t t = i / columns;
+  int64_t c = i % columns;
+  if (a.n_segments == 0) {
+    a.out[t * a.out_stride + c] = sum;
+    return;
+  }
+  int s = 0;
+  while (s + 1 < a.n_segments && c >= a.segments[s].M) c -= a.segments[s++].M;
+  a.segments[s].out[t * a.segments[s].M + c] = sum;
 }
 
 // Whether the pipelined one-piece kernel takes a product: HFQ4 weights and bf16 (one-piece)
@@ -931,11 +967,30 @@ constexpr bool takes_pipelined(DType type, int parts) {
 // Inputs per block of a plain product: the pipelined kernel's 128 where that still makes a block
 // for every SM, else 64. The 128-input tile's 102 KiB of shared memory is more than a block may
 // have on sm_86/sm_89 (99 KiB); there the 64-input tile (65 KiB) serves every size.
-int dense_tile_rows(int64_t M, int64_t n_inputs, DType type, int parts) {
+int dense_tile_rows(int64_t row_tiles, int64_t n_inputs, DType type, int parts) {
   if (!takes_pipelined(type, parts)) return kTileT;
   if (static_cast<size_t>(current_device_traits().max_block_smem) < sizeof(PipelinedShared<128>)) return kTileT;
-  const int64_t tiles = (M + kTileN - 1) / kTileN * ((n_inputs + 127) / 128);
+  const int64_t tiles = row_tiles * ((n_inputs + 127) / 128);
   return tiles >= current_device_traits().sm_count ? 128 : kTileT;
+}
+
+// A plain product's 128-row weight tiles (kTileN = kWgRows): its matrix's, or with segments (several
+// matrices of one input, launch_matmul_mma) each segment's in turn; each segment's first tile is
+// recorded in first_block, and `columns` is the segments' rows together (the K-split partials'
+// width).
+int64_t number_row_tiles(MatvecArgs& a, int64_t* columns = nullptr) {
+  if (a.n_segments == 0) {
+    if (columns) *columns = a.M;
+    return (a.M + kTileN - 1) / kTileN;
+  }
+  int64_t tiles = 0, cols = 0;
+  for (int s = 0; s < a.n_segments; ++s) {
+    a.segments[s].first_block = tiles;
+    tiles += (a.segments[s].M + kTileN - 1) / kTileN;
+    cols += a.segments[s].M;
+  }
+  if (columns) *columns = cols;
+  return tiles;
 }
 
 // How many K splits a plain product takes: with fewer tiles than SMs (batched decode, short
@@ -949,12 +1004,12 @@ int dense_tile_rows(int64_t M, int64_t n_inputs, DType type, int parts) {
 struct KSplits {
   int splits = 1, groups_per_split = 1 << 30;
 };
-KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type, int tile_rows, int blocks_per_sm) {
+KSplits plan_k_splits(int64_t row_tiles, int64_t n_inputs, int64_t K, DType type, int tile_rows, int blocks_per_sm) {
   KSplits k;
   // the split unit: a whole HFQ4 group, or one 64-wide stage (two Q8_0 blocks)
   const int64_t group = type == DType::hfq4_g256 ? 256 : type == DType::hfq4_g128 ? 128 : kTileK;
   const int64_t n_groups = (K + group - 1) / group;
-  const int64_t tiles = (M + kTileN - 1) / kTileN * ((n_inputs + tile_rows - 1) / tile_rows);
+  const int64_t tiles = row_tiles * ((n_inputs + tile_rows - 1) / tile_rows);
   const int sms = current_device_traits().sm_count;
   if (tiles >= sms || n_groups < 2) return k;
   const int64_t want = std::min<int64_t>({std::max<int64_t>(1, blocks_per_sm * sms / tiles), n_groups, 16});
@@ -966,6 +1021,7 @@ KSplits plan_k_splits(int64_t M, int64_t n_inputs, int64_t K, DType type, int ti
 // Whether a bench or test turned the Hopper kernel off (allow_hopper_gemm).
 std::atomic<bool> g_hopper_gemm_allowed{true};
 std::atomic<int64_t> g_hopper_expert_launches{0};  // hopper_expert_gemm_launches
+std::atomic<int64_t> g_segment_launches{0};        // segment_gemm_launches
 
 // Blocks of a plain product resident per SM: the Hopper kernel's 64-input tile holds one (its
 // registers), the mma.sync kernels' two.
@@ -974,7 +1030,10 @@ int plain_blocks_per_sm(DType type, int parts) { return takes_pipelined(type, pa
 template <DType F, int kParts>
 cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cudaStream_t stream) {
   constexpr bool kPipelined = takes_pipelined(F, kParts);
-  const int tile_rows = grouped ? grouped->tile_rows : dense_tile_rows(a.M, a.n_inputs, F, kParts);
+  MatvecArgs args = a;  // (with segments: their first tiles set)
+  int64_t columns = 0;  // the K-split partials' width: M, or the segments' rows together
+  const int64_t row_tiles = number_row_tiles(args, &columns);
+  const int tile_rows = grouped ? grouped->tile_rows : dense_tile_rows(row_tiles, a.n_inputs, F, kParts);
   const int64_t t_tiles = grouped ? grouped->max_items : (a.n_inputs + tile_rows - 1) / tile_rows;
   if (t_tiles > 65535) return cudaErrorInvalidValue;  // 4M inputs: the caller splits first
   const int64_t x_rows = grouped ? (a.n_inputs + a.x_row_div - 1) / a.x_row_div : a.n_inputs;
@@ -983,6 +1042,7 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
   // per block. Expert items have their pairs gathered into one tile per item by the split kernel.
   const bool hopper_items = kPipelined && grouped && grouped->hopper && tile_rows == kTileT && hopper_gemm_active();
   const bool hopper = hopper_items || (kPipelined && !grouped && hopper_gemm_active());
+  if (a.n_segments > 0 && (grouped || !hopper)) return cudaErrorInvalidValue;  // matmul_mma_takes_segments
   const int64_t split_rows = hopper_items ? t_tiles * tile_rows : x_rows;  // (gathered: every item's tile)
   const size_t need = !grouped      ? matmul_mma_scratch_bytes(a, kParts)
                       : hopper_items ? mma_scratch_bytes(split_rows, a.K, kParts)
@@ -1020,18 +1080,19 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   const MmaGroupedRows rows = grouped ? *grouped : MmaGroupedRows{};
-  const KSplits k = grouped ? KSplits{} : plan_k_splits(a.M, a.n_inputs, a.K, F, tile_rows, hopper ? 1 : 2);
+  const KSplits k = grouped ? KSplits{} : plan_k_splits(row_tiles, a.n_inputs, a.K, F, tile_rows, hopper ? 1 : 2);
   float* partial = k.splits > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(a.scratch) +
                                                            mma_scratch_bytes(x_rows, a.K, kParts))
                                 : nullptr;
-  const int64_t rows_per_block = hopper ? kWgRows : kTileN;
-  const unsigned row_tiles = static_cast<unsigned>((a.M + rows_per_block - 1) / rows_per_block);
-  err = launch_kernel(kernel, dim3(row_tiles, static_cast<unsigned>(t_tiles), static_cast<unsigned>(k.splits)),
-                      hopper ? kWgThreads : kThreads, smem, stream, a, rows, in, partial, k.groups_per_split);
+  static_assert(kWgRows == kTileN, "both kernels' blocks take 128 weight rows");
+  err = launch_kernel(kernel,
+                      dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(t_tiles),
+                           static_cast<unsigned>(k.splits)),
+                      hopper ? kWgThreads : kThreads, smem, stream, args, rows, in, partial, k.groups_per_split);
   if (err != cudaSuccess || k.splits == 1) return err;
-  const int64_t n = a.n_inputs * a.M;
-  return launch_kernel(sum_k_splits_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, a.out, a.out_stride,
-                       partial, a.n_inputs, a.M, k.splits);
+  const int64_t n = a.n_inputs * columns;
+  return launch_kernel(sum_k_splits_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, args, partial,
+                       a.n_inputs, columns, k.splits);
 }
 
 template <DType F>
@@ -1049,6 +1110,7 @@ cudaError_t launch_format(const MatvecArgs& a, int parts, const MmaGroupedRows* 
 void allow_hopper_gemm(bool allowed) { g_hopper_gemm_allowed.store(allowed, std::memory_order_relaxed); }
 
 int64_t hopper_expert_gemm_launches() { return g_hopper_expert_launches.load(std::memory_order_relaxed); }
+int64_t segment_gemm_launches() { return g_segment_launches.load(std::memory_order_relaxed); }
 
 bool hopper_gemm_active() {
 #if defined(FIRELINE_CUDA_SM90A)
@@ -1080,16 +1142,36 @@ size_t mma_grouped_scratch_bytes(int64_t x_rows, int64_t n_pairs, int64_t n_expe
 }
 
 size_t matmul_mma_scratch_bytes(const MatvecArgs& a, int parts) {
-  // the split inputs, then the K splits' partial outputs [splits][n_inputs][M]
+  // the split inputs, then the K splits' partial outputs [splits][n_inputs][M, or the segments' rows]
+  MatvecArgs args = a;
+  int64_t columns = 0;
+  const int64_t row_tiles = number_row_tiles(args, &columns);
   const KSplits k =
-      plan_k_splits(a.M, a.n_inputs, a.K, a.weight_type, dense_tile_rows(a.M, a.n_inputs, a.weight_type, parts),
+      plan_k_splits(row_tiles, a.n_inputs, a.K, a.weight_type, dense_tile_rows(row_tiles, a.n_inputs, a.weight_type, parts),
                     plain_blocks_per_sm(a.weight_type, parts));
-  const size_t partial = k.splits > 1 ? static_cast<size_t>(k.splits) * a.n_inputs * a.M * sizeof(float) : 0;
+  const size_t partial = k.splits > 1 ? static_cast<size_t>(k.splits) * a.n_inputs * columns * sizeof(float) : 0;
   return mma_scratch_bytes(a.n_inputs, a.K, parts) + partial;
 }
 
+bool matmul_mma_takes_segments(const MatvecArgs& a, int parts) {
+  if (a.n_segments < 1 || a.n_segments > kMaxMatvecSegments || a.expert_ids || a.n_inputs < 2) return false;
+  for (int s = 0; s < a.n_segments; ++s)
+    if (a.segments[s].M <= 0) return false;
+  return takes_pipelined(a.weight_type, parts) && hopper_gemm_active();
+}
+
 cudaError_t launch_matmul_mma(const MatvecArgs& a, int parts, cudaStream_t stream, const MmaGroupedRows* grouped) {
-  if (a.n_segments != 0 || (a.expert_ids && !grouped) || a.M <= 0 || a.K <= 0) return cudaErrorInvalidValue;
+  if (a.n_segments != 0 && (grouped || !matmul_mma_takes_segments(a, parts))) return cudaErrorInvalidValue;
+  if (a.n_segments != 0) {  // several matrices of one input: a.M is unused
+    if (a.K <= 0) return cudaErrorInvalidValue;
+    g_segment_launches.fetch_add(1, std::memory_order_relaxed);
+    switch (a.weight_type) {
+      case DType::hfq4_g256: return launch_parts<DType::hfq4_g256, 1>(a, nullptr, stream);
+      case DType::hfq4_g128: return launch_parts<DType::hfq4_g128, 1>(a, nullptr, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  }
+  if ((a.expert_ids && !grouped) || a.M <= 0 || a.K <= 0) return cudaErrorInvalidValue;
   if (!grouped && a.n_inputs == 0) return cudaSuccess;
   if (grouped && a.n_inputs <= 0) return cudaErrorInvalidValue;  // n_inputs: the routed pairs
   if (grouped && grouped->max_items == 0) return cudaSuccess;
@@ -1126,7 +1208,9 @@ bool matmul_mma_supports(DType) { return false; }
 size_t mma_scratch_bytes(int64_t, int64_t, int) { return 0; }
 size_t mma_grouped_scratch_bytes(int64_t, int64_t, int64_t, int64_t, DType, int, bool) { return 0; }
 int64_t hopper_expert_gemm_launches() { return 0; }
+int64_t segment_gemm_launches() { return 0; }
 size_t matmul_mma_scratch_bytes(const MatvecArgs&, int) { return 0; }
+bool matmul_mma_takes_segments(const MatvecArgs&, int) { return false; }
 cudaError_t launch_matmul_mma(const MatvecArgs&, int, cudaStream_t, const MmaGroupedRows*) {
   return cudaErrorInvalidValue;
 }

@@ -19,6 +19,8 @@ bool hopper_gemm_active();
 // How many grouped (expert) products this process has launched on the Hopper kernel
 // (MmaGroupedRows::hopper); for tests that check the path ran.
 int64_t hopper_expert_gemm_launches();
+// How many products of several matrices (segments, matmul_mma_takes_segments) it has launched.
+int64_t segment_gemm_launches();
 
 // Whether this build has the mma.sync GEMM (CUDA, sm_80 and later; not HIP) and it takes `type`.
 bool matmul_mma_supports(DType type);
@@ -62,6 +64,12 @@ size_t mma_grouped_scratch_bytes(int64_t x_rows, int64_t n_pairs, int64_t n_expe
 size_t matmul_mma_scratch_bytes(const MatvecArgs& a, int parts);
 cudaError_t launch_matmul_mma(const MatvecArgs& a, int parts, cudaStream_t stream,
                               const MmaGroupedRows* grouped = nullptr);
+// Whether launch_matmul_mma takes a plain product of several matrices of one input in one launch
+// (a.segments: q/k/v or gate/up at many inputs; each segment's output [n_inputs, M_s] contiguous;
+// a.M unused): the inputs split once, the segments' row tiles and K splits in one grid, one
+// K-split sum. Hopper's wgmma kernel only (one piece, HFQ4, a 9.0 GPU); otherwise the caller runs
+// the products one by one. matmul_mma_scratch_bytes covers it.
+bool matmul_mma_takes_segments(const MatvecArgs& a, int parts);
 
 // Sorts the routed pairs (ids [n_pairs], expert ids < n_experts) by expert into pair_ids and cuts
 // them into work items of at most 16 or 64 pairs (items: max_work_items(n_pairs, n_experts) of them,
