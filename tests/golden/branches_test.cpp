@@ -214,6 +214,24 @@ TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
   EXPECT_LE(diff, 1e-4f * largest) << "group_gemm moved a 36-token chunk's logits";
   if (cuda_hopper_gemm_active(*w.backends[0]))
     EXPECT_GT(cuda_group_gemm_launches(), launches) << "no product of the chunk ran as one launch";
+  // Fewer inputs than the GEMM takes (prompts of 5, 9 and 13 tokens, then three sequences
+  // decoding together) keep each product's matvec: the same bytes as the default, no launch.
+  const int64_t before_small = cuda_group_gemm_launches();
+  std::vector<std::unique_ptr<Sequence>> seqs[2];
+  std::vector<Sequence*> ptrs[2];
+  for (int i = 0; i < 2; ++i)
+    for (size_t n : {5, 9, 13}) {
+      seqs[i].push_back(w.models[i]->new_sequence({static_cast<int64_t>(ids.size()) + 8, DType::q8_0, true}));
+      w.models[i]->forward(*seqs[i].back(), std::span<const int32_t>(ids).first(n), LogitsMode::last);
+      ptrs[i].push_back(seqs[i].back().get());
+    }
+  for (size_t t = 0; t < 3; ++t) {
+    const int32_t step_ids[3] = {ids[20 + t], ids[25 + t], ids[30 + t]};
+    EXPECT_TRUE(
+        same_bytes(w.models[0]->forward_batch(ptrs[0], step_ids), w.models[1]->forward_batch(ptrs[1], step_ids)))
+        << "a batched step of three sequences, " << t;
+  }
+  EXPECT_EQ(cuda_group_gemm_launches(), before_small) << "fewer than 16 inputs took the grouped GEMM";
 }
 
 INSTANTIATE_TEST_SUITE_P(Hf4Fixtures, GpuSwitches,

@@ -1196,7 +1196,9 @@ Tensor head_view(const Tensor& rows, int64_t col0, int64_t heads, int64_t dim) {
 // bf16 GEMM budget above), one launch counted where the Hopper kernel runs (elsewhere the
 // products run one by one). Cases: the 26B's q/k/v at 64 inputs (few tiles: K split, the
 // segmented K-split sum), two G128 matrices with partial tiles, four segments with more tiles
-// than SMs (no split, 128-input tiles, a partial one), and a partial 64-input tile.
+// than SMs (no split, 128-input tiles, a partial one), a partial 64-input tile, and four
+// segments with a K split (Qwen3.5's delta-net projections: two of 32 rows). Below kMmaMinInputs
+// the products keep their matvecs (batched decode's bits per sequence): no launch at 15 inputs.
 TEST_F(CudaOps, GroupGemmOneLaunchForSeveralMatrices) {
   BackendOptions options;
   options.tensor_core_precision = TensorCorePrecision::bf16;
@@ -1210,7 +1212,8 @@ TEST_F(CudaOps, GroupGemmOneLaunchForSeveralMatrices) {
   const Case cases[] = {{DType::hfq4_g256, 64, 2816, {4096, 2048, 2048}},
                         {DType::hfq4_g128, 64, 704, {300, 77}},
                         {DType::hfq4_g256, 300, 1024, {8300, 1000, 513, 64}},
-                        {DType::hfq4_g256, 17, 352, {200, 130}}};
+                        {DType::hfq4_g256, 17, 352, {200, 130}},
+                        {DType::hfq4_g256, 64, 2048, {4096, 1024, 32, 32}}};
   for (const Case& c : cases) {
     const size_t n = c.M.size();
     std::string what = std::string("group GEMM ") + std::string(dtype_name(c.type)) + " T=" + std::to_string(c.T) +
@@ -1236,6 +1239,20 @@ TEST_F(CudaOps, GroupGemmOneLaunchForSeveralMatrices) {
       expect_close(out[i], dot_budget(c.K), what + " product " + std::to_string(i));
     }
   }
+  // 15 inputs: the one-by-one matvecs, the same bits as the default backend's
+  Twin x = twin_random(DType::f32, {15, 704});
+  Twin w1 = twin_random(DType::hfq4_g256, {300, 704}, 0.5f), w2 = twin_random(DType::hfq4_g256, {64, 704}, 0.5f);
+  Twin o1 = twin_output(DType::f32, {15, 300}), o2 = twin_output(DType::f32, {15, 64});
+  const Tensor outs[] = {o1.gpu, o2.gpu};
+  const Tensor* weights[] = {&w1.gpu, &w2.gpu};
+  const int64_t before = cuda_group_gemm_launches();
+  grouped->matmul_group(outs, x.gpu, weights);
+  grouped->synchronize();
+  EXPECT_EQ(cuda_group_gemm_launches(), before) << "15 inputs took the grouped GEMM";
+  const std::vector<uint8_t> got1 = gpu_bytes(o1), got2 = gpu_bytes(o2);
+  gpu_->matmul_group(outs, x.gpu, weights);
+  EXPECT_EQ(gpu_bytes(o1), got1);
+  EXPECT_EQ(gpu_bytes(o2), got2);
 }
 
 // Gated DeltaNet (Qwen3.5). The conv sums the same products in the same order on both sides

@@ -54,7 +54,9 @@ struct MatvecArgs {
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
   // Grouped: with n_segments > 0 the out/weight/M/row_bytes above are ignored and each segment
-  // is multiplied by the one input row (n_inputs == 1, no experts), all in one launch.
+  // is multiplied by the inputs, all in one launch: the one input row on the matvec kernels
+  // (launch_matvec_group), or many inputs on the GEMM (launch_matmul_mma, where
+  // matmul_mma_takes_segments; each segment's output [n_inputs, M] contiguous). No experts.
   int n_segments = 0;
   MatvecSegment segments[kMaxMatvecSegments];
   // Gated (a gated MLP's input half in one launch): out[i, m] = act(gate_i[m] . x) * (up_i[m] . x)

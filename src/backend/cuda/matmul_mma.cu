@@ -1154,7 +1154,10 @@ size_t matmul_mma_scratch_bytes(const MatvecArgs& a, int parts) {
 }
 
 bool matmul_mma_takes_segments(const MatvecArgs& a, int parts) {
-  if (a.n_segments < 1 || a.n_segments > kMaxMatvecSegments || a.expert_ids || a.n_inputs < 2) return false;
+  // (from kMmaMinInputs inputs, as a plain product takes the GEMM: below, each product's matvec
+  // gives every input the bits it gets alone, which batched decode keeps)
+  if (a.n_segments < 1 || a.n_segments > kMaxMatvecSegments || a.expert_ids || a.n_inputs < kMmaMinInputs)
+    return false;
   for (int s = 0; s < a.n_segments; ++s)
     if (a.segments[s].M <= 0) return false;
   return takes_pipelined(a.weight_type, parts) && hopper_gemm_active();
@@ -1164,12 +1167,11 @@ cudaError_t launch_matmul_mma(const MatvecArgs& a, int parts, cudaStream_t strea
   if (a.n_segments != 0 && (grouped || !matmul_mma_takes_segments(a, parts))) return cudaErrorInvalidValue;
   if (a.n_segments != 0) {  // several matrices of one input: a.M is unused
     if (a.K <= 0) return cudaErrorInvalidValue;
-    g_segment_launches.fetch_add(1, std::memory_order_relaxed);
-    switch (a.weight_type) {
-      case DType::hfq4_g256: return launch_parts<DType::hfq4_g256, 1>(a, nullptr, stream);
-      case DType::hfq4_g128: return launch_parts<DType::hfq4_g128, 1>(a, nullptr, stream);
-      default: return cudaErrorInvalidValue;
-    }
+    const cudaError_t err = a.weight_type == DType::hfq4_g256   ? launch_parts<DType::hfq4_g256, 1>(a, nullptr, stream)
+                            : a.weight_type == DType::hfq4_g128 ? launch_parts<DType::hfq4_g128, 1>(a, nullptr, stream)
+                                                                : cudaErrorInvalidValue;
+    if (err == cudaSuccess) g_segment_launches.fetch_add(1, std::memory_order_relaxed);
+    return err;
   }
   if ((a.expert_ids && !grouped) || a.M <= 0 || a.K <= 0) return cudaErrorInvalidValue;
   if (!grouped && a.n_inputs == 0) return cudaSuccess;
