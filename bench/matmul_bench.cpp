@@ -8,7 +8,8 @@
 // pass, as a decode step reads each weight once): bracketing one launch with events measured
 // launch latency on the small matrices.
 //   matmul_bench [--quick] [--shape SUBSTR]   (--quick: 1, 64 and 512 inputs only; --shape: the
-//   shapes whose name holds SUBSTR, e.g. "26b gate_up", or "experts" for the grouped experts)
+//   shapes whose name holds SUBSTR, e.g. "26b gate_up", "experts" for the grouped experts (also
+//   on the Hopper kernel, "1w"), or "q/k/v" for three products one by one against one launch)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -215,10 +216,15 @@ int main(int argc, char** argv) {
       cuda_ok(cudaMemcpy(d_ids, ids.data(), pairs * 4, cudaMemcpyHostToDevice), "copy ids");
       float* hidden = nullptr;
       cuda_ok(cudaMalloc(&hidden, pairs * 2 * I * 4), "hidden");
-      for (int pieces : {1, 2, 3}) {  // (expert items gather their rows: never the Hopper kernel)
+      // variant 0: one piece with the 64-pair items on the Hopper kernel (MmaGroupedRows::hopper,
+      // their pairs gathered into tiles: BackendOptions::hopper_expert_gemm), "1w"; else pieces
+      for (int variant : {0, 1, 2, 3}) {
+        const int pieces = variant == 0 ? 1 : variant;
+        if (variant == 0 && (fl::cuda::grouped_tile_rows(pairs, E) != 64 || !fl::cuda::hopper_gemm_active())) continue;
         fl::cuda::MmaGroupedRows grouped;
         const double us = time_us(stream, runs, [&] {
           cuda_ok(fl::cuda::launch_moe_sort_pairs(grouped, items, ints, ints + 1, d_ids, pairs, E, stream), "sort");
+          grouped.hopper = variant == 0;
           fl::cuda::MatvecArgs a;
           a.scratch = scratch;
           a.scratch_bytes = scratch_bytes;
@@ -249,8 +255,8 @@ int main(int argc, char** argv) {
         });
         const double flops = 2.0 * pairs * (2 * I * H + H * I);
         const double bytes = static_cast<double>(E) * (2 * I * gu_row + H * down_row);
-        fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", experts_name, T,
-                   piece_label(T, pieces), us, flops / us / 1e6, bytes / us / 1e3);
+        fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", experts_name, T, piece_label(T, variant), us,
+                   flops / us / 1e6, bytes / us / 1e3);
       }
       cudaFree(d_ids);
       cudaFree(items);
@@ -259,6 +265,57 @@ int main(int argc, char** argv) {
     }
     cudaFree(gate_up);
     cudaFree(down);
+  }
+  // Products of one input (26B q/k/v: 4096, 2048 and 2048 rows x 2816) on the Hopper kernel: one
+  // after another ("3 launches": each splits the inputs, multiplies, sums its K splits), and as
+  // one launch of three segments (BackendOptions::group_gemm).
+  const std::string qkv_name = "26b q/k/v";
+  if ((only.empty() || qkv_name.find(only) != std::string::npos) && fl::cuda::hopper_gemm_active()) {
+    const int64_t K = 2816, rows[3] = {4096, 2048, 2048};
+    int64_t row_bytes = 0;
+    void* w = random_hfq4(rows[0] + rows[1] + rows[2], K, &row_bytes);
+    for (int64_t T : {int64_t{64}, int64_t{512}, int64_t{4096}}) {
+      if (quick && T == 4096) continue;
+      fl::cuda::MatvecArgs a;
+      a.x = x;
+      a.x_stride = K;
+      a.weight_type = fl::DType::hfq4_g256;
+      a.K = K;
+      a.n_inputs = T;
+      a.act_pieces = 1;
+      a.scratch = scratch;
+      a.scratch_bytes = scratch_bytes;
+      a.n_segments = 3;
+      int64_t first_row = 0, first_out = 0;
+      for (int i = 0; i < 3; ++i) {
+        a.segments[i].out = out + first_out;
+        a.segments[i].weight = static_cast<const uint8_t*>(w) + first_row * row_bytes;
+        a.segments[i].M = rows[i];
+        a.segments[i].row_bytes = row_bytes;
+        first_row += rows[i];
+        first_out += T * rows[i];
+      }
+      for (bool one_launch : {false, true}) {
+        const double us = time_us(stream, runs, [&] {
+          if (one_launch) return cuda_ok(fl::cuda::launch_matmul_mma(a, 1, stream), "q/k/v grouped");
+          for (int i = 0; i < 3; ++i) {
+            fl::cuda::MatvecArgs p = a;
+            p.n_segments = 0;
+            p.out = a.segments[i].out;
+            p.out_stride = rows[i];
+            p.weight = a.segments[i].weight;
+            p.M = rows[i];
+            p.row_bytes = row_bytes;
+            cuda_ok(fl::cuda::launch_matvec(p, stream), "q/k/v one by one");
+          }
+        });
+        const double flops = 2.0 * T * first_row * K, bytes = static_cast<double>(first_row) * row_bytes;
+        fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n",
+                   qkv_name + (one_launch ? " 1 launch" : " 3 launches"), T, "1w", us, flops / us / 1e6,
+                   bytes / us / 1e3);
+      }
+    }
+    cudaFree(w);
   }
   cudaFree(x);
   cudaFree(out);

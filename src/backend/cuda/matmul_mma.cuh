@@ -75,6 +75,8 @@ bool matmul_mma_takes_segments(const MatvecArgs& a, int parts);
 // them into work items of at most 16 or 64 pairs (items: max_work_items(n_pairs, n_experts) of them,
 // pair_ids: n_pairs, n_items: one int32, all device memory), and fills `out` to use them.
 int64_t max_work_items(int64_t n_pairs, int64_t n_experts);
+// The pairs per work item for these counts: 16 when the experts get few each (batched decode), else 64.
+int grouped_tile_rows(int64_t n_pairs, int64_t n_experts);
 cudaError_t launch_moe_sort_pairs(MmaGroupedRows& out, MmaWorkItem* items, int32_t* n_items, int32_t* pair_ids,
                                   const int32_t* ids, int64_t n_pairs, int64_t n_experts, cudaStream_t stream);
 
