@@ -86,7 +86,8 @@ double time_us(cudaStream_t stream, int runs, Fn&& f) {
   return time_rotating_us(stream, runs, 1, [&](int) { f(); }, 1);
 }
 
-// The pieces column: "1w" for one piece on the Hopper (wgmma) kernel, "1" for one piece on
+// The pieces column: "1w" for one piece on the Hopper (wgmma) kernel ("1w2" at 64 inputs: with
+// the K-split plan of two blocks per SM it had before the one-wave plan), "1" for one piece on
 // mma.sync, 2 and 3 pieces (mma.sync), 0 for the one-input matvec.
 std::string piece_label(int64_t T, int variant) {
   if (T == 1) return "0";
@@ -182,6 +183,13 @@ int main(int argc, char** argv) {
         const double flops = 2.0 * T * s.M * s.K;
         fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, piece_label(T, variant), us,
                    flops / us / 1e6, weight_bytes / us / 1e3);
+        if (variant == 0 && T == 64) {  // "1w2": the K-split plan before the one-wave one (two waves)
+          fl::cuda::allow_one_wave_k_splits(false);
+          const double old_us = time_us(stream, runs, [&] { cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec"); });
+          fl::cuda::allow_one_wave_k_splits(true);
+          fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, "1w2", old_us, flops / old_us / 1e6,
+                     weight_bytes / old_us / 1e3);
+        }
       }
     }
     cudaFree(w);

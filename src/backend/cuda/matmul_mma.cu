@@ -1022,10 +1022,16 @@ KSplits plan_k_splits(int64_t row_tiles, int64_t n_inputs, int64_t K, DType type
 std::atomic<bool> g_hopper_gemm_allowed{true};
 std::atomic<int64_t> g_hopper_expert_launches{0};  // hopper_expert_gemm_launches
 std::atomic<int64_t> g_segment_launches{0};        // segment_gemm_launches
+std::atomic<bool> g_one_wave_k_splits{true};       // allow_one_wave_k_splits
 
-// Blocks of a plain product resident per SM: the Hopper kernel's 64-input tile holds one (its
-// registers), the mma.sync kernels' two.
-int plain_blocks_per_sm(DType type, int parts) { return takes_pipelined(type, parts) && hopper_gemm_active() ? 1 : 2; }
+// Blocks of a plain product resident per SM, for the K-split plan: the Hopper kernel's 64-input
+// tile holds one (its registers), the mma.sync kernels' two (and the Hopper kernel's products are
+// planned as two where a bench asked for the old plan: allow_one_wave_k_splits).
+int plain_blocks_per_sm(DType type, int parts) {
+  return takes_pipelined(type, parts) && hopper_gemm_active() && g_one_wave_k_splits.load(std::memory_order_relaxed)
+             ? 1
+             : 2;
+}
 
 template <DType F, int kParts>
 cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cudaStream_t stream) {
@@ -1080,7 +1086,9 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   const MmaGroupedRows rows = grouped ? *grouped : MmaGroupedRows{};
-  const KSplits k = grouped ? KSplits{} : plan_k_splits(row_tiles, a.n_inputs, a.K, F, tile_rows, hopper ? 1 : 2);
+  // (plain_blocks_per_sm: one for the Hopper kernel, which `hopper` is here for a plain product)
+  const KSplits k =
+      grouped ? KSplits{} : plan_k_splits(row_tiles, a.n_inputs, a.K, F, tile_rows, plain_blocks_per_sm(F, kParts));
   float* partial = k.splits > 1 ? reinterpret_cast<float*>(static_cast<uint8_t*>(a.scratch) +
                                                            mma_scratch_bytes(x_rows, a.K, kParts))
                                 : nullptr;
@@ -1108,6 +1116,7 @@ cudaError_t launch_format(const MatvecArgs& a, int parts, const MmaGroupedRows* 
 }  // namespace
 
 void allow_hopper_gemm(bool allowed) { g_hopper_gemm_allowed.store(allowed, std::memory_order_relaxed); }
+void allow_one_wave_k_splits(bool allowed) { g_one_wave_k_splits.store(allowed, std::memory_order_relaxed); }
 
 int64_t hopper_expert_gemm_launches() { return g_hopper_expert_launches.load(std::memory_order_relaxed); }
 int64_t segment_gemm_launches() { return g_segment_launches.load(std::memory_order_relaxed); }
@@ -1204,6 +1213,7 @@ cudaError_t launch_moe_sort_pairs(MmaGroupedRows& out, MmaWorkItem* items, int32
 #else  // HIP: no mma.sync; launch_matvec keeps its several-input kernel
 
 void allow_hopper_gemm(bool) {}
+void allow_one_wave_k_splits(bool) {}
 bool hopper_gemm_active() { return false; }
 
 bool matmul_mma_supports(DType) { return false; }

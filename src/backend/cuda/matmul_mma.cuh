@@ -16,6 +16,10 @@ namespace fl::cuda {
 void allow_hopper_gemm(bool allowed);
 // Whether it would take them now (allowed, the build carries sm_90a code, the device is a 9.0 one).
 bool hopper_gemm_active();
+// Benches that compare K-split plans: false splits the Hopper kernel's plain products for about
+// two blocks per SM, as before the one-wave plan (matmul_mma.cu, plan_k_splits), which puts them
+// into two waves. Default true. Process-wide; set it while no product is being launched.
+void allow_one_wave_k_splits(bool allowed);
 // How many grouped (expert) products this process has launched on the Hopper kernel
 // (MmaGroupedRows::hopper); for tests that check the path ran.
 int64_t hopper_expert_gemm_launches();
