@@ -1,0 +1,404 @@
+// The op harness (ops_harness.h) for the matrix products and the mixture-of-experts ops: every
+// weight format and odd shape, the one-input matvecs, the tensor-core GEMM, grouped products of
+// one input, the gated matvec and the weight-prefetch switch, routing and the expert products.
+#include <gtest/gtest.h>
+
+#include "ops_harness.h"
+
+namespace fl {
+namespace {
+
+using namespace ops_harness;
+
+TEST_F(CudaOps, MatmulEveryFormatAndOddShape) {
+  for (DType type : kWeightTypes) {
+    if (!has_quant_format(type)) continue;  // formats land in src/quant one by one
+    for (int64_t K : {32, 127, 704, 2112, 2816})
+      for (int64_t M : {1, 3, 17, 128})
+        for (int64_t T : {1, 3, 17}) {
+          Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {T, K});
+          Twin out = twin_output(DType::f32, {T, M});
+          cpu_->matmul(out.cpu, x.cpu, w.cpu);
+          gpu_->matmul(out.gpu, x.gpu, w.gpu);
+          // Reassociation error grows like sqrt(K) for random-sign terms, and with M = T = 1 the
+          // single output may be a small result of cancellation (seen: 1.2e-5 relative at
+          // K = 2816 for one output of 1.02). A wrong scale or a dropped tail group is >= 1e-2.
+          const float budget = dot_budget(K);
+          expect_close(out, budget,
+                       std::string(dtype_name(type)) + " M=" + std::to_string(M) + " K=" + std::to_string(K) +
+                           " T=" + std::to_string(T));
+        }
+  }
+}
+
+// Batch-1 decode matvecs give each warp 1, 2 or 4 rows depending on how many blocks the grid
+// would have (matmul.cu): only matrices of thousands of rows take the 2- and 4-row kernels, and
+// an x that is not 16-byte aligned (here a view one float into its buffer) takes the scalar loads.
+// (HFQ4 picks by warps: 2050 rows take 2 per warp, 4100 and 8453 take 4; 4100 rows of 8448 k, a
+// grid of about one wave with long rows on a GPU of 86+ SMs such as the H200, take 4 steps of
+// loads in flight instead of 2.)
+TEST_F(CudaOps, MatmulSingleInputRowsPerWarpAndUnalignedX) {
+  for (DType type : kWeightTypes) {
+    if (!has_quant_format(type)) continue;
+    for (int64_t M : {2050, 4100, 8453})  // neither a multiple of 32
+      for (int64_t K : {704, 2112, 8448})
+        for (bool aligned : {true, false}) {
+          // The plain formats share the chunk code path: one K is enough (the CPU oracle's f32
+          // loops over 18M weights cost seconds); the long rows only where they change the kernel.
+          if (K != 704 && (type == DType::f32 || type == DType::f16 || type == DType::bf16)) continue;
+          if (K == 8448 && (M != 4100 || (type != DType::hfq4_g256 && type != DType::hfq4_g128))) continue;
+          Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {1, K + 1});
+          Twin out = twin_output(DType::f32, {1, M});
+          const int64_t offset = aligned ? 0 : 1;
+          cpu_->matmul(out.cpu, x.cpu.narrow(1, offset, K), w.cpu);
+          gpu_->matmul(out.gpu, x.gpu.narrow(1, offset, K), w.gpu);
+          expect_close(out, dot_budget(K),
+                       std::string(dtype_name(type)) + " M=" + std::to_string(M) + " K=" + std::to_string(K) +
+                           (aligned ? " aligned x" : " unaligned x"));
+        }
+  }
+}
+
+// A row's product must not depend on how many inputs share the launch (batched decode gives
+// each sequence what it gets alone, bit for bit): on HFQ4 one input runs the rows kernel, 2-15
+// the tokens kernel, which must do the same arithmetic in the same order.
+TEST_F(CudaOps, MatmulHfq4RowsIndependentOfInputCount) {
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
+    for (int64_t K : {127, 704, 2816})
+      for (int64_t M : {130, 2050, 4100}) {
+        const int64_t T = 5;
+        Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {T, K});
+        Twin together = twin_output(DType::f32, {T, M}), alone = twin_output(DType::f32, {T, M});
+        gpu_->matmul(together.gpu, x.gpu, w.gpu);
+        for (int64_t t = 0; t < T; ++t) gpu_->matmul(alone.gpu.slice(t, t + 1), x.gpu.slice(t, t + 1), w.gpu);
+        const std::vector<uint8_t> a = gpu_bytes(together), b = gpu_bytes(alone);
+        EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0) << dtype_name(type) << " M=" << M << " K=" << K << ": "
+                                                                << T << " inputs in one launch differ from one by one";
+      }
+}
+
+// Many inputs on HFQ4 weights take the tensor-core GEMM (matmul_mma.cu: 64 inputs x 128 rows per
+// block, bf16 pieces of the inputs times the exact 4-bit codes, the group's scale and min in f32).
+// It must meet the matvec's budget: with the default three pieces the products are the f32 ones.
+// Shapes cross every tile edge: T = 15 (the matvec kernel, just below the GEMM), 16, 64, 65, 200
+// inputs; M = 1, 130 and 300 rows (partial row tiles); K = 80 (Q8_0: an odd block count, the
+// last stage's second block absent), 176 (not a multiple of a 64-wide stage, the G128 tail block
+// half used), 704 and 2816 (G256 tail blocks); an x view one float into its buffer takes the
+// scalar input loads. Q8_0 (the LM head's format) applies its scale per 32-wide block.
+TEST_F(CudaOps, MatmulTensorCoreGemmManyInputs) {
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128, DType::q8_0})
+    for (int64_t T : {15, 16, 64, 65, 200})
+      for (int64_t M : {1, 130, 300})
+        for (int64_t K : {80, 176, 704, 2816})
+          for (bool aligned : {true, false}) {
+            if (!aligned && (M != 130 || T != 65)) continue;
+            Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {T, K + 1});
+            Twin out = twin_output(DType::f32, {T, M});
+            const int64_t offset = aligned ? 0 : 1;
+            cpu_->matmul(out.cpu, x.cpu.narrow(1, offset, K), w.cpu);
+            gpu_->matmul(out.gpu, x.gpu.narrow(1, offset, K), w.gpu);
+            expect_close(out, dot_budget(K),
+                         std::string(dtype_name(type)) + " T=" + std::to_string(T) + " M=" + std::to_string(M) +
+                             " K=" + std::to_string(K) + (aligned ? "" : " unaligned x"));
+          }
+}
+
+// matmul_group: one launch for several weights of one input at batch 1 (segments of different
+// heights, 1 to 4 of them); other shapes fall back to one matmul each. Against the CPU's
+// separate matmuls, within the matmul budget.
+TEST_F(CudaOps, MatmulGroupOneLaunchForSeveralWeights) {
+  const std::vector<std::vector<int64_t>> groups = {{4096, 1024, 1024}, {2112, 2112}, {17}, {300, 5, 2048, 129}};
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128, DType::q8_0, DType::f32}) {
+    if (!has_quant_format(type)) continue;
+    for (int64_t K : {768, 2816})
+      for (const auto& heights : groups)
+        for (int64_t T : {1, 3}) {
+          std::vector<Twin> weights, outs;
+          for (int64_t M : heights) {
+            weights.push_back(twin_random(type, {M, K}, 0.5f));
+            outs.push_back(twin_output(DType::f32, {T, M}));
+          }
+          Twin x = twin_random(DType::f32, {T, K});
+          std::vector<Tensor> cpu_outs, gpu_outs;
+          std::vector<const Tensor*> cpu_w, gpu_w;
+          for (size_t i = 0; i < heights.size(); ++i) {
+            cpu_outs.push_back(outs[i].cpu), gpu_outs.push_back(outs[i].gpu);
+            cpu_w.push_back(&weights[i].cpu), gpu_w.push_back(&weights[i].gpu);
+          }
+          cpu_->matmul_group(cpu_outs, x.cpu, cpu_w);
+          gpu_->matmul_group(gpu_outs, x.gpu, gpu_w);
+          for (size_t i = 0; i < heights.size(); ++i)
+            expect_close(outs[i], dot_budget(K),
+                         std::string(dtype_name(type)) + " segment " + std::to_string(i) + " of " +
+                             std::to_string(heights.size()) + " K=" + std::to_string(K) + " T=" + std::to_string(T));
+        }
+  }
+  // Mixed formats take the fallback: still right.
+  Twin a = twin_random(DType::hfq4_g256, {64, 512}), b = twin_random(DType::q8_0, {32, 512}),
+       x = twin_random(DType::f32, {1, 512});
+  Twin oa = twin_output(DType::f32, {1, 64}), ob = twin_output(DType::f32, {1, 32});
+  const Tensor cpu_o[] = {oa.cpu, ob.cpu}, gpu_o[] = {oa.gpu, ob.gpu};
+  const Tensor* cpu_w[] = {&a.cpu, &b.cpu};
+  const Tensor* gpu_w[] = {&a.gpu, &b.gpu};
+  cpu_->matmul_group(cpu_o, x.cpu, cpu_w);
+  gpu_->matmul_group(gpu_o, x.gpu, gpu_w);
+  expect_close(oa, kSumBudget * 2, "mixed formats, first");
+  expect_close(ob, kSumBudget * 2, "mixed formats, second");
+}
+
+// A gated MLP's input half in one launch (HFQ4 at one input row, BackendOptions::gated_matvec):
+// the same bits as the two products and gated_activation on the GPU, and close to the CPU oracle;
+// other formats and several rows take the default and must still be right.
+TEST_F(CudaOps, MatmulGatedMatchesTheTwoProductsAndTheActivation) {
+  BackendOptions options;
+  options.gated_matvec = true;
+  auto fused = make_backend("cuda", options);
+  struct Case {
+    DType type;
+    int64_t I, K, T;
+  };
+  const Case cases[] = {{DType::hfq4_g256, 2112, 2816, 1}, {DType::hfq4_g256, 17, 768, 1},
+                        {DType::hfq4_g128, 1408, 2816, 1}, {DType::hfq4_g128, 176, 704, 1},
+                        {DType::hfq4_g256, 2112, 8448, 1}, {DType::hfq4_g256, 300, 2816, 3},
+                        {DType::q8_0, 300, 768, 1}};
+  for (const Case& c : cases)
+    for (Activation act : {Activation::gelu_tanh, Activation::silu}) {
+      if (!has_quant_format(c.type)) continue;
+      const std::string what = std::string(dtype_name(c.type)) + " I=" + std::to_string(c.I) +
+                               " K=" + std::to_string(c.K) + " T=" + std::to_string(c.T) +
+                               (act == Activation::silu ? " silu" : " gelu");
+      Twin gate_w = twin_random(c.type, {c.I, c.K}, 0.5f), up_w = twin_random(c.type, {c.I, c.K}, 0.5f);
+      Twin x = twin_random(DType::f32, {c.T, c.K});
+      Twin out = twin_output(DType::f32, {c.T, c.I}), up = twin_output(DType::f32, {c.T, c.I});
+      cpu_->matmul_gated(out.cpu, up.cpu, x.cpu, gate_w.cpu, up_w.cpu, act);
+      fused->matmul_gated(out.gpu, up.gpu, x.gpu, gate_w.gpu, up_w.gpu, act);
+      fused->synchronize();  // (another backend's stream: done before this one reads)
+      // the activation of two dots: the products' budget, plus tanh/exp's ulps
+      expect_close(out, dot_budget(c.K) * 2, "matmul_gated " + what);
+      // the separate ops on the GPU: bit for bit
+      Twin gate2 = twin_output(DType::f32, {c.T, c.I}), up2 = twin_output(DType::f32, {c.T, c.I});
+      const Tensor outs[] = {gate2.gpu, up2.gpu};
+      const Tensor* weights[] = {&gate_w.gpu, &up_w.gpu};
+      gpu_->matmul_group(outs, x.gpu, weights);
+      gpu_->gated_activation(gate2.gpu, gate2.gpu, up2.gpu, act);
+      EXPECT_EQ(gpu_bytes(out), gpu_bytes(gate2)) << what << ": the fused form differs from the separate ops";
+    }
+}
+
+// Decode's early L2 prefetch of a matvec's rows (BackendOptions::weight_prefetch) moves no
+// numbers: off and on give the same bits, for one matrix and a group of them.
+TEST_F(CudaOps, WeightPrefetchOffGivesTheSameBits) {
+  BackendOptions options;
+  options.weight_prefetch = false;
+  auto plain = make_backend("cuda", options);
+  for (DType type : {DType::hfq4_g256, DType::q8_0, DType::bf16}) {
+    if (!has_quant_format(type)) continue;
+    const std::string what = std::string("weight_prefetch off ") + std::string(dtype_name(type));
+    Twin w = twin_random(type, {1024, 2816}, 0.5f), w2 = twin_random(type, {256, 2816}, 0.5f);
+    Twin x = twin_random(DType::f32, {1, 2816});
+    Twin out = twin_output(DType::f32, {1, 1024}), out2 = twin_output(DType::f32, {1, 256});
+    // (each launch writes over NaN: a launch that stored nothing cannot pass)
+    const std::vector<uint8_t> nan_bytes(out.host.size(), 0xff), nan_bytes2(out2.host.size(), 0xff);
+    auto poison = [&] {
+      gpu_->copy_to_device(out.gpu, nan_bytes.data());
+      gpu_->copy_to_device(out2.gpu, nan_bytes2.data());
+    };
+    gpu_->matmul(out.gpu, x.gpu, w.gpu);
+    const std::vector<uint8_t> with_prefetch = gpu_bytes(out);
+    poison();
+    plain->matmul(out.gpu, x.gpu, w.gpu);
+    plain->synchronize();
+    EXPECT_EQ(gpu_bytes(out), with_prefetch) << what;
+    const Tensor outs[] = {out.gpu, out2.gpu};
+    const Tensor* weights[] = {&w.gpu, &w2.gpu};
+    gpu_->matmul_group(outs, x.gpu, weights);
+    const std::vector<uint8_t> group_a = gpu_bytes(out), group_b = gpu_bytes(out2);
+    poison();
+    plain->matmul_group(outs, x.gpu, weights);
+    plain->synchronize();
+    EXPECT_EQ(gpu_bytes(out), group_a) << what << " (group)";
+    EXPECT_EQ(gpu_bytes(out2), group_b) << what << " (group)";
+    // and the oracle, so that two equally wrong paths do not pass
+    cpu_->matmul(out.cpu, x.cpu, w.cpu);
+    expect_close(out, dot_budget(2816), what);
+  }
+}
+
+TEST_F(CudaOps, MoeRouteAndExperts) {
+  // Routing alone over the kernels' size classes: one warp per token holding 4 (<= 128 experts)
+  // or 16 (<= 512, Qwen3.5's 256) per lane, and the block kernel beyond; T = 17 leaves a block
+  // of the warp kernel part-empty.
+  for (int64_t T : {1, 17})
+    for (int64_t E : {256, 600}) {
+      Twin logits = twin_random(DType::f32, {T, E}, 2.0f), scale = twin_random(DType::bf16, {E});
+      Twin w = twin_output(DType::f32, {T, 8}), ids = twin_output(DType::i32, {T, 8});
+      cpu_->moe_route(w.cpu, ids.cpu, logits.cpu, &scale.cpu);
+      gpu_->moe_route(w.gpu, ids.gpu, logits.gpu, &scale.gpu);
+      expect_identical(ids, "moe_route ids E=" + std::to_string(E));
+      expect_close(w, kUlpBudget * 8, "moe_route weights E=" + std::to_string(E));
+    }
+  for (int64_t T : {1, 3, 17}) {
+    for (int64_t E : {8, 128}) {
+      const int64_t K = E == 8 ? 2 : 8;
+      Twin logits = twin_random(DType::f32, {T, E}, 2.0f), scale = twin_random(DType::bf16, {E});
+      Twin w = twin_output(DType::f32, {T, K}), ids = twin_output(DType::i32, {T, K});
+      cpu_->moe_route(w.cpu, ids.cpu, logits.cpu, &scale.cpu);
+      gpu_->moe_route(w.gpu, ids.gpu, logits.gpu, &scale.gpu);
+      expect_identical(ids, "moe_route ids");
+      expect_close(w, kUlpBudget * 8, "moe_route weights");
+
+      for (DType type : kWeightTypes) {
+        if (!has_quant_format(type)) continue;
+        const int64_t H = 256, I = 176;  // I = 176: the down projection's K is not a multiple of 128
+        Twin gate_up = twin_random(type, {E, 2 * I, H}, 0.3f), down = twin_random(type, {E, H, I}, 0.3f);
+        Twin x = twin_random(DType::f32, {T, H});
+        Twin out = twin_output(DType::f32, {T, H});
+        cpu_->moe_experts(out.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, Activation::gelu_tanh);
+        // both sides use the CPU's routing so that the expert maths alone is compared
+        gpu_->copy_to_device(w.gpu, w.host.data());
+        gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
+        expect_close(out, kSumBudget, std::string("moe_experts ") + std::string(dtype_name(type)));
+        // SiLU (Qwen3.5's experts; HFQ4's matvec path fuses it into the gate_up product)
+        Twin silu_out = twin_output(DType::f32, {T, H});
+        cpu_->moe_experts(silu_out.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, Activation::silu);
+        gpu_->moe_experts(silu_out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::silu);
+        expect_close(silu_out, kSumBudget, std::string("moe_experts silu ") + std::string(dtype_name(type)));
+        // BackendOptions::gated_matvec: the matvec path's gate_up product applies the activation
+        // itself (HFQ4), with the same bits as the product and gated_activation apart
+        {
+          BackendOptions gated_options;
+          gated_options.gated_matvec = true;
+          auto gated = make_backend("cuda", gated_options);
+          const std::vector<uint8_t> apart = gpu_bytes(silu_out);
+          gated->moe_experts(silu_out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::silu);
+          gated->synchronize();
+          EXPECT_EQ(gpu_bytes(silu_out), apart) << "moe_experts gated matvec " << dtype_name(type) << " T=" << T;
+        }
+        // --ep: the pairs of experts outside [E/4, 3E/4) become id -1 (moe_keep_experts on each
+        // side) and are not run, on the matvec path (T = 1, 3) and the grouped GEMM's (T = 17).
+        Twin kept_ids = twin_bytes(DType::i32, {T, K}, ids.host.data());
+        Twin kept_w = twin_bytes(DType::f32, {T, K}, w.host.data());
+        cpu_->moe_keep_experts(kept_ids.cpu, kept_w.cpu, E / 4, E / 2);
+        gpu_->moe_keep_experts(kept_ids.gpu, kept_w.gpu, E / 4, E / 2);
+        Twin kept_out = twin_output(DType::f32, {T, H});
+        cpu_->moe_experts(kept_out.cpu, x.cpu, gate_up.cpu, down.cpu, kept_ids.cpu, kept_w.cpu, Activation::gelu_tanh);
+        gpu_->moe_experts(kept_out.gpu, x.gpu, gate_up.gpu, down.gpu, kept_ids.gpu, kept_w.gpu, Activation::gelu_tanh);
+        expect_close(kept_out, kSumBudget, std::string("moe_experts --ep ") + std::string(dtype_name(type)));
+      }
+    }
+  }
+}
+
+// Expert parallelism's filter (--ep): the kernel against the CPU's host default, bit for bit, on
+// routed ids of 128 experts with ranges at the start, the middle and the end of the stack; a
+// pair's weight is kept exactly or zeroed.
+TEST_F(CudaOps, MoeKeepExpertsMatchesTheHostDefault) {
+  for (int64_t T : {1, 17, 300})
+    for (auto [first, count] : {std::pair<int64_t, int64_t>{0, 32}, {40, 24}, {96, 32}, {0, 128}}) {
+      SCOPED_TRACE("T=" + std::to_string(T) + " experts [" + std::to_string(first) + ", " +
+                   std::to_string(first + count) + ")");
+      std::vector<int32_t> id_host(static_cast<size_t>(T * 8));
+      for (size_t i = 0; i < id_host.size(); ++i) id_host[i] = static_cast<int32_t>((i * 37 + 5) % 128);
+      Twin ids = twin_bytes(DType::i32, {T, 8}, id_host.data());
+      Twin w = twin_random(DType::f32, {T, 8});
+      cpu_->moe_keep_experts(ids.cpu, w.cpu, first, count);
+      gpu_->moe_keep_experts(ids.gpu, w.gpu, first, count);
+      expect_identical(ids, "moe_keep_experts ids");
+      expect_identical(w, "moe_keep_experts weights");
+    }
+  Twin ids = twin_output(DType::i32, {2, 8}), halves = twin_output(DType::bf16, {2, 8});
+  EXPECT_ERROR_HAS(gpu_->moe_keep_experts(ids.gpu, halves.gpu, 0, 4), "expected contiguous ids i32 and weights f32");
+  Twin w = twin_output(DType::f32, {2, 8});
+  EXPECT_ERROR_HAS(gpu_->moe_keep_experts(ids.gpu, w.gpu, 3, 0), "are no range");
+}
+
+// Many routed pairs take the grouped tensor-core GEMM: the pairs are sorted by expert on the
+// device (atomics, so in no fixed order) and each expert's matrices are read once per work item.
+// 64 tokens x top-8 over 128 experts (4 pairs per expert on average) run 16-input tiles; 512
+// tokens (32 per expert) 64-input tiles. With expert 0 favoured by every token, one expert gets
+// more pairs than a tile holds (several work items). Checked against the CPU, and twice on the
+// GPU for identical bytes: a pair's output must not depend on the order.
+TEST_F(CudaOps, MoeExpertsGroupedGemm) {
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
+    for (int64_t T : {64, 512})
+      for (bool favoured : {false, true}) {
+        RoutedExperts e = routed_experts(type, T, favoured);
+        Twin &x = e.x, &out = e.out, &gate_up = e.gate_up, &down = e.down, &ids = e.ids, &w = e.w;
+        cpu_->moe_experts(out.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, Activation::gelu_tanh);
+        gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
+        const std::string what = std::string("grouped moe_experts ") + std::string(dtype_name(type)) +
+                                 " T=" + std::to_string(T) + (favoured ? " expert 0 favoured" : "");
+        expect_close(out, kSumBudget, what);
+        const std::vector<uint8_t> first = gpu_bytes(out);
+        gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::gelu_tanh);
+        EXPECT_EQ(first, gpu_bytes(out)) << what << ": the output depends on the order of the sorted pairs";
+      }
+}
+
+// BackendOptions::group_gemm: products of one input at many inputs in one GEMM launch (Hopper's
+// wgmma kernel, bf16 tensor cores): each product close to the CPU's of the rounded inputs (the
+// bf16 GEMM budget of Bf16TensorCoresMultiplyRoundedInputs, ops_test.cpp), one launch counted
+// where the Hopper kernel runs (elsewhere the
+// products run one by one). Cases: the 26B's q/k/v at 64 inputs (few tiles: K split, the
+// segmented K-split sum), two G128 matrices with partial tiles, four segments with more tiles
+// than SMs (no split, 128-input tiles, a partial one), a partial 64-input tile, and four
+// segments with a K split (Qwen3.5's delta-net projections: two of 32 rows). Below kMmaMinInputs
+// the products keep their matvecs (batched decode's bits per sequence): no launch at 15 inputs.
+TEST_F(CudaOps, GroupGemmOneLaunchForSeveralMatrices) {
+  BackendOptions options;
+  options.tensor_core_precision = TensorCorePrecision::bf16;
+  options.group_gemm = true;
+  auto grouped = make_backend("cuda", options);
+  struct Case {
+    DType type;
+    int64_t T, K;
+    std::vector<int64_t> M;
+  };
+  const Case cases[] = {{DType::hfq4_g256, 64, 2816, {4096, 2048, 2048}},
+                        {DType::hfq4_g128, 64, 704, {300, 77}},
+                        {DType::hfq4_g256, 300, 1024, {8300, 1000, 513, 64}},
+                        {DType::hfq4_g256, 17, 352, {200, 130}},
+                        {DType::hfq4_g256, 64, 2048, {4096, 1024, 32, 32}}};
+  for (const Case& c : cases) {
+    const size_t n = c.M.size();
+    std::string what = std::string("group GEMM ") + std::string(dtype_name(c.type)) + " T=" + std::to_string(c.T) +
+                       " K=" + std::to_string(c.K) + " M=";
+    for (int64_t m : c.M) what += std::to_string(m) + ",";
+    Twin x = twin_random(DType::f32, {c.T, c.K});
+    std::vector<Twin> w, out;
+    for (int64_t m : c.M) {
+      w.push_back(twin_random(c.type, {m, c.K}, 0.5f));
+      out.push_back(twin_output(DType::f32, {c.T, m}));
+    }
+    std::vector<Tensor> outs;
+    std::vector<const Tensor*> weights;
+    for (size_t i = 0; i < n; ++i) outs.push_back(out[i].gpu), weights.push_back(&w[i].gpu);
+    const int64_t before = cuda_group_gemm_launches();
+    grouped->matmul_group(outs, x.gpu, weights);
+    grouped->synchronize();
+    EXPECT_EQ(cuda_group_gemm_launches() - before, cuda_hopper_gemm_active(*grouped) ? 1 : 0) << what;
+    HostBuffer rounded;
+    const Tensor x_rounded = rounded_to_bf16(x, rounded);
+    for (size_t i = 0; i < n; ++i) {
+      cpu_->matmul(out[i].cpu, x_rounded, w[i].cpu);
+      expect_close(out[i], dot_budget(c.K), what + " product " + std::to_string(i));
+    }
+  }
+  // 15 inputs: the one-by-one matvecs, the same bits as the default backend's
+  Twin x = twin_random(DType::f32, {15, 704});
+  Twin w1 = twin_random(DType::hfq4_g256, {300, 704}, 0.5f), w2 = twin_random(DType::hfq4_g256, {64, 704}, 0.5f);
+  Twin o1 = twin_output(DType::f32, {15, 300}), o2 = twin_output(DType::f32, {15, 64});
+  const Tensor outs[] = {o1.gpu, o2.gpu};
+  const Tensor* weights[] = {&w1.gpu, &w2.gpu};
+  const int64_t before = cuda_group_gemm_launches();
+  grouped->matmul_group(outs, x.gpu, weights);
+  grouped->synchronize();
+  EXPECT_EQ(cuda_group_gemm_launches(), before) << "15 inputs took the grouped GEMM";
+  const std::vector<uint8_t> got1 = gpu_bytes(o1), got2 = gpu_bytes(o2);
+  gpu_->matmul_group(outs, x.gpu, weights);
+  EXPECT_EQ(gpu_bytes(o1), got1);
+  EXPECT_EQ(gpu_bytes(o2), got2);
+}
+
+}  // namespace
+}  // namespace fl
