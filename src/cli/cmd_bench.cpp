@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,6 +25,29 @@
 namespace fl::cli {
 namespace {
 
+// The GPU backend's switches for A/B timing (BackendOptions): each an on|off flag, reported in
+// the JSON. None changes what the CPU does.
+struct GpuSwitch {
+  const char* flag;
+  bool BackendOptions::*option;
+  const char* json;
+  const char* help;
+};
+constexpr GpuSwitch kGpuSwitches[] = {
+    {"--gated-matvec", &BackendOptions::gated_matvec, "gated_matvec",
+     "on: a gated MLP's gate and up products and its activation in one launch at decode (HFQ4); off (default): two "
+     "products, then the activation (identical results; for A/B timing)"},
+    {"--weight-prefetch", &BackendOptions::weight_prefetch, "weight_prefetch",
+     "on (default): decode's small matrix-vector products pull their rows into L2 while the previous kernel "
+     "finishes; off: they do not (identical results; for A/B timing)"},
+    {"--hopper-experts", &BackendOptions::hopper_expert_gemm, "hopper_experts",
+     "on: a mixture-of-experts model's expert GEMMs (prefill, long batches) on the Hopper wgmma kernel (sm_90, "
+     "--precision bf16); off (default): on mma.sync (identical results; for A/B timing)"},
+    {"--group-gemm", &BackendOptions::group_gemm, "group_gemm",
+     "on: products of one input at many inputs (q/k/v, gate/up) in one GEMM launch (sm_90, --precision bf16); off "
+     "(default): one product after another (results differ only in the order of K-split sums)"},
+};
+
 struct BenchOptions {
   std::string model;
   std::string like;
@@ -42,10 +66,8 @@ struct BenchOptions {
   int tp = 1;  // --tp: ranks of a tensor-parallel split
   bool ep = false;  // --ep: deal the experts out over the ranks too
   std::string branches;  // --branches on|off (BackendOptions::concurrent_branches); empty: the default
-  std::string gated_matvec;     // --gated-matvec on|off (BackendOptions::gated_matvec); empty: the default
-  std::string weight_prefetch;  // --weight-prefetch on|off (BackendOptions::weight_prefetch); empty: the default
-  std::string hopper_experts;   // --hopper-experts on|off (BackendOptions::hopper_expert_gemm); empty: the default
-  std::string group_gemm;       // --group-gemm on|off (BackendOptions::group_gemm); empty: the default
+  // The GPU switches of kGpuSwitches below, as asked (on|off; empty: the default), in its order.
+  std::string gpu_switches[std::size(kGpuSwitches)];
   std::string profiler_region = "none";  // --profiler-region: what an external profiler records
 };
 
@@ -127,10 +149,8 @@ void run_bench(const BenchOptions& opt) {
   std::unique_ptr<ModelSource> source = open_model_or_synthetic("bench", opt.model, opt.like, opt.format);
   BackendOptions backend_options = backend_options_from_flags(opt.precision);
   if (!opt.branches.empty()) backend_options.concurrent_branches = opt.branches == "on";
-  if (!opt.gated_matvec.empty()) backend_options.gated_matvec = opt.gated_matvec == "on";
-  if (!opt.weight_prefetch.empty()) backend_options.weight_prefetch = opt.weight_prefetch == "on";
-  if (!opt.hopper_experts.empty()) backend_options.hopper_expert_gemm = opt.hopper_experts == "on";
-  if (!opt.group_gemm.empty()) backend_options.group_gemm = opt.group_gemm == "on";
+  for (size_t i = 0; i < std::size(kGpuSwitches); ++i)
+    if (!opt.gpu_switches[i].empty()) backend_options.*kGpuSwitches[i].option = opt.gpu_switches[i] == "on";
   auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend, backend_options);
   const auto probe_start = std::chrono::steady_clock::now();
   const RooflineBandwidth bandwidth = roofline_bandwidth(opt, *backend);  // before the model fills memory
@@ -141,12 +161,6 @@ void run_bench(const BenchOptions& opt) {
                                          : tensor_core_precision_name(backend_options.tensor_core_precision);
   // Concurrent branches run side by side on a GPU only (the CPU runs every op in order).
   const bool side_by_side = backend->device() != Device::cpu && backend_options.concurrent_branches;
-  // Likewise the GPU's fused gated matvec and its early weight prefetch (the JSON says what ran).
-  const bool gated_matvec = backend->device() != Device::cpu && backend_options.gated_matvec;
-  const bool weight_prefetch = backend->device() != Device::cpu && backend_options.weight_prefetch;
-  // (asked for: whether the GPU has the Hopper kernel is the backend's to say; docs/cli.md)
-  const bool hopper_experts = backend->device() != Device::cpu && backend_options.hopper_expert_gemm;
-  const bool group_gemm = backend->device() != Device::cpu && backend_options.group_gemm;
   const DType kv = kv_type(opt.kv);
   LoadOptions load;
   load.max_seq = std::max<int64_t>(opt.context + opt.gen_tokens + 3, opt.prompt_tokens + 1);
@@ -290,10 +304,6 @@ void run_bench(const BenchOptions& opt) {
                         {"kv", opt.kv},
                         {"precision", precision},
                         {"concurrent_branches", side_by_side},
-                        {"gated_matvec", gated_matvec},
-                        {"weight_prefetch", weight_prefetch},
-                        {"hopper_experts", hopper_experts},
-                        {"group_gemm", group_gemm},
                         {"load_s", load_s},
                         {"prompt_tokens", opt.prompt_tokens},
                         {"prefill_tok_s", prefill},
@@ -309,6 +319,9 @@ void run_bench(const BenchOptions& opt) {
                         {"roofline_tok_s", roofline},
                         {"roofline_ratio", decode / roofline},
                         {"runs", opt.runs}};
+    // What the GPU switches did: as asked on a GPU (whether it has the Hopper kernel is the
+    // backend's to say; docs/cli.md), false on the CPU, which has none of them.
+    for (const GpuSwitch& s : kGpuSwitches) j[s.json] = backend->device() != Device::cpu && backend_options.*s.option;
     if (opt.batch > 1) j["batch"] = {{"sequences", opt.batch}, {"decode_tok_s_total", decode_batch}};
     if (opt.profile) {
       j["profile"] = {{"prefill", prefill_profile.json}, {"decode_per_token", decode_profile.json}};
@@ -387,22 +400,9 @@ void add_bench_command(CLI::App& app) {
                   "experts, a decode step's KV write and attention) side by side on the GPU; off: one after the "
                   "other (identical results; for A/B timing)")
       ->check(CLI::IsMember({"on", "off"}));
-  cmd->add_option("--gated-matvec", opt->gated_matvec,
-                  "on: a gated MLP's gate and up products and its activation in one launch at decode (HFQ4); off "
-                  "(default): two products, then the activation (identical results; for A/B timing)")
-      ->check(CLI::IsMember({"on", "off"}));
-  cmd->add_option("--weight-prefetch", opt->weight_prefetch,
-                  "on (default): decode's small matrix-vector products pull their rows into L2 while the previous "
-                  "kernel finishes; off: they do not (identical results; for A/B timing)")
-      ->check(CLI::IsMember({"on", "off"}));
-  cmd->add_option("--hopper-experts", opt->hopper_experts,
-                  "on: a mixture-of-experts model's expert GEMMs (prefill, long batches) on the Hopper wgmma kernel "
-                  "(sm_90, --precision bf16); off (default): on mma.sync (identical results; for A/B timing)")
-      ->check(CLI::IsMember({"on", "off"}));
-  cmd->add_option("--group-gemm", opt->group_gemm,
-                  "on: products of one input at many inputs (q/k/v, gate/up) in one GEMM launch (sm_90, --precision "
-                  "bf16); off (default): one product after another (results differ only in the order of K-split sums)")
-      ->check(CLI::IsMember({"on", "off"}));
+  for (size_t i = 0; i < std::size(kGpuSwitches); ++i)
+    cmd->add_option(kGpuSwitches[i].flag, opt->gpu_switches[i], kGpuSwitches[i].help)
+        ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--profiler-region", opt->profiler_region,
                   "batch: turn the GPU runtime's profiler on for the last run's batched steps only, for a profiler "
                   "started with recording off (scripts/kernel-times --batch); none (default)")

@@ -1024,6 +1024,13 @@ std::atomic<int64_t> g_hopper_expert_launches{0};  // hopper_expert_gemm_launche
 std::atomic<int64_t> g_segment_launches{0};        // segment_gemm_launches
 std::atomic<bool> g_one_wave_k_splits{true};       // allow_one_wave_k_splits
 
+// Whether a grouped product's items go to the Hopper kernel (MmaGroupedRows::hopper asked for):
+// one piece on HFQ4, 64-pair items, the kernel active. Both the launch and the scratch sizing
+// (mma_grouped_scratch_bytes) decide by it.
+bool hopper_takes_items(bool asked, DType type, int parts, int tile_rows) {
+  return asked && takes_pipelined(type, parts) && tile_rows == kTileT && hopper_gemm_active();
+}
+
 // Blocks of a plain product resident per SM, for the K-split plan: the Hopper kernel's 64-input
 // tile holds one (its registers), the mma.sync kernels' two (and the Hopper kernel's products are
 // planned as two where a bench asked for the old plan: allow_one_wave_k_splits).
@@ -1046,7 +1053,7 @@ cudaError_t launch_parts(const MatvecArgs& a, const MmaGroupedRows* grouped, cud
   // The Hopper kernel (64- and 128-input tiles of plain products; asked for, 64-pair expert items:
   // its inputs arrive tiled, one bulk copy per stage): kWgRows weight rows and kWgThreads threads
   // per block. Expert items have their pairs gathered into one tile per item by the split kernel.
-  const bool hopper_items = kPipelined && grouped && grouped->hopper && tile_rows == kTileT && hopper_gemm_active();
+  const bool hopper_items = grouped && hopper_takes_items(grouped->hopper, F, kParts, tile_rows);
   const bool hopper = hopper_items || (kPipelined && !grouped && hopper_gemm_active());
   if (a.n_segments > 0 && (grouped || !hopper)) return cudaErrorInvalidValue;  // matmul_mma_takes_segments
   const int64_t split_rows = hopper_items ? t_tiles * tile_rows : x_rows;  // (gathered: every item's tile)
@@ -1143,10 +1150,7 @@ size_t mma_scratch_bytes(int64_t x_rows, int64_t K, int parts) {
 size_t mma_grouped_scratch_bytes(int64_t x_rows, int64_t n_pairs, int64_t n_experts, int64_t K, DType type,
                                  int parts, bool hopper) {
   const size_t rows = mma_scratch_bytes(x_rows, K, parts);
-  // the conditions under which launch_parts sends the items to the Hopper kernel
-  if (!hopper || !takes_pipelined(type, parts) || grouped_tile_rows(n_pairs, n_experts) != kTileT ||
-      !hopper_gemm_active())
-    return rows;
+  if (!hopper_takes_items(hopper, type, parts, grouped_tile_rows(n_pairs, n_experts))) return rows;
   return std::max(rows, mma_scratch_bytes(max_work_items(n_pairs, n_experts) * kTileT, K, parts));
 }
 
