@@ -586,11 +586,12 @@ MemoryPlan gemma4_memory_plan(const ModelSource& source, const LoadOptions& o) {
     per_layer_max = std::max(per_layer_max, layer);
     // backend workspace: attention partials (64 split rows per query row: above what plan_attention
     // asks at these step sizes; the backend's workspace grows if it asks more), the bf16 prompt
-    // attention's gathered keys (K and V of every cache row plus the step's, bf16), and expert
-    // intermediates
+    // attention's gathered keys (K and V of every cache row plus the step's, bf16), and the expert
+    // block's intermediates and GEMM inputs
     workspace = std::max({workspace, T * nH * 64 * (D + 2) * 4, 2.0 * nKV * (cache_rows + T) * D * 2});
     if (c.enable_moe_block) {
-      workspace = std::max(workspace, T * c.top_k_experts * (3.0 * c.moe_intermediate_size + H) * 4);
+      workspace = std::max(workspace, moe_experts_workspace(T, c.top_k_experts, c.num_experts, H,
+                                                            c.moe_intermediate_size));
       side_workspace = std::max(side_workspace, concurrent_branch_workspace(T, H, I));  // the dense MLP's
     }
   }

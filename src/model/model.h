@@ -153,6 +153,19 @@ inline double concurrent_branch_workspace(double T, double H, double I) {
   return 3.0 * 2.0 * tile_rows * K + 16.0 * 4.0 * (T < 128.0 ? T : 128.0) * M;
 }
 
+// Backend workspace of one routed-expert block over T tokens with k experts each (of E, hidden
+// H, expert intermediate I): the pairs' intermediates (gate/up [pairs, 2I], activated [pairs, I],
+// outputs [pairs, H], f32) and their sort by expert; and the tensor-core GEMM's split inputs of
+// the wider product's K (H for gate/up, I for down; padded to 256): three bf16 pieces a value and
+// a 4-byte sum per 64 values, counted in the form the Hopper expert kernel gathers (each expert's
+// pairs in whole 64-row tiles, rows rounded to 128: at most pairs + 64 E + 128 rows;
+// BackendOptions::hopper_expert_gemm), an upper bound for the other form (T or pairs rows).
+inline double moe_experts_workspace(double T, double k, double E, double H, double I) {
+  const double pairs = T * k, gathered_rows = pairs + 64.0 * E + 128.0;
+  const double K = static_cast<double>(static_cast<int64_t>((H > I ? H : I) + 255.0) / 256 * 256);
+  return pairs * (3.0 * I + H) * 4.0 + 4.0 * (2.0 * pairs + 4.0 * E + 4.0) + gathered_rows * K * (3.0 * 2.0 + 4.0 / 64.0);
+}
+
 // Whether one sequence's decode step may write its K/V row while its attention reads the cache
 // (a concurrent branch). The attention takes the step's own key and value from the fresh rows,
 // never from the cache; the row written, pos % rows, holds key pos - rows (or nothing yet), which

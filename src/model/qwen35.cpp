@@ -636,7 +636,9 @@ MemoryPlan qwen35_memory_plan(const ModelSource& source, const LoadOptions& o) {
     double ffn = c.moe ? T * (c.num_experts + 2.0 * c.num_experts_per_tok + 2.0 * c.shared_expert_intermediate_size + H + 1) * 4
                        : T * 2.0 * c.intermediate_size * 4;
     per_layer_max = std::max(per_layer_max, std::max(mixer, ffn));
-    if (c.moe) workspace = std::max(workspace, T * c.num_experts_per_tok * (3.0 * c.moe_intermediate_size + H) * 4);
+    if (c.moe)
+      workspace = std::max(workspace, moe_experts_workspace(T, c.num_experts_per_tok, c.num_experts, H,
+                                                            c.moe_intermediate_size));
   }
   // the shared expert's, on the side line of a concurrent branch
   const double side_workspace = c.moe ? concurrent_branch_workspace(T, H, c.shared_expert_intermediate_size) : 0.0;
