@@ -401,10 +401,11 @@ struct BackendOptions {
   // session), the cause not yet found (`fireline bench --gated-matvec on|off`).
   bool gated_matvec = false;
   // Decode's one-input matvecs pull their rows into L2 before waiting for the previous kernel
-  // (programmatic dependent launch) when the grid fits in a wave or so. Off: no early prefetch,
-  // for testing whether it competes with a heavy previous kernel (`fireline bench
-  // --weight-prefetch on|off`). Same numbers either way.
-  bool weight_prefetch = true;
+  // (programmatic dependent launch) when the grid fits in a wave or so. Same numbers either way.
+  // Off by default: the prefetch competes with the previous kernel's own loads; without it decode
+  // ran 31B +4.6 %, 4B +1.1 %, 26B-A4B +0.4 %, 35B-A3B -0.7 % (H100, interleaved A/B,
+  // bench/RESULTS.md twenty-fourth session; `fireline bench --weight-prefetch on|off`).
+  bool weight_prefetch = false;
   // Mixture-of-experts GEMMs (prefill, long batches: 64-pair work items) on the Hopper wgmma
   // kernel, as plain products already are, instead of mma.sync; one-piece (bf16) tensor-core
   // precision on an sm_90 GPU only. The inputs of each item are gathered into a tile of its own
@@ -417,9 +418,10 @@ struct BackendOptions {
   // one GEMM launch: the inputs split once, every matrix's row tiles and K splits in one grid, one
   // K-split sum, instead of three launches per product. Hopper's wgmma kernel only (bf16 tensor
   // cores, an sm_90 GPU); elsewhere the products run one by one. Results move only by the order
-  // of the K-split sums (the split plan counts every matrix's tiles). Off until timed (`fireline
-  // bench --group-gemm on|off`).
-  bool group_gemm = false;
+  // of the K-split sums (the split plan counts every matrix's tiles). On by default: 26B-A4B
+  // batched decode of 64 sequences +2.6 %, 4096-token prefill +2.0 % (H100, interleaved A/B,
+  // bench/RESULTS.md twenty-fourth session); `fireline bench --group-gemm on|off`.
+  bool group_gemm = true;
 };
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.

@@ -38,14 +38,14 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "on: a gated MLP's gate and up products and its activation in one launch at decode (HFQ4); off (default): two "
      "products, then the activation (identical results; for A/B timing)"},
     {"--weight-prefetch", &BackendOptions::weight_prefetch, "weight_prefetch",
-     "on (default): decode's small matrix-vector products pull their rows into L2 while the previous kernel "
-     "finishes; off: they do not (identical results; for A/B timing)"},
+     "on: decode's small matrix-vector products pull their rows into L2 while the previous kernel finishes; off "
+     "(default): they do not (identical results; for A/B timing)"},
     {"--hopper-experts", &BackendOptions::hopper_expert_gemm, "hopper_experts",
      "on: a mixture-of-experts model's expert GEMMs (prefill, long batches) on the Hopper wgmma kernel (sm_90, "
      "--precision bf16); off (default): on mma.sync (identical results; for A/B timing)"},
     {"--group-gemm", &BackendOptions::group_gemm, "group_gemm",
-     "on: products of one input at many inputs (q/k/v, gate/up) in one GEMM launch (sm_90, --precision bf16); off "
-     "(default): one product after another (results differ only in the order of K-split sums)"},
+     "on (default): products of one input at many inputs (q/k/v, gate/up) in one GEMM launch (sm_90, --precision "
+     "bf16); off: one product after another (results differ only in the order of K-split sums)"},
 };
 
 struct BenchOptions {

@@ -150,8 +150,8 @@ INSTANTIATE_TEST_SUITE_P(DenseFixtures, ConcurrentBranches,
                                             ::testing::Values("hf4")),
                          branch_case_name);
 
-// The GPU's switches for A/B timing (BackendOptions::gated_matvec on, weight_prefetch off,
-// hopper_expert_gemm on) move no numbers in the whole model either: the same bytes as the
+// The GPU's switches for A/B timing (BackendOptions::gated_matvec on, weight_prefetch on,
+// hopper_expert_gemm on; each the other way from its default) move no numbers in the whole model either: the same bytes as the
 // defaults on every path above, at both tensor-core precisions (the Hopper expert GEMM takes
 // one-piece products only: bf16). HFQ4 is the format the gated matvec takes; the dense fixtures
 // reach matmul_gated, the MoE ones also the experts' gated product and, in a 36-token chunk, the
@@ -174,7 +174,7 @@ TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
     defaults.tensor_core_precision = precision;
     BackendOptions switched = defaults;
     switched.gated_matvec = true;
-    switched.weight_prefetch = false;
+    switched.weight_prefetch = true;
     switched.hopper_expert_gemm = true;
     TwoWays w = load_two_ways(fire, switched, defaults);
     expect_identical_paths(w, ids);
@@ -196,6 +196,7 @@ TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
   // results by the order of K-split sums only: the chunk's logits within 1e-4 of the largest.
   BackendOptions defaults;
   defaults.tensor_core_precision = TensorCorePrecision::bf16;
+  defaults.group_gemm = false;  // (the default is on: compare against one product after another)
   BackendOptions grouped = defaults;
   grouped.group_gemm = true;
   TwoWays w = load_two_ways(fire, grouped, defaults);

@@ -188,14 +188,14 @@ TEST_F(CudaOps, MatmulGatedMatchesTheTwoProductsAndTheActivation) {
 }
 
 // Decode's early L2 prefetch of a matvec's rows (BackendOptions::weight_prefetch) moves no
-// numbers: off and on give the same bits, for one matrix and a group of them.
-TEST_F(CudaOps, WeightPrefetchOffGivesTheSameBits) {
+// numbers: on and off (the default) give the same bits, for one matrix and a group of them.
+TEST_F(CudaOps, WeightPrefetchGivesTheSameBits) {
   BackendOptions options;
-  options.weight_prefetch = false;
+  options.weight_prefetch = !BackendOptions{}.weight_prefetch;  // the other way from gpu_
   auto plain = make_backend("cuda", options);
   for (DType type : {DType::hfq4_g256, DType::q8_0, DType::bf16}) {
     if (!has_quant_format(type)) continue;
-    const std::string what = std::string("weight_prefetch off ") + std::string(dtype_name(type));
+    const std::string what = std::string("weight_prefetch switched ") + std::string(dtype_name(type));
     Twin w = twin_random(type, {1024, 2816}, 0.5f), w2 = twin_random(type, {256, 2816}, 0.5f);
     Twin x = twin_random(DType::f32, {1, 2816});
     Twin out = twin_output(DType::f32, {1, 1024}), out2 = twin_output(DType::f32, {1, 256});
@@ -206,11 +206,11 @@ TEST_F(CudaOps, WeightPrefetchOffGivesTheSameBits) {
       gpu_->copy_to_device(out2.gpu, nan_bytes2.data());
     };
     gpu_->matmul(out.gpu, x.gpu, w.gpu);
-    const std::vector<uint8_t> with_prefetch = gpu_bytes(out);
+    const std::vector<uint8_t> by_default = gpu_bytes(out);
     poison();
     plain->matmul(out.gpu, x.gpu, w.gpu);
     plain->synchronize();
-    EXPECT_EQ(gpu_bytes(out), with_prefetch) << what;
+    EXPECT_EQ(gpu_bytes(out), by_default) << what;
     const Tensor outs[] = {out.gpu, out2.gpu};
     const Tensor* weights[] = {&w.gpu, &w2.gpu};
     gpu_->matmul_group(outs, x.gpu, weights);
