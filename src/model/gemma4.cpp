@@ -590,8 +590,8 @@ MemoryPlan gemma4_memory_plan(const ModelSource& source, const LoadOptions& o) {
     // block's intermediates and GEMM inputs
     workspace = std::max({workspace, T * nH * 64 * (D + 2) * 4, 2.0 * nKV * (cache_rows + T) * D * 2});
     if (c.enable_moe_block) {
-      workspace = std::max(workspace, moe_experts_workspace(T, c.top_k_experts, c.num_experts, H,
-                                                            c.moe_intermediate_size));
+      workspace =
+          std::max(workspace, moe_experts_workspace(T, c.top_k_experts, c.num_experts, H, c.moe_intermediate_size));
       side_workspace = std::max(side_workspace, concurrent_branch_workspace(T, H, I));  // the dense MLP's
     }
   }

@@ -163,7 +163,8 @@ inline double concurrent_branch_workspace(double T, double H, double I) {
 inline double moe_experts_workspace(double T, double k, double E, double H, double I) {
   const double pairs = T * k, gathered_rows = pairs + 64.0 * E + 128.0;
   const double K = static_cast<double>(static_cast<int64_t>((H > I ? H : I) + 255.0) / 256 * 256);
-  return pairs * (3.0 * I + H) * 4.0 + 4.0 * (2.0 * pairs + 4.0 * E + 4.0) + gathered_rows * K * (3.0 * 2.0 + 4.0 / 64.0);
+  return pairs * (3.0 * I + H) * 4.0 + 4.0 * (2.0 * pairs + 4.0 * E + 4.0) +
+         gathered_rows * K * (3.0 * 2.0 + 4.0 / 64.0);
 }
 
 // Whether one sequence's decode step may write its K/V row while its attention reads the cache

@@ -637,8 +637,8 @@ MemoryPlan qwen35_memory_plan(const ModelSource& source, const LoadOptions& o) {
                        : T * 2.0 * c.intermediate_size * 4;
     per_layer_max = std::max(per_layer_max, std::max(mixer, ffn));
     if (c.moe)
-      workspace = std::max(workspace, moe_experts_workspace(T, c.num_experts_per_tok, c.num_experts, H,
-                                                            c.moe_intermediate_size));
+      workspace = std::max(workspace,
+                           moe_experts_workspace(T, c.num_experts_per_tok, c.num_experts, H, c.moe_intermediate_size));
   }
   // the shared expert's, on the side line of a concurrent branch
   const double side_workspace = c.moe ? concurrent_branch_workspace(T, H, c.shared_expert_intermediate_size) : 0.0;

@@ -423,9 +423,9 @@ TEST_F(CudaOps, MemoryPlanCoversTheExpertBlocksWorkspace) {
         const double split = static_cast<double>(
             std::max(cuda::mma_grouped_scratch_bytes(T, pairs, s.E, s.H, DType::hfq4_g256, parts, true),
                      cuda::mma_grouped_scratch_bytes(pairs, pairs, s.E, s.I, DType::hfq4_g256, parts, true)));
-        const double plan = moe_experts_workspace(static_cast<double>(T), static_cast<double>(s.k),
-                                                  static_cast<double>(s.E), static_cast<double>(s.H),
-                                                  static_cast<double>(s.I));
+        const double plan =
+            moe_experts_workspace(static_cast<double>(T), static_cast<double>(s.k), static_cast<double>(s.E),
+                                  static_cast<double>(s.H), static_cast<double>(s.I));
         EXPECT_LE(head + split, plan) << s.name << " T=" << T << " parts=" << parts;
       }
 }
