@@ -479,22 +479,13 @@ __global__ void __launch_bounds__(kThreads, 2)
 // 128, one code fragment feeds 4 mma per k-step (2 in matmul_mma_kernel), the accumulators (sum
 // and current group, 128 registers) leave one block per SM, and the deep pipeline hides the
 // latency instead. At 16 inputs (sparse expert groups: batched decode's 4 pairs per expert), 1 x 8
-// warps of 16 x 16: the weight bytes bound those, and the pipeline keeps them streaming, deeper
-// than at 64 and 128 inputs: such a block does little arithmetic per byte, so what bounds it is
-// the bytes it has in flight (Little's law: ~3.35 TB/s x ~1.5 us of loaded DRAM latency is ~38 KB
-// per SM), and 4 stages (3 of 4 KB of codes ahead) x 3 blocks fell short: the 26B-A4B's experts
-// at 64 sequences streamed 1.7 TB/s (H100, bench/RESULTS.md twenty-fourth session). 7 stages
-// (6 ahead) keep 3 blocks per SM within the H100's 228 KB of shared memory.
+// warps of 16 x 16: the weight bytes bound those, and the pipeline keeps them streaming.
+constexpr int kStages = 4;
 constexpr int kCodeStride = 12;  // words per row of a stage's codes (8 used): lanes (g, q) hit 32 banks
-constexpr int kAffineRing = 4;   // the wgmma kernel's ring of groups' maps
+constexpr int kAffineRing = 4;
 
 template <int kTileRows>
 struct PipelinedShared {
-  static constexpr int kStages = kTileRows == 16 ? 7 : 4;
-  // The groups whose (scale, min) are in flight: the copies run kStages - 1 stages ahead, at
-  // least 2 stages a group (G128), so at most kStages / 2 + 2 groups: a ring of 8 (a power of two)
-  static constexpr int kAffineRing = kStages <= 4 ? 4 : 8;
-  static_assert(kStages / 2 + 2 <= kAffineRing, "a group's maps are overwritten before they are used");
   uint16_t a[kStages][kTileRows][kAStride];      // bf16 inputs  [stage][t][k position]
   uint32_t codes[kStages][kTileN][kCodeStride];  // raw code bytes [stage][n][k / 8]
   float sums[kStages][kTileRows];                // the stage's input sums [stage][t]
@@ -520,8 +511,6 @@ __global__ void __launch_bounds__(kThreads, kTileRows == 128  ? 1
     matmul_bf16_pipelined_kernel(MatvecArgs a, MmaGroupedRows grouped, SplitInputs in, float* k_partial,
                                  int k_groups_per_split) {
   static_assert(kTileRows == 16 || kTileRows == 64 || kTileRows == 128, "16, 64 or 128 inputs per block");
-  using Shared = PipelinedShared<kTileRows>;
-  constexpr int kStages = Shared::kStages, kAffineRing = Shared::kAffineRing;
   static_assert(F == DType::hfq4_g256 || F == DType::hfq4_g128, "HFQ4 codes");
   constexpr int kWarpsT = kTileRows >= 64 ? 2 : 1, kWarpsN = 8 / kWarpsT;  // warps: inputs x rows
   constexpr int kWarpRows = kTileRows / kWarpsT, kWarpCols = kTileN / kWarpsN;
@@ -533,7 +522,7 @@ __global__ void __launch_bounds__(kThreads, kTileRows == 128  ? 1
   constexpr int kBlockBytes = 8 + kGroup / 2;
   enter_kernel();
   extern __shared__ uint4 smem_raw[];
-  Shared& s = *reinterpret_cast<Shared*>(smem_raw);
+  PipelinedShared<kTileRows>& s = *reinterpret_cast<PipelinedShared<kTileRows>*>(smem_raw);
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const int warp_t = warp / kWarpsN, warp_n = warp % kWarpsN;
   const int g = lane / 4, q = lane % 4;  // mma fragment coordinates
