@@ -584,11 +584,10 @@ MemoryPlan gemma4_memory_plan(const ModelSource& source, const LoadOptions& o) {
     // MoE: router logits, routes, and the router's and experts' own input norms of h
     if (c.enable_moe_block) layer += T * c.num_experts * 4 + T * c.top_k_experts * 8 + 2.0 * T * H * 4;
     per_layer_max = std::max(per_layer_max, layer);
-    // backend workspace: attention partials (64 split rows per query row: above what plan_attention
-    // asks at these step sizes; the backend's workspace grows if it asks more), the bf16 prompt
-    // attention's gathered keys (K and V of every cache row plus the step's, bf16), and the expert
-    // block's intermediates and GEMM inputs
-    workspace = std::max({workspace, T * nH * 64 * (D + 2) * 4, 2.0 * nKV * (cache_rows + T) * D * 2});
+    // backend workspace: attention partials, the bf16 prompt attention's gathered keys (K and V of
+    // every cache row plus the step's, bf16), and the expert block's intermediates and GEMM inputs
+    workspace = std::max({workspace, attention_partials_workspace(T, o.sequences, nH, D),
+                          2.0 * nKV * (cache_rows + T) * D * 2});
     if (c.enable_moe_block) {
       workspace =
           std::max(workspace, moe_experts_workspace(T, c.top_k_experts, c.num_experts, H, c.moe_intermediate_size));

@@ -153,6 +153,19 @@ inline double concurrent_branch_workspace(double T, double H, double I) {
   return 3.0 * 2.0 * tile_rows * K + 16.0 * 4.0 * (T < 128.0 ? T : 128.0) * M;
 }
 
+// Backend workspace of split attention's partial outputs (per query head and split: D values, the
+// max and the sum, f32). Only decode rows split along the context: a prompt step of 16 or more
+// tokens of one sequence runs unsplit (the CUDA backend's plan_attention), so at most max(16,
+// sequences) query rows of a step split. The plan splits to fill the GPU: a step's split rows
+// (rows x heads x splits) stay under 2 per query head plus 64 per SM for up to 16 query heads per
+// KV head, counted here for 256 SMs, and 64 splits a row (the backend's workspace grows if an op
+// asks more). Counting 64 splits for every row of a step put 63 GB of partials into the 26B-A4B's
+// plan for one 30000-token step, which no kernel writes (AttentionPlan.MemoryPlansCoverThePartials).
+inline double attention_partials_workspace(double T, double sequences, double n_heads, double head_dim) {
+  const double split_rows = T < 16.0 ? T : (sequences > 16.0 ? (sequences < T ? sequences : T) : 16.0);
+  return (split_rows * n_heads * 64.0 + 64.0 * 256.0) * (head_dim + 2.0) * 4.0;
+}
+
 // Backend workspace of one routed-expert block over T tokens with k experts each (of E, hidden
 // H, expert intermediate I): the pairs' intermediates (gate/up [pairs, 2I], activated [pairs, I],
 // outputs [pairs, H], f32) and their sort by expert; and the tensor-core GEMM's split inputs of

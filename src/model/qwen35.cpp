@@ -628,10 +628,9 @@ MemoryPlan qwen35_memory_plan(const ModelSource& source, const LoadOptions& o) {
     } else {
       plan.kv += 2.0 * static_cast<double>(o.max_seq) * nKV * static_cast<double>(row_bytes(o.kv_dtype, c.head_dim));
       mixer = T * (4 * nH * D + 2 * nKV * D) * 4;
-      // attention partials (64 split rows per query row: above what plan_attention asks at these
-      // step sizes; the backend's workspace grows if it asks more); the bf16 prompt attention's
-      // gathered K and V (bf16)
-      workspace = std::max({workspace, T * nH * 64 * (D + 2) * 4, 2.0 * nKV * (o.max_seq + T) * D * 2});
+      // attention partials; the bf16 prompt attention's gathered K and V (bf16)
+      workspace = std::max({workspace, attention_partials_workspace(T, o.sequences, nH, D),
+                            2.0 * nKV * (o.max_seq + T) * D * 2});
     }
     double ffn = c.moe ? T * (c.num_experts + 2.0 * c.num_experts_per_tok + 2.0 * c.shared_expert_intermediate_size + H + 1) * 4
                        : T * 2.0 * c.intermediate_size * 4;

@@ -3,6 +3,7 @@
 // tensor-core precision, Gated DeltaNet's ops, and graph capture.
 #include <gtest/gtest.h>
 
+#include "model/model.h"
 #include "ops_harness.h"
 
 namespace fl {
@@ -1009,6 +1010,38 @@ TEST(AttentionPlan, KernelAndSplitsForThePublishedShapes) {
   EXPECT_FALSE(plan_attention(1, 16, 1, 512, 4097, false, sms, DType::q8_0).by_kv_head) << "16 heads of 512";
   EXPECT_FALSE(plan_attention(3, 16, 2, 512, 4097, false, sms, DType::q8_0).by_kv_head) << "3 tokens of one sequence";
   EXPECT_FALSE(plan_attention(100, 16, 8, 256, 1124, false, sms, DType::q8_0).by_kv_head) << "prefill";
+}
+
+// The models' memory plans (model.h attention_partials_workspace) hold the split partials that
+// plan_attention asks for, for every published head shape, cache type, GPU size (SMs up to 256),
+// context, and step: one sequence's prompt steps (unsplit from 16 tokens) and batched decode rows
+// (one per sequence). Host code: runs without a GPU.
+TEST(AttentionPlan, MemoryPlansCoverThePartials) {
+  struct Heads {
+    int n_heads, n_kv_heads, head_dim;
+  };
+  const Heads shapes[] = {{16, 8, 256}, {16, 2, 512}, {32, 16, 256}, {32, 4, 512}, {16, 4, 256}, {16, 1, 256}};
+  for (const Heads& h : shapes)
+    for (DType cache : {DType::q8_0, DType::bf16})
+      for (int sms : {108, 132, 256})
+        for (int64_t keys : {1024, 4096, 32768})
+          for (int64_t T : {1, 2, 7, 15, 16, 17, 64, 512, 4096, 30000})
+            for (bool per_row : {false, true}) {
+              if (per_row && T > 512) continue;
+              const cuda::AttentionPlan p =
+                  cuda::plan_attention(T, h.n_heads, h.n_kv_heads, h.head_dim, keys, per_row, sms, cache);
+              const double asked =
+                  p.n_splits > 1 ? 4.0 * static_cast<double>(T * h.n_heads) * p.n_splits * (h.head_dim + 2) : 0.0;
+              const double planned = attention_partials_workspace(static_cast<double>(T), per_row ? T : 1.0,
+                                                                  h.n_heads, h.head_dim);
+              EXPECT_LE(asked, planned) << h.n_heads << "/" << h.n_kv_heads << " heads of " << h.head_dim << ", "
+                                        << dtype_name(cache) << ", " << sms << " SMs, " << keys << " keys, T=" << T
+                                        << (per_row ? " batched" : " one sequence") << ": " << p.n_splits
+                                        << " splits";
+            }
+  // A 30000-token prompt step plans what its attention's gather needs, not 64 splits a row: the
+  // partials stay under 100 MB where every row counted took 63 GB (Gemma 4 26B-A4B's global layers).
+  EXPECT_LT(attention_partials_workspace(30000, 1, 16, 512), 100e6);
 }
 
 }  // namespace
