@@ -3,7 +3,6 @@
 // one input, the gated matvec and the weight-prefetch switch, routing and the expert products.
 #include <gtest/gtest.h>
 
-#include "backend/cuda/matmul_mma.cuh"
 #include "model/model.h"
 #include "ops_harness.h"
 
@@ -404,30 +403,33 @@ TEST_F(CudaOps, GroupGemmOneLaunchForSeveralMatrices) {
 
 // The memory plans' expert workspace (model.h moe_experts_workspace) against what the backend's
 // moe_experts asks of its workspace for the published MoE shapes, with the Hopper expert items on
-// (their gathered inputs are the largest form) at both tensor-core precisions: prompt chunks,
-// batched decode and a 30000-token prompt. Host arithmetic, but the Hopper kernel's sizing
-// applies only on a 9.0 device, which the fixture has or skips.
+// (their gathered inputs are the largest form) and off, at both tensor-core precisions: prompt
+// chunks, batched decode and a 30000-token prompt. (The Hopper kernel's sizing applies only on a
+// 9.0 device, which the fixture has or skips.)
 TEST_F(CudaOps, MemoryPlanCoversTheExpertBlocksWorkspace) {
   struct Shape {
     const char* name;
     int64_t E, k, H, I;
   };
   const Shape shapes[] = {{"gemma-4-26b-a4b", 128, 8, 2816, 704}, {"qwen3.5-35b-a3b", 256, 8, 2048, 512}};
-  for (const Shape& s : shapes)
-    for (int64_t T : {1, 64, 512, 4096, 30000})
-      for (int parts : {1, cuda::kMmaExactParts}) {
-        const int64_t pairs = T * s.k, items = cuda::max_work_items(pairs, s.E);
-        // as CudaBackend::moe_experts sizes it: intermediates and the pair sort (floats), then the
-        // split inputs of the larger of the two products
-        const double head = 4.0 * (static_cast<double>(pairs) * (3 * s.I + s.H) + items * 4 + 1 + pairs + 3);
-        const double split = static_cast<double>(
-            std::max(cuda::mma_grouped_scratch_bytes(T, pairs, s.E, s.H, DType::hfq4_g256, parts, true),
-                     cuda::mma_grouped_scratch_bytes(pairs, pairs, s.E, s.I, DType::hfq4_g256, parts, true)));
-        const double plan =
-            moe_experts_workspace(static_cast<double>(T), static_cast<double>(s.k), static_cast<double>(s.E),
-                                  static_cast<double>(s.H), static_cast<double>(s.I));
-        EXPECT_LE(head + split, plan) << s.name << " T=" << T << " parts=" << parts;
-      }
+  for (TensorCorePrecision precision : {TensorCorePrecision::f32, TensorCorePrecision::bf16})
+    for (bool hopper : {false, true}) {
+      BackendOptions options;
+      options.tensor_core_precision = precision;
+      options.hopper_expert_gemm = hopper;
+      auto backend = make_backend("cuda", options);
+      for (const Shape& s : shapes)
+        for (int64_t T : {1, 64, 512, 4096, 30000}) {
+          const double asked =
+              static_cast<double>(cuda_moe_experts_workspace_bytes(*backend, T, s.k, s.E, s.H, s.I, DType::hfq4_g256));
+          const double plan =
+              moe_experts_workspace(static_cast<double>(T), static_cast<double>(s.k), static_cast<double>(s.E),
+                                    static_cast<double>(s.H), static_cast<double>(s.I));
+          EXPECT_GT(asked, 0.0);
+          EXPECT_LE(asked, plan) << s.name << " T=" << T << (hopper ? " hopper" : "")
+                                 << (precision == TensorCorePrecision::bf16 ? " bf16" : " f32");
+        }
+    }
 }
 
 }  // namespace

@@ -827,6 +827,41 @@ class CudaBackend final : public Backend {
           "moe_route");
   }
 
+  // moe_experts' workspace for T tokens with K experts each (of E; hidden H, intermediate I):
+  // which path runs, and its sizes.
+  struct ExpertsScratch {
+    bool mma = false;        // the tensor-core GEMM (else each pair's matvec)
+    int64_t max_items = 0;   // the GEMM's work items
+    size_t head_floats = 0;  // hidden [pairs, 2I], activated [pairs, I], outputs [pairs, H], the sort
+    size_t split_bytes = 0;  // the GEMM's split inputs
+  };
+  ExpertsScratch experts_scratch(int64_t T, int64_t K, int64_t E, int64_t H, int64_t I, DType gate_up,
+                                 DType down) const {
+    ExpertsScratch s;
+    const int64_t pairs = T * K;
+    // Many pairs per expert (prefill, batched decode): the pairs are sorted by expert on the
+    // device and each expert's matrices are read once per 64 pairs by the tensor-core GEMM;
+    // otherwise (decode) each pair runs the matvec kernel over its expert's rows.
+    s.mma = cuda::matmul_mma_supports(gate_up) && cuda::matmul_mma_supports(down) && pairs >= cuda::kMmaMinInputs &&
+            pairs >= 2 * E;
+    s.max_items = s.mma ? cuda::max_work_items(pairs, E) : 0;
+    // Scratch: hidden, activated, expert outputs; with the GEMM also the work items (4 int32
+    // each), their count and the sorted pair ids
+    const size_t sort_floats = s.mma ? static_cast<size_t>(s.max_items * 4 + 1 + pairs) : 0;
+    // and the GEMM's split inputs (x for gate_up, then the activations for down), 16-byte aligned
+    s.split_bytes =
+        s.mma ? std::max(cuda::mma_grouped_scratch_bytes(T, pairs, E, H, gate_up, act_pieces_, hopper_expert_gemm_),
+                         cuda::mma_grouped_scratch_bytes(pairs, pairs, E, I, down, act_pieces_, hopper_expert_gemm_))
+              : 0;
+    s.head_floats = (static_cast<size_t>(pairs) * (3 * I + H) + sort_floats + 3) / 4 * 4;
+    return s;
+  }
+  size_t moe_experts_workspace_bytes(int64_t T, int64_t K, int64_t E, int64_t H, int64_t I, DType type) {
+    bind_to_this_thread();  // the Hopper kernel's part depends on the current device
+    const ExpertsScratch s = experts_scratch(T, K, E, H, I, type, type);
+    return s.head_floats * sizeof(float) + (s.split_bytes + 3) / 4 * sizeof(float);
+  }
+
   void moe_experts(Tensor out, const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                    const Tensor& weights, Activation act) override {
     F32Rows o = f32_rows(out, "moe_experts"), in = f32_rows(x, "moe_experts"), w = f32_rows(weights, "moe_experts");
@@ -838,11 +873,8 @@ class CudaBackend final : public Backend {
       fail("moe_experts: gate_up {} and down {} do not fit hidden size {}", gate_up.describe(), down.describe(), H);
     if (w.rows != T || w.cols != K || w.stride != K || !ids.is_contiguous()) fail("moe_experts: bad routing shapes");
     const int64_t pairs = T * K;
-    // Many pairs per expert (prefill, batched decode): the pairs are sorted by expert on the
-    // device and each expert's matrices are read once per 64 pairs by the tensor-core GEMM;
-    // otherwise (decode) each pair runs the matvec kernel over its expert's rows.
-    const bool mma = cuda::matmul_mma_supports(gate_up.dtype) && cuda::matmul_mma_supports(down.dtype) &&
-                     pairs >= cuda::kMmaMinInputs && pairs >= 2 * E;
+    const ExpertsScratch sizes = experts_scratch(T, K, E, H, I, gate_up.dtype, down.dtype);
+    const bool mma = sizes.mma;
     // Bytes: each pair's expert matrices (the matvec path), or each expert's once per work item
     // (the GEMM, counted as if every expert got pairs: an upper bound).
     // With BackendOptions::gated_matvec the matvec path's gate_up product stores the activated
@@ -856,17 +888,9 @@ class CudaBackend final : public Backend {
     const int kernels = mma ? 5 : gated ? 3 : 4;
     OpTimer timer(*this, "moe_experts", expert_bytes * (mma ? static_cast<double>(std::min(pairs, E)) : pairs),
                   kernels);
-    const int64_t max_items = mma ? cuda::max_work_items(pairs, E) : 0;
-    // Scratch: hidden [pairs, 2I], activated [pairs, I], expert outputs [pairs, H]; with the GEMM
-    // also the work items (4 int32 each), their count and the sorted pair ids.
-    const size_t sort_floats = mma ? static_cast<size_t>(max_items * 4 + 1 + pairs) : 0;
-    // and the GEMM's split inputs (x for gate_up, then the activations for down), 16-byte aligned
+    const int64_t max_items = sizes.max_items;
     const int act_pieces = act_pieces_;
-    const size_t split_bytes =
-        mma ? std::max(cuda::mma_grouped_scratch_bytes(T, pairs, E, H, gate_up.dtype, act_pieces, hopper_expert_gemm_),
-                       cuda::mma_grouped_scratch_bytes(pairs, pairs, E, I, down.dtype, act_pieces, hopper_expert_gemm_))
-            : 0;
-    const size_t head_floats = (static_cast<size_t>(pairs) * (I2 + I + H) + sort_floats + 3) / 4 * 4;
+    const size_t split_bytes = sizes.split_bytes, head_floats = sizes.head_floats;
     float* scratch = workspace_floats(head_floats + (split_bytes + 3) / 4);
     float* hidden = scratch;
     float* activated = hidden + pairs * I2;
@@ -1325,6 +1349,10 @@ int64_t cuda_branch_forks(Backend& backend) { return cuda_backend_of(backend).br
 int64_t cuda_workspace_growths(Backend& backend) { return cuda_backend_of(backend).workspace_growths(); }
 int64_t cuda_hopper_expert_gemm_launches() { return cuda::hopper_expert_gemm_launches(); }
 int64_t cuda_group_gemm_launches() { return cuda::segment_gemm_launches(); }
+size_t cuda_moe_experts_workspace_bytes(Backend& backend, int64_t T, int64_t k, int64_t E, int64_t H, int64_t I,
+                                        DType type) {
+  return cuda_backend_of(backend).moe_experts_workspace_bytes(T, k, E, H, I, type);
+}
 void* cuda_stream_of(Backend& backend) { return cuda_backend_of(backend).stream(); }
 
 void cuda_allow_hopper_gemm(bool allowed) { cuda::allow_hopper_gemm(allowed); }

@@ -42,6 +42,11 @@ bool cuda_hopper_gemm_active(Backend& backend);
 int64_t cuda_hopper_expert_gemm_launches();
 // How many products of one input it has run as one GEMM launch (BackendOptions::group_gemm).
 int64_t cuda_group_gemm_launches();
+// Bytes of workspace the backend's moe_experts asks for T tokens routed to k of E experts
+// (hidden H, intermediate I, expert weights of `type`), for tests that hold the models' memory
+// plans against it.
+size_t cuda_moe_experts_workspace_bytes(Backend& backend, int64_t T, int64_t k, int64_t E, int64_t H, int64_t I,
+                                        DType type);
 // Bytes of shared memory one block may opt in to on the backend's GPU (sm_80: 163 KiB, sm_90:
 // 227 KiB).
 int cuda_max_block_shared_memory(Backend& backend);
