@@ -834,6 +834,8 @@ class CudaBackend final : public Backend {
     int64_t max_items = 0;   // the GEMM's work items
     size_t head_floats = 0;  // hidden [pairs, 2I], activated [pairs, I], outputs [pairs, H], the sort
     size_t split_bytes = 0;  // the GEMM's split inputs
+    // The workspace in floats: the head, then the split inputs from a float boundary.
+    size_t floats() const { return head_floats + (split_bytes + 3) / 4; }
   };
   ExpertsScratch experts_scratch(int64_t T, int64_t K, int64_t E, int64_t H, int64_t I, DType gate_up,
                                  DType down) const {
@@ -859,7 +861,7 @@ class CudaBackend final : public Backend {
   size_t moe_experts_workspace_bytes(int64_t T, int64_t K, int64_t E, int64_t H, int64_t I, DType type) {
     bind_to_this_thread();  // the Hopper kernel's part depends on the current device
     const ExpertsScratch s = experts_scratch(T, K, E, H, I, type, type);
-    return s.head_floats * sizeof(float) + (s.split_bytes + 3) / 4 * sizeof(float);
+    return s.floats() * sizeof(float);
   }
 
   void moe_experts(Tensor out, const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
@@ -891,7 +893,7 @@ class CudaBackend final : public Backend {
     const int64_t max_items = sizes.max_items;
     const int act_pieces = act_pieces_;
     const size_t split_bytes = sizes.split_bytes, head_floats = sizes.head_floats;
-    float* scratch = workspace_floats(head_floats + (split_bytes + 3) / 4);
+    float* scratch = workspace_floats(sizes.floats());
     float* hidden = scratch;
     float* activated = hidden + pairs * I2;
     float* y = activated + pairs * I;
