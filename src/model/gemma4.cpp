@@ -207,8 +207,8 @@ class Gemma4Model final : public Model {
         if (part.n_rows != 1) fail("a batched forward of several tokens per sequence needs LogitsMode::all");
     const int64_t H = c_.hidden_size, L = c_.num_layers, P = c_.hidden_size_per_layer_input, nH = c_.num_heads;
     Backend& b = backend_;
-    // Several sequences of one row each (batched decode): attention and KV writes take all rows
-    // in one op, each row over its own cache.
+    // Several sequences of one row each (batched decode): the deferred KV writes at the end take
+    // all rows in one op, each row into its own cache (attend_and_write_kv does the same per layer).
     bool one_row_parts = parts.size() > 1;
     for (const SequenceRows& part : parts) one_row_parts = one_row_parts && part.n_rows == 1;
     std::vector<KvView> row_caches(one_row_parts ? parts.size() : 0);
@@ -282,29 +282,9 @@ class Gemma4Model final : public Model {
       params.scale = 1.0f;  // Gemma 4: q/k norms replace 1/sqrt(D)
       params.window = lc.type == AttentionType::sliding ? c_.sliding_window : 0;
       Tensor attn = arena.alloc(DType::f32, {T, nH, D});
-      if (one_row_parts) {  // batched decode: every sequence's row in one launch
-        b.attention_rows(attn, q, fresh_k[kv_layer], fresh_v[kv_layer], caches_of_layer(kv_layer), positions, params);
-        if (lc.kv_source_layer < 0 && !writes_deferred_[l])
-          b.kv_write_rows(caches_of_layer(l), fresh_k[l], fresh_v[l], positions);
-      } else if (parts.size() == 1 && T == 1 && lc.kv_source_layer < 0 && !writes_deferred_[l] &&
-                 kv_write_may_overlap_attention(parts[0].seq->kv[l], params.window)) {
-        // One sequence's decode step: its key and value go into the cache beside the attention,
-        // off the step's critical path (model.h). (Prompt chunks write in order: their later
-        // keys' rows may still be read.)
-        const KvView& cache = parts[0].seq->kv[l];
-        run_side_by_side(
-            b, [&] { b.kv_write(cache, fresh_k[l], fresh_v[l], positions); },
-            [&] { b.attention(attn, q, fresh_k[l], fresh_v[l], cache, positions, params); });
-      } else {
-        for (const SequenceRows& part : parts) {  // each sequence attends over its own cache
-          const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
-          const Tensor k_rows = fresh_k[kv_layer].slice(r0, r1), v_rows = fresh_v[kv_layer].slice(r0, r1);
-          const Tensor pos_rows = positions.slice(r0, r1);
-          b.attention(attn.slice(r0, r1), q.slice(r0, r1), k_rows, v_rows, part.seq->kv[kv_layer], pos_rows, params);
-          if (lc.kv_source_layer < 0 && !writes_deferred_[l])
-            b.kv_write(part.seq->kv[l], fresh_k[l].slice(r0, r1), fresh_v[l].slice(r0, r1), pos_rows);
-        }
-      }
+      // (a layer that writes is its own KV layer: kv_layer == l)
+      attend_and_write_kv(b, attn, q, fresh_k[kv_layer], fresh_v[kv_layer], parts, positions, params, kv_layer,
+                          lc.kv_source_layer < 0 && !writes_deferred_[l]);
       b.matmul(tmp, attn.reshape({T, nH * D}), layer.o_proj);
       if (comm_) comm_->all_reduce_sum(tmp);  // a rank's heads' share of o_proj: the sum over ranks
 

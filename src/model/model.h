@@ -190,6 +190,17 @@ inline bool kv_write_may_overlap_attention(const KvView& cache, int window) {
   return window == 0 || cache.n_rows() >= window;
 }
 
+// A layer's attention for a step's rows, each sequence's rows over its own cache at `layer`, and
+// the step's keys and values (k, v [T, nKV, D], the fresh rows of `layer`) written into those
+// caches unless write_kv is false (a layer that reads another's cache, or whose write waits).
+// Batched decode (several sequences of one row each) takes one launch of each; one sequence's
+// decode step writes beside the attention, off the step's critical path, where
+// kv_write_may_overlap_attention allows; anything else goes sequence by sequence, each writing
+// after its attention (a prompt chunk's later keys' rows may still be read).
+void attend_and_write_kv(Backend& b, Tensor attn, const Tensor& q, const Tensor& k, const Tensor& v,
+                         std::span<const SequenceRows> parts, const Tensor& positions, const AttentionParams& params,
+                         int64_t layer, bool write_kv);
+
 // The checks every model makes, in one place so that a wrapper (model/tensor_parallel.h) refuses
 // exactly what the models it wraps would: sequence options (positive max_seq, a KV type of f32,
 // bf16 or q8_0), and a step's ids (at least one, within the context left, inside [0, vocab)).

@@ -383,29 +383,7 @@ class Qwen35Model final : public Model {
     params.head_dim = static_cast<int>(D);
     params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
     Tensor attn = arena.alloc(DType::f32, {T, nH, D});
-    bool one_row_parts = parts.size() > 1;
-    for (const SequenceRows& part : parts) one_row_parts = one_row_parts && part.n_rows == 1;
-    if (one_row_parts) {  // batched decode: every sequence's row in one launch, each over its own cache
-      std::vector<KvView> caches;
-      for (const SequenceRows& part : parts) caches.push_back(part.seq->kv[l]);
-      b.attention_rows(attn, q, k, v, caches, positions, params);
-      b.kv_write_rows(caches, k, v, positions);
-    } else if (parts.size() == 1 && T == 1 && kv_write_may_overlap_attention(parts[0].seq->kv[l], params.window)) {
-      // One sequence's decode step: its key and value go into the cache beside the attention,
-      // off the step's critical path (model.h).
-      const KvView& cache = parts[0].seq->kv[l];
-      run_side_by_side(
-          b, [&] { b.kv_write(cache, k, v, positions); },
-          [&] { b.attention(attn, q, k, v, cache, positions, params); });
-    } else {
-      for (const SequenceRows& part : parts) {
-        const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
-        const Tensor pos_rows = positions.slice(r0, r1);
-        b.attention(attn.slice(r0, r1), q.slice(r0, r1), k.slice(r0, r1), v.slice(r0, r1), part.seq->kv[l], pos_rows,
-                    params);
-        b.kv_write(part.seq->kv[l], k.slice(r0, r1), v.slice(r0, r1), pos_rows);
-      }
-    }
+    attend_and_write_kv(b, attn, q, k, v, parts, positions, params, l, true);
     b.sigmoid_gate(attn, query_gate.narrow(2, D, D));
     b.matmul(out, attn.reshape({T, nH * D}), layer.o_proj);
     if (comm_) comm_->all_reduce_sum(out);  // likewise for a rank's heads

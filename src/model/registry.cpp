@@ -101,6 +101,33 @@ void copy_sequence_storage(Backend& backend, const Sequence& src, Sequence& dst)
   dst.n_past = src.n_past;
 }
 
+void attend_and_write_kv(Backend& b, Tensor attn, const Tensor& q, const Tensor& k, const Tensor& v,
+                         std::span<const SequenceRows> parts, const Tensor& positions, const AttentionParams& params,
+                         int64_t layer, bool write_kv) {
+  const int64_t T = q.dim(0);
+  bool one_row_parts = parts.size() > 1;
+  for (const SequenceRows& part : parts) one_row_parts = one_row_parts && part.n_rows == 1;
+  if (one_row_parts) {
+    std::vector<KvView> caches;  // row i: sequence i's cache
+    caches.reserve(parts.size());
+    for (const SequenceRows& part : parts) caches.push_back(part.seq->kv[layer]);
+    b.attention_rows(attn, q, k, v, caches, positions, params);
+    if (write_kv) b.kv_write_rows(caches, k, v, positions);
+  } else if (write_kv && parts.size() == 1 && T == 1 &&
+             kv_write_may_overlap_attention(parts[0].seq->kv[layer], params.window)) {
+    const KvView& cache = parts[0].seq->kv[layer];
+    run_side_by_side(
+        b, [&] { b.kv_write(cache, k, v, positions); }, [&] { b.attention(attn, q, k, v, cache, positions, params); });
+  } else {
+    for (const SequenceRows& part : parts) {
+      const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
+      const Tensor k_rows = k.slice(r0, r1), v_rows = v.slice(r0, r1), pos_rows = positions.slice(r0, r1);
+      b.attention(attn.slice(r0, r1), q.slice(r0, r1), k_rows, v_rows, part.seq->kv[layer], pos_rows, params);
+      if (write_kv) b.kv_write(part.seq->kv[layer], k_rows, v_rows, pos_rows);
+    }
+  }
+}
+
 void check_sequence_options(const SequenceOptions& options) {
   if (options.max_seq <= 0) fail("max_seq must be positive (got {})", options.max_seq);
   if (options.kv_dtype != DType::f32 && options.kv_dtype != DType::bf16 && options.kv_dtype != DType::q8_0)
