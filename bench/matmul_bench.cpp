@@ -7,9 +7,12 @@
 // are timed back to back over copies of the matrix that together exceed L2 (each read once per
 // pass, as a decode step reads each weight once): bracketing one launch with events measured
 // launch latency on the small matrices.
-//   matmul_bench [--quick] [--shape SUBSTR]   (--quick: 1, 64 and 512 inputs only; --shape: the
+//   matmul_bench [--quick] [--one-input] [--shape SUBSTR]   (--quick: 1, 64 and 512 inputs only;
+//   --one-input: the one-input matvecs only, no grouped experts; --shape: the
 //   shapes whose name holds SUBSTR, e.g. "26b gate_up", "experts" for the grouped experts (also
-//   on the Hopper kernel, "1w"), or "q/k/v" for three products one by one against one launch)
+//   on the Hopper kernel, "1w"), or "q/k/v" for three products one by one against one launch).
+//   One input: the default ("0"), then the register kernel ("reg") and the asynchronous-copy one
+//   (BackendOptions::async_matvec) at 2 and 4 rows per warp ("a2", "a4") by name.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -103,14 +106,16 @@ struct Shape {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool quick = false;
+  bool quick = false, one_input = false;
   std::string only;  // --shape SUBSTR: only the shapes whose name holds it (for a profiler run)
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--quick") quick = true;
+    else if (arg == "--one-input")
+      one_input = true;
     else if (arg == "--shape" && i + 1 < argc) only = argv[++i];
     else {
-      fmt::print(stderr, "usage: matmul_bench [--quick] [--shape SUBSTR]\n");
+      fmt::print(stderr, "usage: matmul_bench [--quick] [--one-input] [--shape SUBSTR]\n");
       return 2;
     }
   }
@@ -161,6 +166,7 @@ int main(int argc, char** argv) {
     const double weight_bytes = static_cast<double>(s.M) * row_bytes;
     for (int64_t T : {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{512}, int64_t{4096}}) {
       if (quick && T != 1 && T != 64 && T != 512) continue;
+      if (one_input && T != 1) continue;
       if (T > 1024 && s.M * s.K > 100'000'000) continue;  // the 31B shapes at 4k inputs take seconds
       if (T * s.M > max_T * 43008) continue;               // more outputs than `out` holds
       a.n_inputs = T;
@@ -183,6 +189,20 @@ int main(int argc, char** argv) {
         const double flops = 2.0 * T * s.M * s.K;
         fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, piece_label(T, variant), us,
                    flops / us / 1e6, weight_bytes / us / 1e3);
+        if (T == 1 && s.type != fl::DType::q8_0) {  // the one-input kernels by name: register, async 2 or 4 rows
+          for (int rows : {0, 2, 4}) {
+            a.async_rows = rows;
+            const double kernel_us = time_rotating_us(stream, runs, copies, [&](int c) {
+              a.weight = first + static_cast<int64_t>(c) * s.M * row_bytes;
+              cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec");
+            });
+            a.weight = first;
+            a.async_rows = 0;
+            fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T,
+                       rows == 0 ? "reg" : fmt::format("a{}", rows), kernel_us, flops / kernel_us / 1e6,
+                       weight_bytes / kernel_us / 1e3);
+          }
+        }
         if (variant == 0 && T == 64) {  // "1w2": the K-split plan before the one-wave one (two waves)
           fl::cuda::allow_one_wave_k_splits(false);
           const double old_us = time_us(stream, runs, [&] { cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec"); });
@@ -198,7 +218,7 @@ int main(int argc, char** argv) {
   // Grouped experts (26B-A4B: 128 experts, top-8, gate_up [1408, 2816], down [2816, 704]): the
   // pairs sorted by expert, then both products.
   const std::string experts_name = "26b experts (sort+2 GEMM)";
-  if (only.empty() || experts_name.find(only) != std::string::npos) {
+  if (!one_input && (only.empty() || experts_name.find(only) != std::string::npos)) {
     const int64_t E = 128, top_k = 8, H = 2816, I = 704;
     int64_t gu_row = 0, down_row = 0;
     void* gate_up = random_hfq4(E * 2 * I, H, &gu_row);
@@ -278,7 +298,7 @@ int main(int argc, char** argv) {
   // after another ("3 launches": each splits the inputs, multiplies, sums its K splits), and as
   // one launch of three segments (BackendOptions::group_gemm).
   const std::string qkv_name = "26b q/k/v";
-  if ((only.empty() || qkv_name.find(only) != std::string::npos) && fl::cuda::hopper_gemm_active()) {
+  if (!one_input && (only.empty() || qkv_name.find(only) != std::string::npos) && fl::cuda::hopper_gemm_active()) {
     const int64_t K = 2816, rows[3] = {4096, 2048, 2048};
     int64_t row_bytes = 0;
     void* w = random_hfq4(rows[0] + rows[1] + rows[2], K, &row_bytes);

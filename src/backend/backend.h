@@ -422,6 +422,13 @@ struct BackendOptions {
   // batched decode of 64 sequences +2.6 %, 4096-token prefill +2.0 % (H100, interleaved A/B,
   // bench/RESULTS.md twenty-fourth session); `fireline bench --group-gemm on|off`.
   bool group_gemm = true;
+  // Decode's one-input HFQ4 matvecs on rows of 8+ blocks (plain, grouped, gated and the experts'
+  // pairs) stream their weights through shared memory by asynchronous copies (cp.async, sm_80+),
+  // the first ones issued before the previous kernel ends, instead of holding them in registers.
+  // Same bits either way (CudaOps.AsyncMatvecGivesTheSameBits). Off until timed: written in the
+  // twenty-fifth session, when no GPU was lent (`fireline bench --async-matvec on|off`;
+  // matmul_bench's "reg", "a2" and "a4" lines).
+  bool async_matvec = false;
 };
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.

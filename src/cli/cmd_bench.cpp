@@ -46,6 +46,9 @@ constexpr GpuSwitch kGpuSwitches[] = {
     {"--group-gemm", &BackendOptions::group_gemm, "group_gemm",
      "on (default): products of one input at many inputs (q/k/v, gate/up) in one GEMM launch (sm_90, --precision "
      "bf16); off: one product after another (results differ only in the order of K-split sums)"},
+    {"--async-matvec", &BackendOptions::async_matvec, "async_matvec",
+     "on: decode's matrix-vector products on HFQ4 rows of 8+ blocks stream their weights through shared memory by "
+     "asynchronous copies (sm_80+); off (default): through registers (identical results; for A/B timing)"},
 };
 
 struct BenchOptions {

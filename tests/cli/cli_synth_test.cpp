@@ -237,8 +237,9 @@ TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
 // neither (the JSON says false whatever is asked); a value other than on or off is refused before anything loads.
 TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
   const std::string common = kTinyBench + " --backend cpu";
-  for (const char* asked : {"", " --gated-matvec on --weight-prefetch on --hopper-experts on --group-gemm on",
-                            " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off"}) {
+  for (const char* asked :
+       {"", " --gated-matvec on --weight-prefetch on --hopper-experts on --group-gemm on --async-matvec on",
+        " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"}) {
     auto r = fireline(common + asked + " --json");
     ASSERT_EQ(r.exit_code, 0) << asked << ": " << r.err;
     const json j = json::parse(r.out);
@@ -246,8 +247,10 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["weight_prefetch"], false) << asked;
     EXPECT_EQ(j["hopper_experts"], false) << asked;
     EXPECT_EQ(j["group_gemm"], false) << asked;
+    EXPECT_EQ(j["async_matvec"], false) << asked;
   }
-  for (const char* flag : {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm"}) {
+  for (const char* flag :
+       {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm", "--async-matvec"}) {
     auto bad = fireline(common + " " + flag + " maybe");
     EXPECT_NE(bad.exit_code, 0) << flag;
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;

@@ -1,6 +1,8 @@
 // The op harness (ops_harness.h) for the matrix products and the mixture-of-experts ops: every
 // weight format and odd shape, the one-input matvecs, the tensor-core GEMM, grouped products of
 // one input, the gated matvec and the weight-prefetch switch, routing and the expert products.
+#include <functional>
+
 #include <gtest/gtest.h>
 
 #include "model/model.h"
@@ -223,6 +225,101 @@ TEST_F(CudaOps, WeightPrefetchGivesTheSameBits) {
     cpu_->matmul(out.cpu, x.cpu, w.cpu);
     expect_close(out, dot_budget(2816), what);
   }
+}
+
+// BackendOptions::async_matvec (the one-input HFQ4 products on rows of 8+ blocks stream their
+// weights through shared memory) moves no numbers: the register kernel's bits, for plain products
+// at both kernel choices (2 rows per warp at 130 and 2050 rows, 4 at 4100), rows of exactly 8
+// blocks, part-filled last stages (2816: 11 G256 blocks) and more stages than the ring holds with
+// a part-used last block (9000), a group of three, the gated form, and expert pairs (hidden 2304,
+// one pair another rank's: id -1), each launch writing over NaN; and close to the CPU oracle.
+TEST_F(CudaOps, AsyncMatvecGivesTheSameBits) {
+  BackendOptions options;
+  options.async_matvec = !BackendOptions{}.async_matvec;  // the other way from gpu_
+  auto other = make_backend("cuda", options);
+  // run() on `first` and then on `second`, each over NaN in every output: the same bytes
+  auto same_bytes_on = [&](Backend& first, Backend& second, std::span<Twin* const> outs,
+                           const std::function<void(Backend&)>& run, const std::string& what) {
+    std::vector<std::vector<uint8_t>> by_first;
+    for (Backend* b : {&first, &second}) {
+      for (Twin* out : outs) {
+        const std::vector<uint8_t> nan_bytes(out->host.size(), 0xff);
+        b->copy_to_device(out->gpu, nan_bytes.data());
+      }
+      run(*b);
+      b->synchronize();
+      for (size_t i = 0; i < outs.size(); ++i) {
+        if (b == &first)
+          by_first.push_back(gpu_bytes(*outs[i]));
+        else
+          EXPECT_EQ(gpu_bytes(*outs[i]), by_first[i]) << what << " (output " << i << ")";
+      }
+    }
+  };
+  auto same_bytes_both_ways = [&](std::span<Twin* const> outs, const std::function<void(Backend&)>& run,
+                                  const std::string& what) { same_bytes_on(*gpu_, *other, outs, run, what); };
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
+    for (int64_t K : {2048, 2816, 9000})
+      for (int64_t M : {130, 2050, 4100}) {
+        const std::string what = std::string(dtype_name(type)) + " M=" + std::to_string(M) + " K=" + std::to_string(K);
+        Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {1, K});
+        Twin out = twin_output(DType::f32, {1, M});
+        Twin* outs[] = {&out};
+        same_bytes_both_ways(
+            outs, [&](Backend& b) { b.matmul(out.gpu, x.gpu, w.gpu); }, what);
+        cpu_->matmul(out.cpu, x.cpu, w.cpu);
+        expect_close(out, dot_budget(K), what);
+      }
+  {
+    const int64_t K = 2816;
+    Twin q = twin_random(DType::hfq4_g256, {4096, K}, 0.5f), k = twin_random(DType::hfq4_g256, {1024, K}, 0.5f),
+         v = twin_random(DType::hfq4_g256, {1024, K}, 0.5f), x = twin_random(DType::f32, {1, K});
+    Twin oq = twin_output(DType::f32, {1, 4096}), ok = twin_output(DType::f32, {1, 1024}),
+         ov = twin_output(DType::f32, {1, 1024});
+    const Tensor outs[] = {oq.gpu, ok.gpu, ov.gpu};
+    const Tensor* weights[] = {&q.gpu, &k.gpu, &v.gpu};
+    Twin* twins[] = {&oq, &ok, &ov};
+    same_bytes_both_ways(
+        twins, [&](Backend& b) { b.matmul_group(outs, x.gpu, weights); }, "a group of three");
+  }
+  for (int64_t K : {2816, 8448}) {
+    const int64_t I = 2112;
+    const std::string what = "gated K=" + std::to_string(K);
+    Twin gate_w = twin_random(DType::hfq4_g256, {I, K}, 0.5f), up_w = twin_random(DType::hfq4_g256, {I, K}, 0.5f);
+    Twin x = twin_random(DType::f32, {1, K});
+    Twin out = twin_output(DType::f32, {1, I}), up = twin_output(DType::f32, {1, I});
+    // (gpu_ and `other` with the gated matvec on)
+    BackendOptions gated_default, gated_async = options;
+    gated_default.gated_matvec = gated_async.gated_matvec = true;
+    auto gated_a = make_backend("cuda", gated_default), gated_b = make_backend("cuda", gated_async);
+    Twin* outs[] = {&out};
+    same_bytes_on(
+        *gated_a, *gated_b, outs,
+        [&](Backend& b) { b.matmul_gated(out.gpu, up.gpu, x.gpu, gate_w.gpu, up_w.gpu, Activation::silu); }, what);
+  }
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
+    for (int64_t T : {1, 3}) {
+      const int64_t E = 8, K = 2, H = 2304, I = 176;
+      const std::string what = std::string("experts ") + std::string(dtype_name(type)) + " T=" + std::to_string(T);
+      Twin gate_up = twin_random(type, {E, 2 * I, H}, 0.3f), down = twin_random(type, {E, H, I}, 0.3f);
+      Twin x = twin_random(DType::f32, {T, H});
+      std::vector<int32_t> id_host(static_cast<size_t>(T * K));
+      std::vector<float> w_host(id_host.size());
+      for (size_t i = 0; i < id_host.size(); ++i) {
+        id_host[i] = static_cast<int32_t>((i * 5 + 3) % E);  // distinct within each token
+        w_host[i] = 0.25f + 0.125f * static_cast<float>(i);
+      }
+      id_host.back() = -1, w_host.back() = 0.0f;  // as moe_keep_experts leaves another rank's pair
+      Twin ids = twin_bytes(DType::i32, {T, K}, id_host.data()), w = twin_bytes(DType::f32, {T, K}, w_host.data());
+      Twin out = twin_output(DType::f32, {T, H});
+      Twin* outs[] = {&out};
+      same_bytes_both_ways(
+          outs,
+          [&](Backend& b) { b.moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::silu); },
+          what);
+      cpu_->moe_experts(out.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, Activation::silu);
+      expect_close(out, kSumBudget, what);
+    }
 }
 
 TEST_F(CudaOps, MoeRouteAndExperts) {

@@ -168,7 +168,8 @@ class CudaBackend final : public Backend {
         gated_matvec_(options.gated_matvec),
         weight_prefetch_(options.weight_prefetch),
         hopper_expert_gemm_(options.hopper_expert_gemm),
-        group_gemm_(options.group_gemm) {
+        group_gemm_(options.group_gemm),
+        async_matvec_(options.async_matvec) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -409,6 +410,7 @@ class CudaBackend final : public Backend {
     a.n_inputs = in.rows;
     a.act_pieces = act_pieces_;
     a.weight_prefetch = weight_prefetch_;
+    a.async_rows = async_matvec_ ? -1 : 0;
     a.scratch_bytes = cuda::matvec_scratch_bytes(a);
     if (a.scratch_bytes > 0) a.scratch = workspace_floats((a.scratch_bytes + 3) / 4);
     check(cuda::launch_matvec(a, stream_), "matmul");
@@ -539,6 +541,7 @@ class CudaBackend final : public Backend {
     a.K = x.dim(1);
     a.n_inputs = T;
     a.weight_prefetch = weight_prefetch_;
+    a.async_rows = async_matvec_ ? -1 : 0;
     a.act_pieces = act_pieces_;
     a.n_segments = static_cast<int>(weights.size());
     for (size_t i = 0; i < weights.size(); ++i) {
@@ -569,6 +572,7 @@ class CudaBackend final : public Backend {
     a.n_inputs = x.ndim == 2 ? x.dim(0) : 0;
     a.gated = true;
     a.weight_prefetch = weight_prefetch_;
+    a.async_rows = async_matvec_ ? -1 : 0;
     const bool fused = gated_matvec_ && a.n_inputs == 1 && cuda::matvec_gated_supported(a) &&
                        up_w.dtype == gate_w.dtype && gate_w.ndim == 2 && up_w.ndim == 2 &&
                        gate_w.dim(0) == up_w.dim(0) && gate_w.dim(1) == up_w.dim(1) &&
@@ -913,6 +917,7 @@ class CudaBackend final : public Backend {
 
     cuda::MatvecArgs a;
     a.act_pieces = act_pieces;
+    a.async_rows = async_matvec_ ? -1 : 0;
     a.scratch = mma ? static_cast<void*>(scratch + head_floats) : nullptr;
     a.scratch_bytes = split_bytes;
     a.out = hidden;
@@ -1277,6 +1282,7 @@ class CudaBackend final : public Backend {
   bool weight_prefetch_;  // BackendOptions::weight_prefetch
   bool hopper_expert_gemm_;  // BackendOptions::hopper_expert_gemm
   bool group_gemm_;          // BackendOptions::group_gemm
+  bool async_matvec_;        // BackendOptions::async_matvec
   // Ops go to stream_: the main stream, or the side stream inside a branch's side line.
   cudaStream_t stream_ = nullptr;
   cudaStream_t main_stream_ = nullptr;

@@ -22,9 +22,14 @@
 // a row's result does not depend on how many inputs share the launch.
 //
 // Many inputs on HFQ4 weights go to the tensor-core GEMM instead (matmul_mma.cu).
+#include <cstddef>
+
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/matmul_mma.cuh"
+#if !defined(FIRELINE_GPU_HIP)
+#include "backend/cuda/mma_sync.cuh"
+#endif
 
 namespace fl::cuda {
 namespace {
@@ -327,6 +332,133 @@ __global__ void __launch_bounds__(kWarps* kWarp) matvec_hfq4_rows_kernel(MatvecA
   }
 }
 
+#if !defined(FIRELINE_GPU_HIP)
+// One warp step's worth of a warp's rows, kSteps steps per stage of matvec_hfq4_rows_async_kernel's
+// ring: every lane's 8 code bytes of each row, and each block's scale and min (read by the block's
+// kLanesPerBlock lanes).
+template <int kGroup, int kRows, int kSteps>
+struct Hfq4RowsStage {
+  uint2 codes[kSteps][kRows][kWarp];
+  float2 scale_min[kSteps][kRows][Hfq4Lanes<kGroup>::kBlocksPerStep];
+};
+
+// matvec_hfq4_rows_kernel's products (one input per matrix: plain, grouped, gated or expert pairs)
+// with the weights streamed through a ring of kStages stages per warp in shared memory by
+// asynchronous copies (cp.async, sm_80+). The register kernel holds its loads in registers and
+// waits for them before any arithmetic, so a warp's bytes in flight are bounded by its registers
+// and drop to none while it computes; ncu on the 31B's down matvec (5376 x 21504): 16 % achieved
+// occupancy, 1.47 TB/s. Here a warp's next kStages - 1 stages are in flight while it computes one,
+// and without expert ids the first ones are issued before enter_kernel(): weights are never
+// written by a kernel, so they may load while the previous kernel finishes (expert ids are the
+// previous kernel's output). Each lane adds the same terms in the same order as the register
+// kernel (its blocks in order, then warp_sum; gated: act(gate) * up from the two sums), so the
+// bits are that kernel's and matvec_hfq4_tokens_kernel's. At least 5 blocks per SM: without the
+// bound ptxas took 168 registers (4 rows) for what fits in ~90 without spills.
+template <int kGroup, int kRows, int kSteps, int kStages, int kWarps, bool kGated>
+__global__ void __launch_bounds__(kWarps * kWarp, 5) matvec_hfq4_rows_async_kernel(MatvecArgs a, bool vector_x) {
+  using L = Hfq4Lanes<kGroup>;
+  using Stage = Hfq4RowsStage<kGroup, kRows, kSteps>;
+  static_assert(kStages >= 2, "a stage computes while the next loads");
+  static_assert(!kGated || kRows % 2 == 0, "gated: pairs of gate and up rows");
+  constexpr int kOuts = kGated ? kRows / 2 : kRows;  // outputs per warp
+  extern __shared__ __align__(16) unsigned char shared_bytes[];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int sub = lane % L::kLanesPerBlock, lane_block = lane / L::kLanesPerBlock;
+  Stage* ring = reinterpret_cast<Stage*>(shared_bytes) + warp * kStages;
+  const RowsTarget target = rows_target(a);
+  const int64_t M = target.M, row_bytes = target.row_bytes;
+  const int64_t m_first = (target.block * kWarps + warp) * kOuts;
+  const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
+  const int64_t n_stages = ((n_blocks + L::kBlocksPerStep - 1) / L::kBlocksPerStep + kSteps - 1) / kSteps;
+  // gated: the up rows' matrix (a separate one, or the stack's rows M .. 2M - 1)
+  const uint8_t* up_matrix = kGated ? (a.up_weight ? a.up_weight : target.matrix + M * row_bytes) : nullptr;
+  // This lane's first block of each row (rows past M re-read the last row and are not stored),
+  // from the matrices at `offset` bytes (an expert's).
+  const uint8_t* lane_rows[kRows];
+  auto point_rows = [&](int64_t offset) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const int64_t m = m_first + r % kOuts;
+      lane_rows[r] = (kGated && r >= kOuts ? up_matrix : target.matrix) + offset + (m < M ? m : M - 1) * row_bytes +
+                     lane_block * L::kBlockBytes;
+    }
+  };
+  const uint32_t ring_address = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
+  // Stage i: warp steps i * kSteps .. + kSteps - 1; blocks past the row are zero-filled, never read.
+  auto issue = [&](int64_t i) {
+    if (i < n_stages) {
+      const uint32_t stage_address = ring_address + static_cast<uint32_t>(i % kStages) * sizeof(Stage);
+#pragma unroll
+      for (int u = 0; u < kSteps; ++u) {
+        const int64_t step = i * kSteps + u;
+        const bool valid = lane_block + step * L::kBlocksPerStep < n_blocks;
+        const int64_t offset = valid ? step * L::kBlocksPerStep * L::kBlockBytes : 0;
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const uint8_t* block = lane_rows[r] + offset;
+          cp_async_small_to<8>(stage_address + offsetof(Stage, codes) + ((u * kRows + r) * kWarp + lane) * 8,
+                               block + 8 + 8 * sub, valid);
+          if (sub == 0)
+            cp_async_small_to<8>(
+                stage_address + offsetof(Stage, scale_min) + ((u * kRows + r) * L::kBlocksPerStep + lane_block) * 8,
+                block, valid);
+        }
+      }
+    }
+    cp_async_commit();  // empty past the last stage: the wait below counts groups
+  };
+  auto prologue = [&] {
+    for (int i = 0; i + 1 < kStages; ++i) issue(i);
+  };
+  const bool active = m_first < M, early = active && !a.expert_ids;
+  if (early) {
+    point_rows(0);
+    prologue();
+  }
+  enter_kernel();
+  if (!active) return;
+  for (int64_t g = blockIdx.y; g < a.n_inputs; g += gridDim.y) {
+    if (a.expert_ids) {
+      const int32_t expert = a.expert_ids[g];
+      if (expert < 0) continue;  // a pair another rank runs (--ep): nothing to compute or store
+      point_rows(static_cast<int64_t>(expert) * a.expert_bytes);
+      prologue();
+    } else if (g != blockIdx.y) {  // a later input: the ring's first stages again (the lanes are past the last reads)
+      prologue();
+    }
+    const float* x = a.x + (g / a.x_row_div) * a.x_stride;
+    float acc[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+    for (int64_t i = 0; i < n_stages; ++i) {
+      cp_async_wait<kStages - 2>();  // stage i landed (this lane's copies)
+      __syncwarp();                  // and every lane's (the scales), and stage i - 1 is read by all
+      issue(i + kStages - 1);        // into stage i - 1's slot
+      const Stage& stage = ring[i % kStages];
+#pragma unroll 1
+      for (int u = 0; u < kSteps; ++u) {
+        const int64_t b = lane_block + (i * kSteps + u) * L::kBlocksPerStep;
+        if (b >= n_blocks) break;
+        float xv[16];
+        const float x_sum = load_x16(x, b * kGroup + 16 * sub, a.K, vector_x, xv);
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const float2 scale_min = stage.scale_min[u][r][lane_block];
+          acc[r] += hfq4_lane_dot(stage.codes[u][r][lane], scale_min.x, scale_min.y, xv, x_sum);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kOuts; ++r) {
+      float value = warp_sum(acc[r]);
+      if constexpr (kGated) value = gated_value(value, warp_sum(acc[r + kOuts]), a.act);
+      if (lane == 0 && m_first + r < M) target.out[g * a.out_stride + m_first + r] = value;
+    }
+    __syncwarp();
+  }
+}
+#endif
+
 // Several inputs on HFQ4 rows (prefill and batched decode steps below the GEMM's threshold): one
 // warp per row, each lane's codes read once for up to kT inputs, each input's sum built exactly
 // as matvec_hfq4_rows_kernel builds it.
@@ -439,6 +571,38 @@ cudaError_t launch_hfq4_rows(MatvecArgs a, cudaStream_t stream) {
                        dim3(static_cast<unsigned>(blocks), y), kWarps * kWarp, 0, stream, a, vector_x_ok(a), prefetch);
 }
 
+#if !defined(FIRELINE_GPU_HIP)
+template <int kGroup, int kRows>
+cudaError_t launch_hfq4_rows_async(MatvecArgs a, cudaStream_t stream) {
+  constexpr int kWarps = 4, kSteps = 2, kStages = 4;
+  const int64_t blocks = number_row_blocks(a, static_cast<int64_t>(kWarps) * (a.gated ? kRows / 2 : kRows));
+  if (blocks == 0) return cudaSuccess;
+  const unsigned y = static_cast<unsigned>(a.n_inputs < 65535 ? a.n_inputs : 65535);
+  // 4 warps x 4 stages x 2.1 KB (4 rows, G256): under the 48 KB a launch gets without opting in
+  constexpr size_t kShared = sizeof(Hfq4RowsStage<kGroup, kRows, kSteps>) * kStages * kWarps;
+  static_assert(kShared <= 48 * 1024, "dynamic shared memory past 48 KB needs the opt-in attribute");
+  const dim3 grid(static_cast<unsigned>(blocks), y);
+  if (a.gated)
+    return launch_kernel(matvec_hfq4_rows_async_kernel<kGroup, kRows, kSteps, kStages, kWarps, true>, grid,
+                         kWarps * kWarp, kShared, stream, a, vector_x_ok(a));
+  return launch_kernel(matvec_hfq4_rows_async_kernel<kGroup, kRows, kSteps, kStages, kWarps, false>, grid,
+                       kWarps * kWarp, kShared, stream, a, vector_x_ok(a));
+}
+
+// Rows per warp for matvec_hfq4_rows_async_kernel (MatvecArgs::async_rows), or 0 for the
+// register kernel: rows of 8+ blocks (shorter ones are a stage or two: nothing to overlap), on
+// sm_80+ (cp.async). Its own choice: 4 rows where the register kernel would take 4, else 2 (gated
+// products choose as the two products together would).
+template <int kGroup>
+int async_rows_for(const MatvecArgs& a, int64_t warps_at_4) {
+  if (a.async_rows == 0 || current_device_traits().major < 8) return 0;
+  if (a.async_rows > 0) return a.async_rows;
+  const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
+  if (n_blocks < 8) return 0;
+  return warps_at_4 >= 1024 ? 4 : 2;
+}
+#endif
+
 template <int kGroup>
 cudaError_t launch_hfq4(const MatvecArgs& a, cudaStream_t stream) {
   if (a.expert_ids || a.n_inputs == 1) {
@@ -449,6 +613,13 @@ cudaError_t launch_hfq4(const MatvecArgs& a, cudaStream_t stream) {
     MatvecArgs rows = a;
     if (a.gated) rows.M = 2 * a.M;
     const int64_t warps_at_4 = row_warps_at(rows, 4);
+#if !defined(FIRELINE_GPU_HIP)
+    switch (async_rows_for<kGroup>(a, warps_at_4)) {
+      case 2: return launch_hfq4_rows_async<kGroup, 2>(a, stream);
+      case 4: return launch_hfq4_rows_async<kGroup, 4>(a, stream);
+      default: break;
+    }
+#endif
     if (warps_at_4 >= 1024) {
       // Four warp steps of loads in flight instead of two when the grid is about one wave of the
       // 4-step kernel (168 registers: 12 warps per SM) and the rows are long (32+ blocks): then

@@ -70,6 +70,10 @@ struct MatvecArgs {
   // The matvec kernels may pull a one-wave grid's rows into L2 before waiting for the previous
   // kernel (BackendOptions::weight_prefetch); false: never.
   bool weight_prefetch = true;
+  // One input per matrix on HFQ4 rows of 8+ blocks (plain, grouped, gated, expert pairs), sm_80+:
+  // the asynchronous-copy kernel (BackendOptions::async_matvec) with 2 or 4 rows per warp, or -1
+  // for launch_matvec's choice of the two; 0: the register kernel.
+  int async_rows = 0;
 };
 // With n_inputs >= kMmaMinInputs (and no expert ids) on a format the tensor-core GEMM takes, the
 // product runs there; otherwise on the matvec kernels.

@@ -95,6 +95,18 @@ __device__ __forceinline__ void cp_async_small(void* smem, const void* global, b
   __trap();
 #endif
 }
+// cp_async_small to a shared-memory address already in the shared window (__cvta_generic_to_shared
+// once per ring instead of once per copy).
+template <int kBytes>
+__device__ __forceinline__ void cp_async_small_to(uint32_t shared_address, const void* global, bool valid = true) {
+  static_assert(kBytes == 4 || kBytes == 8, "cp.async.ca copies 4, 8 or 16 bytes");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_address), "l"(global), "n"(kBytes),
+               "r"(valid ? kBytes : 0));
+#else
+  __trap();
+#endif
+}
 // Closes the group of copies issued since the last commit.
 __device__ __forceinline__ void cp_async_commit() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
