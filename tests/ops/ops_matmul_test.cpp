@@ -229,14 +229,20 @@ TEST_F(CudaOps, WeightPrefetchGivesTheSameBits) {
 
 // BackendOptions::async_matvec (the one-input HFQ4 products on rows of 8+ blocks stream their
 // weights through shared memory) moves no numbers: the register kernel's bits, for plain products
-// at both kernel choices (2 rows per warp at 130 and 2050 rows, 4 at 4100), rows of exactly 8
-// blocks, part-filled last stages (2816: 11 G256 blocks) and more stages than the ring holds with
-// a part-used last block (9000), a group of three, the gated form, and expert pairs (hidden 2304,
-// one pair another rank's: id -1), each launch writing over NaN; and close to the CPU oracle.
+// at both kernel choices (2 rows per warp at 131 and 2050 rows, 4 at 4102; 131 and 4102 leave a
+// warp part-filled), rows of exactly 8 blocks, part-filled last stages (2816: 11 G256 blocks) and
+// more stages than the ring holds with a part-used last block (9000), a group of three, the gated
+// form (two matrices), and expert pairs (hidden 2304, one pair another rank's: id -1) plain and
+// gated (the stack's up rows), each launch writing over NaN; close to the CPU oracle; and the
+// launch counter proves the asynchronous kernel ran where the switch is on.
 TEST_F(CudaOps, AsyncMatvecGivesTheSameBits) {
-  BackendOptions options;
-  options.async_matvec = !BackendOptions{}.async_matvec;  // the other way from gpu_
-  auto other = make_backend("cuda", options);
+  // register kernel (first) and asynchronous one (second), with and without the gated matvec
+  BackendOptions registers, async, gated_registers, gated_async;
+  registers.async_matvec = gated_registers.async_matvec = false;
+  async.async_matvec = gated_async.async_matvec = true;
+  gated_registers.gated_matvec = gated_async.gated_matvec = true;
+  auto plain_backend = make_backend("cuda", registers), async_backend = make_backend("cuda", async);
+  auto gated_plain = make_backend("cuda", gated_registers), gated_async_backend = make_backend("cuda", gated_async);
   // run() on `first` and then on `second`, each over NaN in every output: the same bytes
   auto same_bytes_on = [&](Backend& first, Backend& second, std::span<Twin* const> outs,
                            const std::function<void(Backend&)>& run, const std::string& what) {
@@ -246,8 +252,11 @@ TEST_F(CudaOps, AsyncMatvecGivesTheSameBits) {
         const std::vector<uint8_t> nan_bytes(out->host.size(), 0xff);
         b->copy_to_device(out->gpu, nan_bytes.data());
       }
+      const int64_t launches = cuda_async_matvec_launches();
       run(*b);
       b->synchronize();
+      EXPECT_EQ(cuda_async_matvec_launches() > launches, b == &second)
+          << what << ": the asynchronous kernel " << (b == &second ? "did not run" : "ran");
       for (size_t i = 0; i < outs.size(); ++i) {
         if (b == &first)
           by_first.push_back(gpu_bytes(*outs[i]));
@@ -257,10 +266,12 @@ TEST_F(CudaOps, AsyncMatvecGivesTheSameBits) {
     }
   };
   auto same_bytes_both_ways = [&](std::span<Twin* const> outs, const std::function<void(Backend&)>& run,
-                                  const std::string& what) { same_bytes_on(*gpu_, *other, outs, run, what); };
+                                  const std::string& what) {
+    same_bytes_on(*plain_backend, *async_backend, outs, run, what);
+  };
   for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
     for (int64_t K : {2048, 2816, 9000})
-      for (int64_t M : {130, 2050, 4100}) {
+      for (int64_t M : {131, 2050, 4102}) {
         const std::string what = std::string(dtype_name(type)) + " M=" + std::to_string(M) + " K=" + std::to_string(K);
         Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {1, K});
         Twin out = twin_output(DType::f32, {1, M});
@@ -282,21 +293,18 @@ TEST_F(CudaOps, AsyncMatvecGivesTheSameBits) {
     same_bytes_both_ways(
         twins, [&](Backend& b) { b.matmul_group(outs, x.gpu, weights); }, "a group of three");
   }
-  for (int64_t K : {2816, 8448}) {
-    const int64_t I = 2112;
-    const std::string what = "gated K=" + std::to_string(K);
-    Twin gate_w = twin_random(DType::hfq4_g256, {I, K}, 0.5f), up_w = twin_random(DType::hfq4_g256, {I, K}, 0.5f);
-    Twin x = twin_random(DType::f32, {1, K});
-    Twin out = twin_output(DType::f32, {1, I}), up = twin_output(DType::f32, {1, I});
-    // (gpu_ and `other` with the gated matvec on)
-    BackendOptions gated_default, gated_async = options;
-    gated_default.gated_matvec = gated_async.gated_matvec = true;
-    auto gated_a = make_backend("cuda", gated_default), gated_b = make_backend("cuda", gated_async);
-    Twin* outs[] = {&out};
-    same_bytes_on(
-        *gated_a, *gated_b, outs,
-        [&](Backend& b) { b.matmul_gated(out.gpu, up.gpu, x.gpu, gate_w.gpu, up_w.gpu, Activation::silu); }, what);
-  }
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
+    for (int64_t K : {2816, 8448}) {
+      const int64_t I = 2112;
+      const std::string what = std::string("gated ") + std::string(dtype_name(type)) + " K=" + std::to_string(K);
+      Twin gate_w = twin_random(type, {I, K}, 0.5f), up_w = twin_random(type, {I, K}, 0.5f);
+      Twin x = twin_random(DType::f32, {1, K});
+      Twin out = twin_output(DType::f32, {1, I}), up = twin_output(DType::f32, {1, I});
+      Twin* outs[] = {&out};
+      same_bytes_on(
+          *gated_plain, *gated_async_backend, outs,
+          [&](Backend& b) { b.matmul_gated(out.gpu, up.gpu, x.gpu, gate_w.gpu, up_w.gpu, Activation::silu); }, what);
+    }
   for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
     for (int64_t T : {1, 3}) {
       const int64_t E = 8, K = 2, H = 2304, I = 176;
@@ -313,12 +321,13 @@ TEST_F(CudaOps, AsyncMatvecGivesTheSameBits) {
       Twin ids = twin_bytes(DType::i32, {T, K}, id_host.data()), w = twin_bytes(DType::f32, {T, K}, w_host.data());
       Twin out = twin_output(DType::f32, {T, H});
       Twin* outs[] = {&out};
-      same_bytes_both_ways(
-          outs,
-          [&](Backend& b) { b.moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::silu); },
-          what);
+      auto experts = [&](Backend& b) {
+        b.moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, Activation::silu);
+      };
+      same_bytes_both_ways(outs, experts, what);
       cpu_->moe_experts(out.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, Activation::silu);
       expect_close(out, kSumBudget, what);
+      same_bytes_on(*gated_plain, *gated_async_backend, outs, experts, what + " gated");
     }
 }
 

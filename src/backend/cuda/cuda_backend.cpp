@@ -1357,6 +1357,7 @@ int64_t cuda_branch_forks(Backend& backend) { return cuda_backend_of(backend).br
 int64_t cuda_workspace_growths(Backend& backend) { return cuda_backend_of(backend).workspace_growths(); }
 int64_t cuda_hopper_expert_gemm_launches() { return cuda::hopper_expert_gemm_launches(); }
 int64_t cuda_group_gemm_launches() { return cuda::segment_gemm_launches(); }
+int64_t cuda_async_matvec_launches() { return cuda::async_matvec_launches(); }
 size_t cuda_moe_experts_workspace_bytes(Backend& backend, int64_t T, int64_t k, int64_t E, int64_t H, int64_t I,
                                         DType type) {
   return cuda_backend_of(backend).moe_experts_workspace_bytes(T, k, E, H, I, type);

@@ -22,6 +22,7 @@
 // a row's result does not depend on how many inputs share the launch.
 //
 // Many inputs on HFQ4 weights go to the tensor-core GEMM instead (matmul_mma.cu).
+#include <atomic>
 #include <cstddef>
 
 #include "backend/cuda/device_common.cuh"
@@ -571,6 +572,8 @@ cudaError_t launch_hfq4_rows(MatvecArgs a, cudaStream_t stream) {
                        dim3(static_cast<unsigned>(blocks), y), kWarps * kWarp, 0, stream, a, vector_x_ok(a), prefetch);
 }
 
+std::atomic<int64_t> g_async_matvec_launches{0};  // async_matvec_launches
+
 #if !defined(FIRELINE_GPU_HIP)
 template <int kGroup, int kRows>
 cudaError_t launch_hfq4_rows_async(MatvecArgs a, cudaStream_t stream) {
@@ -582,11 +585,13 @@ cudaError_t launch_hfq4_rows_async(MatvecArgs a, cudaStream_t stream) {
   constexpr size_t kShared = sizeof(Hfq4RowsStage<kGroup, kRows, kSteps>) * kStages * kWarps;
   static_assert(kShared <= 48 * 1024, "dynamic shared memory past 48 KB needs the opt-in attribute");
   const dim3 grid(static_cast<unsigned>(blocks), y);
-  if (a.gated)
-    return launch_kernel(matvec_hfq4_rows_async_kernel<kGroup, kRows, kSteps, kStages, kWarps, true>, grid,
-                         kWarps * kWarp, kShared, stream, a, vector_x_ok(a));
-  return launch_kernel(matvec_hfq4_rows_async_kernel<kGroup, kRows, kSteps, kStages, kWarps, false>, grid,
-                       kWarps * kWarp, kShared, stream, a, vector_x_ok(a));
+  const cudaError_t err =
+      a.gated ? launch_kernel(matvec_hfq4_rows_async_kernel<kGroup, kRows, kSteps, kStages, kWarps, true>, grid,
+                              kWarps * kWarp, kShared, stream, a, vector_x_ok(a))
+              : launch_kernel(matvec_hfq4_rows_async_kernel<kGroup, kRows, kSteps, kStages, kWarps, false>, grid,
+                              kWarps * kWarp, kShared, stream, a, vector_x_ok(a));
+  if (err == cudaSuccess) g_async_matvec_launches.fetch_add(1, std::memory_order_relaxed);
+  return err;
 }
 
 // Rows per warp for matvec_hfq4_rows_async_kernel (MatvecArgs::async_rows), or 0 for the
@@ -691,6 +696,8 @@ bool matvec_gated_supported(const MatvecArgs& a) {
 size_t matvec_scratch_bytes(const MatvecArgs& a) {
   return takes_mma(a) ? matmul_mma_scratch_bytes(a, a.act_pieces) : 0;
 }
+
+int64_t async_matvec_launches() { return g_async_matvec_launches.load(std::memory_order_relaxed); }
 
 cudaError_t launch_matvec(const MatvecArgs& a, cudaStream_t stream) {
   if (a.n_segments != 0) return cudaErrorInvalidValue;  // launch_matvec_group

@@ -88,5 +88,8 @@ cudaError_t launch_matvec_group(const MatvecArgs& args, cudaStream_t stream);
 // matrix (one input row, or routed expert pairs), no segments. Otherwise the caller runs the two
 // products and gated_activation.
 bool matvec_gated_supported(const MatvecArgs& args);
+// Launches of the asynchronous-copy matvec in this process (MatvecArgs::async_rows), for tests
+// that check it ran.
+int64_t async_matvec_launches();
 
 }  // namespace fl::cuda
