@@ -11,8 +11,8 @@
 //   --one-input: the one-input matvecs only, no grouped experts; --shape: the
 //   shapes whose name holds SUBSTR, e.g. "26b gate_up", "experts" for the grouped experts (also
 //   on the Hopper kernel, "1w"), or "q/k/v" for three products one by one against one launch).
-//   One input: the default ("0"), then the register kernel ("reg") and the asynchronous-copy one
-//   (BackendOptions::async_matvec) at 2 and 4 rows per warp ("a2", "a4") by name.
+//   One input: the register kernel ("0", MatvecArgs' default), then the asynchronous-copy one
+//   (BackendOptions::async_matvec) at 2 and 4 rows per warp ("a2", "a4").
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -189,8 +189,8 @@ int main(int argc, char** argv) {
         const double flops = 2.0 * T * s.M * s.K;
         fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, piece_label(T, variant), us,
                    flops / us / 1e6, weight_bytes / us / 1e3);
-        if (T == 1 && s.type != fl::DType::q8_0) {  // the one-input kernels by name: register, async 2 or 4 rows
-          for (int rows : {0, 2, 4}) {
+        if (T == 1 && s.type != fl::DType::q8_0) {  // the asynchronous-copy kernel at 2 and 4 rows
+          for (int rows : {2, 4}) {
             a.async_rows = rows;
             const double kernel_us = time_rotating_us(stream, runs, copies, [&](int c) {
               a.weight = first + static_cast<int64_t>(c) * s.M * row_bytes;
@@ -198,9 +198,8 @@ int main(int argc, char** argv) {
             });
             a.weight = first;
             a.async_rows = 0;
-            fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T,
-                       rows == 0 ? "reg" : fmt::format("a{}", rows), kernel_us, flops / kernel_us / 1e6,
-                       weight_bytes / kernel_us / 1e3);
+            fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, fmt::format("a{}", rows),
+                       kernel_us, flops / kernel_us / 1e6, weight_bytes / kernel_us / 1e3);
           }
         }
         if (variant == 0 && T == 64) {  // "1w2": the K-split plan before the one-wave one (two waves)

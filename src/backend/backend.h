@@ -427,7 +427,7 @@ struct BackendOptions {
   // the first ones issued before the previous kernel ends, instead of holding them in registers.
   // Same bits either way (CudaOps.AsyncMatvecGivesTheSameBits). Off until timed: written in the
   // twenty-fifth session, when no GPU was lent (`fireline bench --async-matvec on|off`;
-  // matmul_bench's "reg", "a2" and "a4" lines).
+  // matmul_bench's "a2" and "a4" lines against "0").
   bool async_matvec = false;
 };
 

@@ -397,7 +397,7 @@ class CudaBackend final : public Backend {
     require_device(weight, "matmul");
     if (weight.ndim != 2 || in.cols != weight.dim(1) || o.cols != weight.dim(0) || o.rows != in.rows)
       fail("matmul: cannot multiply x {} by weight {} into {}", x.describe(), weight.describe(), out.describe());
-    cuda::MatvecArgs a;
+    cuda::MatvecArgs a = matvec_args();
     a.out = o.data;
     a.out_stride = o.stride;
     a.x = in.data;
@@ -408,9 +408,6 @@ class CudaBackend final : public Backend {
     a.K = weight.dim(1);
     a.row_bytes = weight.stride[0];
     a.n_inputs = in.rows;
-    a.act_pieces = act_pieces_;
-    a.weight_prefetch = weight_prefetch_;
-    a.async_rows = async_matvec_ ? -1 : 0;
     a.scratch_bytes = cuda::matvec_scratch_bytes(a);
     if (a.scratch_bytes > 0) a.scratch = workspace_floats((a.scratch_bytes + 3) / 4);
     check(cuda::launch_matvec(a, stream_), "matmul");
@@ -534,15 +531,12 @@ class CudaBackend final : public Backend {
     if (!grouped) return Backend::matmul_group(outs, x, weights);
     const int64_t T = x.dim(0);
     F32Rows in = f32_rows(x, "matmul_group");
-    cuda::MatvecArgs a;
+    cuda::MatvecArgs a = matvec_args();
     a.x = in.data;
     a.x_stride = in.stride;
     a.weight_type = weights[0]->dtype;
     a.K = x.dim(1);
     a.n_inputs = T;
-    a.weight_prefetch = weight_prefetch_;
-    a.async_rows = async_matvec_ ? -1 : 0;
-    a.act_pieces = act_pieces_;
     a.n_segments = static_cast<int>(weights.size());
     for (size_t i = 0; i < weights.size(); ++i) {
       require_device(*weights[i], "matmul_group");
@@ -567,12 +561,10 @@ class CudaBackend final : public Backend {
                     Activation act) override {
     // One input row on HFQ4 weights (a decode step): both products and the activation in one
     // launch; anything else, the default (two products, then the activation).
-    cuda::MatvecArgs a;
+    cuda::MatvecArgs a = matvec_args();
     a.weight_type = gate_w.dtype;
     a.n_inputs = x.ndim == 2 ? x.dim(0) : 0;
     a.gated = true;
-    a.weight_prefetch = weight_prefetch_;
-    a.async_rows = async_matvec_ ? -1 : 0;
     const bool fused = gated_matvec_ && a.n_inputs == 1 && cuda::matvec_gated_supported(a) &&
                        up_w.dtype == gate_w.dtype && gate_w.ndim == 2 && up_w.ndim == 2 &&
                        gate_w.dim(0) == up_w.dim(0) && gate_w.dim(1) == up_w.dim(1) &&
@@ -895,7 +887,6 @@ class CudaBackend final : public Backend {
     OpTimer timer(*this, "moe_experts", expert_bytes * (mma ? static_cast<double>(std::min(pairs, E)) : pairs),
                   kernels);
     const int64_t max_items = sizes.max_items;
-    const int act_pieces = act_pieces_;
     const size_t split_bytes = sizes.split_bytes, head_floats = sizes.head_floats;
     float* scratch = workspace_floats(sizes.floats());
     float* hidden = scratch;
@@ -915,9 +906,7 @@ class CudaBackend final : public Backend {
             what);
     };
 
-    cuda::MatvecArgs a;
-    a.act_pieces = act_pieces;
-    a.async_rows = async_matvec_ ? -1 : 0;
+    cuda::MatvecArgs a = matvec_args();
     a.scratch = mma ? static_cast<void*>(scratch + head_floats) : nullptr;
     a.scratch_bytes = split_bytes;
     a.out = hidden;
@@ -1273,6 +1262,15 @@ class CudaBackend final : public Backend {
       ++workspace_growths_;
     }
     return static_cast<float*>(workspace->data());
+  }
+
+  // MatvecArgs with this backend's switches (tensor-core pieces, prefetch, asynchronous copies).
+  cuda::MatvecArgs matvec_args() const {
+    cuda::MatvecArgs a;
+    a.act_pieces = act_pieces_;
+    a.weight_prefetch = weight_prefetch_;
+    a.async_rows = async_matvec_ ? -1 : 0;
+    return a;
   }
 
   int device_;

@@ -419,12 +419,10 @@ __global__ void __launch_bounds__(kWarps * kWarp, 5) matvec_hfq4_rows_async_kern
   enter_kernel();
   if (!active) return;
   for (int64_t g = blockIdx.y; g < a.n_inputs; g += gridDim.y) {
-    if (a.expert_ids) {
+    if (a.expert_ids) {  // (without expert ids there is one input: its stages went out early)
       const int32_t expert = a.expert_ids[g];
       if (expert < 0) continue;  // a pair another rank runs (--ep): nothing to compute or store
       point_rows(static_cast<int64_t>(expert) * a.expert_bytes);
-      prologue();
-    } else if (g != blockIdx.y) {  // a later input: the ring's first stages again (the lanes are past the last reads)
       prologue();
     }
     const float* x = a.x + (g / a.x_row_div) * a.x_stride;
@@ -578,6 +576,7 @@ std::atomic<int64_t> g_async_matvec_launches{0};  // async_matvec_launches
 template <int kGroup, int kRows>
 cudaError_t launch_hfq4_rows_async(MatvecArgs a, cudaStream_t stream) {
   constexpr int kWarps = 4, kSteps = 2, kStages = 4;
+  if (!a.expert_ids && a.n_inputs != 1) return cudaErrorInvalidValue;  // the kernel's early stages: one input
   const int64_t blocks = number_row_blocks(a, static_cast<int64_t>(kWarps) * (a.gated ? kRows / 2 : kRows));
   if (blocks == 0) return cudaSuccess;
   const unsigned y = static_cast<unsigned>(a.n_inputs < 65535 ? a.n_inputs : 65535);
