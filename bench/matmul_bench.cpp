@@ -11,8 +11,8 @@
 //   --one-input: the one-input matvecs only, no grouped experts; --shape: the
 //   shapes whose name holds SUBSTR, e.g. "26b gate_up", "experts" for the grouped experts (also
 //   on the Hopper kernel, "1w"), or "q/k/v" for three products one by one against one launch).
-//   One input: the register kernel ("0", MatvecArgs' default), then the asynchronous-copy one
-//   (BackendOptions::async_matvec) at 2 and 4 rows per warp ("a2", "a4").
+//   One input: the register kernel ("0", MatvecArgs' default), then the bulk-copy one
+//   (BackendOptions::async_matvec, sm_90 only) at 2 and 4 rows per warp ("a2", "a4").
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
         const double flops = 2.0 * T * s.M * s.K;
         fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, piece_label(T, variant), us,
                    flops / us / 1e6, weight_bytes / us / 1e3);
-        if (T == 1 && s.type != fl::DType::q8_0) {  // the asynchronous-copy kernel at 2 and 4 rows
+        if (T == 1 && s.type != fl::DType::q8_0 && fl::cuda::async_matvec_available()) {  // the bulk-copy kernel
           for (int rows : {2, 4}) {
             a.async_rows = rows;
             const double kernel_us = time_rotating_us(stream, runs, copies, [&](int c) {

@@ -423,11 +423,12 @@ struct BackendOptions {
   // bench/RESULTS.md twenty-fourth session); `fireline bench --group-gemm on|off`.
   bool group_gemm = true;
   // Decode's one-input HFQ4 matvecs on rows of 8+ blocks (plain, grouped, gated and the experts'
-  // pairs) stream their weights through shared memory by asynchronous copies (cp.async, sm_80+),
-  // the first ones issued before the previous kernel ends, instead of holding them in registers.
-  // Same bits either way (CudaOps.AsyncMatvecGivesTheSameBits). Off until timed: written in the
-  // twenty-fifth session, when no GPU was lent (`fireline bench --async-matvec on|off`;
-  // matmul_bench's "a2" and "a4" lines against "0").
+  // pairs) stream their weights through shared memory by bulk copies (cp.async.bulk, sm_90 GPUs
+  // only), the first ones issued before the previous kernel ends, instead of holding them in
+  // registers. Same bits either way (CudaOps.AsyncMatvecGivesTheSameBits). Off: it loses in the
+  // replayed step (H100: 31B decode -12.8 %, Qwen3.5-4B -8.9 %, 26B-A4B -6.3 %; only one-wave
+  // products with long rows gain 2-3 %; bench/RESULTS.md twenty-sixth session). `fireline bench
+  // --async-matvec on|off`; matmul_bench's "a2" and "a4" lines against "0".
   bool async_matvec = false;
 };
 

@@ -1356,6 +1356,11 @@ int64_t cuda_workspace_growths(Backend& backend) { return cuda_backend_of(backen
 int64_t cuda_hopper_expert_gemm_launches() { return cuda::hopper_expert_gemm_launches(); }
 int64_t cuda_group_gemm_launches() { return cuda::segment_gemm_launches(); }
 int64_t cuda_async_matvec_launches() { return cuda::async_matvec_launches(); }
+
+bool cuda_async_matvec_available(Backend& backend) {
+  backend.bind_to_this_thread();  // the answer depends on the current device
+  return cuda::async_matvec_available();
+}
 size_t cuda_moe_experts_workspace_bytes(Backend& backend, int64_t T, int64_t k, int64_t E, int64_t H, int64_t I,
                                         DType type) {
   return cuda_backend_of(backend).moe_experts_workspace_bytes(T, k, E, H, I, type);

@@ -43,8 +43,9 @@ int64_t cuda_hopper_expert_gemm_launches();
 // How many products of one input it has run as one GEMM launch (BackendOptions::group_gemm).
 int64_t cuda_group_gemm_launches();
 // How many one-input products it has run on the asynchronous-copy matvec (BackendOptions::
-// async_matvec).
+// async_matvec), and whether it runs on the backend's GPU (an sm_90 one, in a build with sm_90a code).
 int64_t cuda_async_matvec_launches();
+bool cuda_async_matvec_available(Backend& backend);
 // Bytes of workspace the backend's moe_experts asks for T tokens routed to k of E experts
 // (hidden H, intermediate I, expert weights of `type`), for tests that hold the models' memory
 // plans against it.

@@ -30,6 +30,7 @@
 #include "backend/cuda/matmul_mma.cuh"
 #if !defined(FIRELINE_GPU_HIP)
 #include "backend/cuda/mma_sync.cuh"
+#include "backend/cuda/wgmma.cuh"
 #endif
 
 namespace fl::cuda {
@@ -334,127 +335,155 @@ __global__ void __launch_bounds__(kWarps* kWarp) matvec_hfq4_rows_kernel(MatvecA
 }
 
 #if !defined(FIRELINE_GPU_HIP)
-// One warp step's worth of a warp's rows, kSteps steps per stage of matvec_hfq4_rows_async_kernel's
-// ring: every lane's 8 code bytes of each row, and each block's scale and min (read by the block's
-// kLanesPerBlock lanes).
-template <int kGroup, int kRows, int kSteps>
-struct Hfq4RowsStage {
-  uint2 codes[kSteps][kRows][kWarp];
-  float2 scale_min[kSteps][kRows][Hfq4Lanes<kGroup>::kBlocksPerStep];
+// The shared memory of matvec_hfq4_rows_async_kernel: per warp, kStages transaction barriers and
+// kStages stages of kRows row chunks. A chunk is kSteps warp steps of blocks (8 G256 or 16 G128
+// blocks: 1088 or 1152 bytes, whole 16-byte units), copied as the row's bytes are laid out, with
+// 16 bytes of room: a row that starts 8 bytes past a 16-byte boundary (odd rows of a matrix with
+// an odd number of blocks per row) is copied from the boundary before it.
+template <int kGroup, int kRows, int kSteps, int kStages, int kWarps>
+struct Hfq4BulkRing {
+  using L = Hfq4Lanes<kGroup>;
+  static constexpr int kChunkBlocks = kSteps * L::kBlocksPerStep;
+  static constexpr int kChunkBytes = kChunkBlocks * L::kBlockBytes;
+  static_assert(kChunkBytes % 16 == 0, "chunks of whole 16-byte units keep every chunk's shift the row's");
+  static constexpr int kSlotBytes = kChunkBytes + 16;
+  static constexpr int kStageBytes = kRows * kSlotBytes;
+  static constexpr int kBarrierBytes = (kWarps * kStages * 8 + 15) / 16 * 16;
+  static constexpr size_t kBytes = kBarrierBytes + static_cast<size_t>(kWarps) * kStages * kStageBytes;
 };
 
 // matvec_hfq4_rows_kernel's products (one input per matrix: plain, grouped, gated or expert pairs)
-// with the weights streamed through a ring of kStages stages per warp in shared memory by
-// asynchronous copies (cp.async, sm_80+). The register kernel holds its loads in registers and
-// waits for them before any arithmetic, so a warp's bytes in flight are bounded by its registers
-// and drop to none while it computes; ncu on the 31B's down matvec (5376 x 21504): 16 % achieved
-// occupancy, 1.47 TB/s. Here a warp's next kStages - 1 stages are in flight while it computes one,
-// and without expert ids the first ones are issued before enter_kernel(): weights are never
+// with the weights streamed into shared memory by bulk copies (cp.async.bulk, the Hopper copy
+// engine), for products whose grid is about one wave. The register kernel holds its loads in
+// registers and waits for all of them before any arithmetic, so a warp's bytes in flight drop to
+// none while it computes; ncu on the 31B's down matvec (5376 x 21504, one wave of 10 warps per
+// SM): 16 % achieved occupancy, 1.37 TB/s, 61 % of cycles with no eligible warp. Here each warp
+// keeps kStages - 1 chunks of its rows in flight while it computes one: its lane 0 issues a bulk
+// copy per row and chunk (one instruction for ~1 KB; the cp.async form before this one spent two
+// 8-byte copies per lane, row and step, and ran 10-40 % slower than the register kernel: L1 80 %
+// busy, bench/RESULTS.md twenty-sixth session), and the warp waits on the chunk's transaction
+// barrier. Without expert ids the first chunks are issued before enter_kernel(): weights are never
 // written by a kernel, so they may load while the previous kernel finishes (expert ids are the
 // previous kernel's output). Each lane adds the same terms in the same order as the register
 // kernel (its blocks in order, then warp_sum; gated: act(gate) * up from the two sums), so the
-// bits are that kernel's and matvec_hfq4_tokens_kernel's. At least 5 blocks per SM: without the
-// bound ptxas took 168 registers (4 rows) for what fits in ~90 without spills.
+// bits are that kernel's. sm_90a only (the launcher checks); elsewhere the body traps. Measured
+// (H100): 2-3 % faster than the register kernel on one-wave products with long rows (31B down,
+// o_proj at 4 rows), 10-45 % slower with several waves (4 blocks per SM for the shared memory),
+// decode 6-13 % slower: L1 (the copies' writes, the lanes' reads and the input loads) saturates
+// first. Off by default (BackendOptions::async_matvec).
 template <int kGroup, int kRows, int kSteps, int kStages, int kWarps, bool kGated>
-__global__ void __launch_bounds__(kWarps * kWarp, 5) matvec_hfq4_rows_async_kernel(MatvecArgs a, bool vector_x) {
+__global__ void __launch_bounds__(kWarps * kWarp) matvec_hfq4_rows_async_kernel(MatvecArgs a, bool vector_x) {
+#if FIRELINE_GPU_HOPPER
   using L = Hfq4Lanes<kGroup>;
-  using Stage = Hfq4RowsStage<kGroup, kRows, kSteps>;
-  static_assert(kStages >= 2, "a stage computes while the next loads");
+  using Ring = Hfq4BulkRing<kGroup, kRows, kSteps, kStages, kWarps>;
+  static_assert(kStages >= 2, "a chunk computes while the next loads");
   static_assert(!kGated || kRows % 2 == 0, "gated: pairs of gate and up rows");
   constexpr int kOuts = kGated ? kRows / 2 : kRows;  // outputs per warp
   extern __shared__ __align__(16) unsigned char shared_bytes[];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int sub = lane % L::kLanesPerBlock, lane_block = lane / L::kLanesPerBlock;
-  Stage* ring = reinterpret_cast<Stage*>(shared_bytes) + warp * kStages;
+  uint64_t* barriers = reinterpret_cast<uint64_t*>(shared_bytes) + warp * kStages;
+  unsigned char* ring = shared_bytes + Ring::kBarrierBytes + static_cast<size_t>(warp) * kStages * Ring::kStageBytes;
   const RowsTarget target = rows_target(a);
   const int64_t M = target.M, row_bytes = target.row_bytes;
   const int64_t m_first = (target.block * kWarps + warp) * kOuts;
   const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
-  const int64_t n_stages = ((n_blocks + L::kBlocksPerStep - 1) / L::kBlocksPerStep + kSteps - 1) / kSteps;
+  const int64_t n_chunks = (n_blocks + Ring::kChunkBlocks - 1) / Ring::kChunkBlocks;
   // gated: the up rows' matrix (a separate one, or the stack's rows M .. 2M - 1)
   const uint8_t* up_matrix = kGated ? (a.up_weight ? a.up_weight : target.matrix + M * row_bytes) : nullptr;
-  // This lane's first block of each row (rows past M re-read the last row and are not stored),
-  // from the matrices at `offset` bytes (an expert's).
-  const uint8_t* lane_rows[kRows];
+  // Each row's first byte at the 16-byte boundary at or before it, and how far past it the row
+  // starts (0 or 8: blocks are whole 8-byte units), from the matrices at `offset` bytes (an
+  // expert's). Rows past M re-read the last row and are not stored.
+  const uint8_t* row_copy[kRows];
+  int row_shift[kRows];
   auto point_rows = [&](int64_t offset) {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int64_t m = m_first + r % kOuts;
-      lane_rows[r] = (kGated && r >= kOuts ? up_matrix : target.matrix) + offset + (m < M ? m : M - 1) * row_bytes +
-                     lane_block * L::kBlockBytes;
+      const uint8_t* row = (kGated && r >= kOuts ? up_matrix : target.matrix) + offset + (m < M ? m : M - 1) * row_bytes;
+      row_shift[r] = static_cast<int>(reinterpret_cast<uintptr_t>(row) & 15);
+      row_copy[r] = row - row_shift[r];
     }
   };
-  const uint32_t ring_address = static_cast<uint32_t>(__cvta_generic_to_shared(ring));
-  // Stage i: warp steps i * kSteps .. + kSteps - 1; blocks past the row are zero-filled, never read.
-  auto issue = [&](int64_t i) {
-    if (i < n_stages) {
-      const uint32_t stage_address = ring_address + static_cast<uint32_t>(i % kStages) * sizeof(Stage);
+  // Chunk i of the rows into slot `slot` (lane 0): bytes past the row's end up to the next
+  // 16-byte boundary come along (at most 8: inside the weight arena's 256-byte padding) and are
+  // never read.
+  auto issue = [&](int64_t i, int64_t slot) {
+    if (lane != 0 || i >= n_chunks) return;
+    const int64_t blocks = n_blocks - i * Ring::kChunkBlocks < Ring::kChunkBlocks ? n_blocks - i * Ring::kChunkBlocks
+                                                                                   : Ring::kChunkBlocks;
+    const uint32_t bytes = static_cast<uint32_t>(blocks * L::kBlockBytes);
+    uint32_t total = 0, copy_bytes[kRows];
 #pragma unroll
-      for (int u = 0; u < kSteps; ++u) {
-        const int64_t step = i * kSteps + u;
-        const bool valid = lane_block + step * L::kBlocksPerStep < n_blocks;
-        const int64_t offset = valid ? step * L::kBlocksPerStep * L::kBlockBytes : 0;
+    for (int r = 0; r < kRows; ++r) total += copy_bytes[r] = (row_shift[r] + bytes + 15) / 16 * 16;
+    uint64_t* barrier = barriers + slot;
+    mbarrier_arrive_expect_tx(barrier, total);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) {
-          const uint8_t* block = lane_rows[r] + offset;
-          cp_async_small_to<8>(stage_address + offsetof(Stage, codes) + ((u * kRows + r) * kWarp + lane) * 8,
-                               block + 8 + 8 * sub, valid);
-          if (sub == 0)
-            cp_async_small_to<8>(
-                stage_address + offsetof(Stage, scale_min) + ((u * kRows + r) * L::kBlocksPerStep + lane_block) * 8,
-                block, valid);
-        }
-      }
-    }
-    cp_async_commit();  // empty past the last stage: the wait below counts groups
+    for (int r = 0; r < kRows; ++r)
+      bulk_copy_to_shared(ring + slot * Ring::kStageBytes + r * Ring::kSlotBytes,
+                          row_copy[r] + i * Ring::kChunkBytes, copy_bytes[r], barrier);
   };
-  auto prologue = [&] {
-    for (int i = 0; i + 1 < kStages; ++i) issue(i);
-  };
+  if (lane == 0) {
+    for (int s = 0; s < kStages; ++s) mbarrier_init(barriers + s, 1);
+    fence_mbarrier_init();
+  }
+  __syncwarp();
   const bool active = m_first < M, early = active && !a.expert_ids;
+  // Chunks this warp has waited for, over all its inputs: chunk i of an input waits in slot
+  // (done + i) % kStages for that slot's phase (done + i) / kStages.
+  int64_t done = 0;
   if (early) {
     point_rows(0);
-    prologue();
+    for (int i = 0; i + 1 < kStages; ++i) issue(i, i);
   }
   enter_kernel();
   if (!active) return;
   for (int64_t g = blockIdx.y; g < a.n_inputs; g += gridDim.y) {
-    if (a.expert_ids) {  // (without expert ids there is one input: its stages went out early)
+    if (a.expert_ids) {  // (without expert ids there is one input: its chunks went out early)
       const int32_t expert = a.expert_ids[g];
       if (expert < 0) continue;  // a pair another rank runs (--ep): nothing to compute or store
       point_rows(static_cast<int64_t>(expert) * a.expert_bytes);
-      prologue();
+      for (int i = 0; i + 1 < kStages; ++i) issue(i, (done + i) % kStages);
     }
     const float* x = a.x + (g / a.x_row_div) * a.x_stride;
     float acc[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
-    for (int64_t i = 0; i < n_stages; ++i) {
-      cp_async_wait<kStages - 2>();  // stage i landed (this lane's copies)
-      __syncwarp();                  // and every lane's (the scales), and stage i - 1 is read by all
-      issue(i + kStages - 1);        // into stage i - 1's slot
-      const Stage& stage = ring[i % kStages];
-#pragma unroll 1
+    for (int64_t i = 0; i < n_chunks; ++i) {
+      // Every lane has read chunk i - 1 (its slot is the one refilled): generic reads, then the
+      // copy engine's writes.
+      __syncwarp();
+      if (lane == 0) asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+      issue(i + kStages - 1, (done + i + kStages - 1) % kStages);
+      const int64_t k = done + i;
+      mbarrier_wait_parity(barriers + k % kStages, static_cast<uint32_t>((k / kStages) & 1));
+      const unsigned char* stage = ring + (k % kStages) * Ring::kStageBytes;
+#pragma unroll
       for (int u = 0; u < kSteps; ++u) {
-        const int64_t b = lane_block + (i * kSteps + u) * L::kBlocksPerStep;
-        if (b >= n_blocks) break;
+        const int j = lane_block + u * L::kBlocksPerStep;  // block within the chunk
+        if (i * Ring::kChunkBlocks + j >= n_blocks) break;
         float xv[16];
-        const float x_sum = load_x16(x, b * kGroup + 16 * sub, a.K, vector_x, xv);
+        const float x_sum = load_x16(x, (i * Ring::kChunkBlocks + j) * kGroup + 16 * sub, a.K, vector_x, xv);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
-          const float2 scale_min = stage.scale_min[u][r][lane_block];
-          acc[r] += hfq4_lane_dot(stage.codes[u][r][lane], scale_min.x, scale_min.y, xv, x_sum);
+          const unsigned char* block = stage + r * Ring::kSlotBytes + row_shift[r] + j * L::kBlockBytes;
+          const float2 scale_min = *reinterpret_cast<const float2*>(block);
+          acc[r] += hfq4_lane_dot(*reinterpret_cast<const uint2*>(block + 8 + 8 * sub), scale_min.x, scale_min.y, xv,
+                                  x_sum);
         }
       }
     }
+    done += n_chunks;
 #pragma unroll
     for (int r = 0; r < kOuts; ++r) {
       float value = warp_sum(acc[r]);
       if constexpr (kGated) value = gated_value(value, warp_sum(acc[r + kOuts]), a.act);
       if (lane == 0 && m_first + r < M) target.out[g * a.out_stride + m_first + r] = value;
     }
-    __syncwarp();
   }
+#else
+  __trap();
+#endif
 }
 #endif
 
@@ -575,31 +604,43 @@ std::atomic<int64_t> g_async_matvec_launches{0};  // async_matvec_launches
 #if !defined(FIRELINE_GPU_HIP)
 template <int kGroup, int kRows>
 cudaError_t launch_hfq4_rows_async(MatvecArgs a, cudaStream_t stream) {
-  constexpr int kWarps = 4, kSteps = 2, kStages = 4;
-  if (!a.expert_ids && a.n_inputs != 1) return cudaErrorInvalidValue;  // the kernel's early stages: one input
+  // 4 warps, each with 3 chunks of 4 warp steps (G256, 4 rows: 52 KB a block, 4 blocks per SM)
+  constexpr int kWarps = 4, kSteps = 4, kStages = 3;
+  if (!a.expert_ids && a.n_inputs != 1) return cudaErrorInvalidValue;  // the kernel's early chunks: one input
   const int64_t blocks = number_row_blocks(a, static_cast<int64_t>(kWarps) * (a.gated ? kRows / 2 : kRows));
   if (blocks == 0) return cudaSuccess;
   const unsigned y = static_cast<unsigned>(a.n_inputs < 65535 ? a.n_inputs : 65535);
-  // 4 warps x 4 stages x 2.1 KB (4 rows, G256): under the 48 KB a launch gets without opting in
-  constexpr size_t kShared = sizeof(Hfq4RowsStage<kGroup, kRows, kSteps>) * kStages * kWarps;
-  static_assert(kShared <= 48 * 1024, "dynamic shared memory past 48 KB needs the opt-in attribute");
+  constexpr size_t kShared = Hfq4BulkRing<kGroup, kRows, kSteps, kStages, kWarps>::kBytes;
   const dim3 grid(static_cast<unsigned>(blocks), y);
-  const cudaError_t err =
-      a.gated ? launch_kernel(matvec_hfq4_rows_async_kernel<kGroup, kRows, kSteps, kStages, kWarps, true>, grid,
-                              kWarps * kWarp, kShared, stream, a, vector_x_ok(a))
-              : launch_kernel(matvec_hfq4_rows_async_kernel<kGroup, kRows, kSteps, kStages, kWarps, false>, grid,
-                              kWarps * kWarp, kShared, stream, a, vector_x_ok(a));
+  auto launch = [&](auto kernel) {
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kShared));
+    if (err == cudaSuccess) err = launch_kernel(kernel, grid, kWarps * kWarp, kShared, stream, a, vector_x_ok(a));
+    return err;
+  };
+  const cudaError_t err = a.gated ? launch(matvec_hfq4_rows_async_kernel<kGroup, kRows, kSteps, kStages, kWarps, true>)
+                                  : launch(matvec_hfq4_rows_async_kernel<kGroup, kRows, kSteps, kStages, kWarps, false>);
   if (err == cudaSuccess) g_async_matvec_launches.fetch_add(1, std::memory_order_relaxed);
   return err;
 }
 
+// Whether every matrix the launch reads starts on an 8-byte boundary (the bulk copies round a
+// row's start down to 16 bytes and index from there; blocks are whole 8-byte units).
+bool rows_start_on_8_bytes(const MatvecArgs& a) {
+  auto on_8 = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 8 == 0; };
+  if (!on_8(a.up_weight) || a.expert_bytes % 8 != 0) return false;
+  if (a.n_segments == 0) return on_8(a.weight);
+  for (int s = 0; s < a.n_segments; ++s)
+    if (!on_8(a.segments[s].weight)) return false;
+  return true;
+}
+
 // Rows per warp for matvec_hfq4_rows_async_kernel (MatvecArgs::async_rows), or 0 for the
-// register kernel: rows of 8+ blocks (shorter ones are a stage or two: nothing to overlap), on
-// sm_80+ (cp.async). Its own choice: 4 rows where the register kernel would take 4, else 2 (gated
-// products choose as the two products together would).
+// register kernel: on an sm_90 GPU in a build with sm_90a code (bulk copies), rows of 8+ blocks
+// (shorter ones are one chunk with nothing to overlap). Its own choice: 4 rows where the register
+// kernel would take 4, else 2 (gated products choose as the two products together would).
 template <int kGroup>
 int async_rows_for(const MatvecArgs& a, int64_t warps_at_4) {
-  if (a.async_rows == 0 || current_device_traits().major < 8) return 0;
+  if (a.async_rows == 0 || !async_matvec_available() || !rows_start_on_8_bytes(a)) return 0;
   if (a.async_rows > 0) return a.async_rows;
   const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
   if (n_blocks < 8) return 0;
@@ -697,6 +738,14 @@ size_t matvec_scratch_bytes(const MatvecArgs& a) {
 }
 
 int64_t async_matvec_launches() { return g_async_matvec_launches.load(std::memory_order_relaxed); }
+
+bool async_matvec_available() {
+#if defined(FIRELINE_CUDA_SM90A)
+  return current_device_traits().major == 9;
+#else
+  return false;
+#endif
+}
 
 cudaError_t launch_matvec(const MatvecArgs& a, cudaStream_t stream) {
   if (a.n_segments != 0) return cudaErrorInvalidValue;  // launch_matvec_group

@@ -91,5 +91,8 @@ bool matvec_gated_supported(const MatvecArgs& args);
 // Launches of the asynchronous-copy matvec in this process (MatvecArgs::async_rows), for tests
 // that check it ran.
 int64_t async_matvec_launches();
+// Whether the asynchronous-copy matvec can run on the current GPU (a 9.0 device, a build with
+// sm_90a code): elsewhere MatvecArgs::async_rows is ignored and the register kernel runs.
+bool async_matvec_available();
 
 }  // namespace fl::cuda
