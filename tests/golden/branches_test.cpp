@@ -188,8 +188,9 @@ TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
     }
     EXPECT_TRUE(same_bytes(logits[0], logits[1])) << "a 36-token chunk";
     if (precision == TensorCorePrecision::bf16 && fixture.find("moe") != std::string::npos &&
-        cuda_hopper_gemm_active(*w.backends[0]))
+        cuda_hopper_gemm_active(*w.backends[0])) {
       EXPECT_GT(cuda_hopper_expert_gemm_launches(), launches) << "the Hopper expert GEMM did not run";
+    }
   }
   // group_gemm (q/k/v and gate/up of a chunk in one GEMM launch each, bf16 tensor cores) moves
   // results by the order of K-split sums only: the chunk's logits within 1e-4 of the largest.
@@ -212,8 +213,9 @@ TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
     diff = std::max(diff, std::fabs(logits[0][i] - logits[1][i]));
   }
   EXPECT_LE(diff, 1e-4f * largest) << "group_gemm moved a 36-token chunk's logits";
-  if (cuda_hopper_gemm_active(*w.backends[0]))
+  if (cuda_hopper_gemm_active(*w.backends[0])) {
     EXPECT_GT(cuda_group_gemm_launches(), launches) << "no product of the chunk ran as one launch";
+  }
   // Fewer inputs than the GEMM takes (prompts of 5, 9 and 13 tokens, then three sequences
   // decoding together) keep each product's matvec: the same bytes as the default, no launch.
   const int64_t before_small = cuda_group_gemm_launches();
