@@ -12,7 +12,8 @@
 //   shapes whose name holds SUBSTR, e.g. "26b gate_up", "experts" for the grouped experts (also
 //   on the Hopper kernel, "1w"), or "q/k/v" for three products one by one against one launch).
 //   One input: the register kernel ("0", MatvecArgs' default), then the bulk-copy one
-//   (BackendOptions::async_matvec, sm_90 only) at 2 and 4 rows per warp ("a2", "a4").
+//   (BackendOptions::async_matvec, sm_90 only) at 2 and 4 rows per warp ("a2", "a4"), and the
+//   split-steps one (BackendOptions::split_matvec, "s"; the register kernel where it does not apply).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -189,18 +190,27 @@ int main(int argc, char** argv) {
         const double flops = 2.0 * T * s.M * s.K;
         fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, piece_label(T, variant), us,
                    flops / us / 1e6, weight_bytes / us / 1e3);
-        if (T == 1 && s.type != fl::DType::q8_0 && fl::cuda::async_matvec_available()) {  // the bulk-copy kernel
-          for (int rows : {2, 4}) {
-            a.async_rows = rows;
-            const double kernel_us = time_rotating_us(stream, runs, copies, [&](int c) {
-              a.weight = first + static_cast<int64_t>(c) * s.M * row_bytes;
-              cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec");
-            });
-            a.weight = first;
-            a.async_rows = 0;
-            fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, fmt::format("a{}", rows),
-                       kernel_us, flops / kernel_us / 1e6, weight_bytes / kernel_us / 1e3);
+        // One input: the bulk-copy kernel at 2 and 4 rows ("a2", "a4"), and the split-steps one
+        // ("s": where launch_matvec takes it, else the register kernel again).
+        auto time_one_input = [&](const char* label, int async_rows, bool split_rows) {
+          a.async_rows = async_rows;
+          a.split_rows = split_rows;
+          const double kernel_us = time_rotating_us(stream, runs, copies, [&](int c) {
+            a.weight = first + static_cast<int64_t>(c) * s.M * row_bytes;
+            cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec");
+          });
+          a.weight = first;
+          a.async_rows = 0;
+          a.split_rows = false;
+          fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, label, kernel_us,
+                     flops / kernel_us / 1e6, weight_bytes / kernel_us / 1e3);
+        };
+        if (T == 1 && s.type != fl::DType::q8_0) {
+          if (fl::cuda::async_matvec_available()) {
+            time_one_input("a2", 2, false);
+            time_one_input("a4", 4, false);
           }
+          time_one_input("s", 0, true);
         }
         if (variant == 0 && T == 64) {  // "1w2": the K-split plan before the one-wave one (two waves)
           fl::cuda::allow_one_wave_k_splits(false);

@@ -48,7 +48,10 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "bf16); off: one product after another (results differ only in the order of K-split sums)"},
     {"--async-matvec", &BackendOptions::async_matvec, "async_matvec",
      "on: decode's matrix-vector products on HFQ4 rows of 8+ blocks stream their weights through shared memory by "
-     "asynchronous copies (sm_80+); off (default): through registers (identical results; for A/B timing)"},
+     "bulk copies (sm_90); off (default): through registers (identical results; for A/B timing)"},
+    {"--split-matvec", &BackendOptions::split_matvec, "split_matvec",
+     "on: decode's one-wave matrix-vector products with long HFQ4 rows run on pairs of warps that split each row's "
+     "steps; off (default): one warp per row group (results differ in the order of additions; for A/B timing)"},
 };
 
 struct BenchOptions {

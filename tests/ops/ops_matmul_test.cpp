@@ -337,6 +337,56 @@ TEST_F(CudaOps, AsyncMatvecGivesTheSameBits) {
     }
 }
 
+// BackendOptions::split_matvec: the one-wave products with long rows on pairs of warps that split
+// each row's warp steps. Rows for about one wave of 4-row warps (1025 warps: 4097 rows leave the
+// last warp one row, 4100 leave the last block's second pair past M), rows of exactly 32 blocks
+// and of 33 with a part-used last one (the even half one step more than the odd), G256 and G128:
+// close to the CPU oracle, the same bytes twice (the pair's sums meet in a fixed order), each
+// launch over NaN, and the launch counter proves the split kernel ran; a product of more waves
+// (or short rows) keeps the register kernel's bits.
+TEST_F(CudaOps, SplitMatvecMatchesTheOracle) {
+  BackendOptions split_options, register_options;
+  split_options.split_matvec = true;
+  register_options.split_matvec = false;
+  auto split = make_backend("cuda", split_options), registers = make_backend("cuda", register_options);
+  // (under 86 SMs, 1025 warps are not about one wave: only the second half applies)
+  const bool one_wave_here = 12 * cuda_sm_count(*split) >= 1025;
+  if (!one_wave_here) std::printf("(fewer than 86 SMs: the split kernel never applies here)\n");
+  auto run_over_nan = [&](Backend& b, Twin& out, const Twin& x, const Twin& w) {
+    const std::vector<uint8_t> nan_bytes(out.host.size(), 0xff);
+    b.copy_to_device(out.gpu, nan_bytes.data());
+    b.matmul(out.gpu, x.gpu, w.gpu);
+    b.synchronize();
+    return gpu_bytes(out);
+  };
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128}) {
+    if (!one_wave_here) break;
+    const int64_t group = type == DType::hfq4_g256 ? 256 : 128;
+    for (int64_t K : {32 * group, 32 * group + group / 2 + 8})
+      for (int64_t M : {4097, 4100}) {
+        const std::string what = std::string(dtype_name(type)) + " M=" + std::to_string(M) + " K=" + std::to_string(K);
+        Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {1, K});
+        Twin out = twin_output(DType::f32, {1, M});
+        const int64_t launches = cuda_split_matvec_launches();
+        const std::vector<uint8_t> first = run_over_nan(*split, out, x, w);
+        EXPECT_EQ(cuda_split_matvec_launches(), launches + 1) << what << ": the split kernel did not run";
+        EXPECT_EQ(run_over_nan(*split, out, x, w), first) << what << ": two runs differ";
+        cpu_->matmul(out.cpu, x.cpu, w.cpu);
+        expect_close(out, dot_budget(K), what);
+      }
+  }
+  // 16385 rows (4097 warps: several waves) or rows of 31 blocks: the register kernel, its bits
+  for (auto [M, K] : {std::pair<int64_t, int64_t>{16385, 8192}, {4100, 31 * 256}}) {
+    const std::string what = "M=" + std::to_string(M) + " K=" + std::to_string(K);
+    Twin w = twin_random(DType::hfq4_g256, {M, K}, 0.5f), x = twin_random(DType::f32, {1, K});
+    Twin out = twin_output(DType::f32, {1, M});
+    const std::vector<uint8_t> by_registers = run_over_nan(*registers, out, x, w);
+    const int64_t launches = cuda_split_matvec_launches();
+    EXPECT_EQ(run_over_nan(*split, out, x, w), by_registers) << what;
+    EXPECT_EQ(cuda_split_matvec_launches(), launches) << what << ": the split kernel ran";
+  }
+}
+
 TEST_F(CudaOps, MoeRouteAndExperts) {
   // Routing alone over the kernels' size classes: one warp per token holding 4 (<= 128 experts)
   // or 16 (<= 512, Qwen3.5's 256) per lane, and the block kernel beyond; T = 17 leaves a block

@@ -169,7 +169,8 @@ class CudaBackend final : public Backend {
         weight_prefetch_(options.weight_prefetch),
         hopper_expert_gemm_(options.hopper_expert_gemm),
         group_gemm_(options.group_gemm),
-        async_matvec_(options.async_matvec) {
+        async_matvec_(options.async_matvec),
+        split_matvec_(options.split_matvec) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -1270,6 +1271,7 @@ class CudaBackend final : public Backend {
     a.act_pieces = act_pieces_;
     a.weight_prefetch = weight_prefetch_;
     a.async_rows = async_matvec_ ? -1 : 0;
+    a.split_rows = split_matvec_;
     return a;
   }
 
@@ -1281,6 +1283,7 @@ class CudaBackend final : public Backend {
   bool hopper_expert_gemm_;  // BackendOptions::hopper_expert_gemm
   bool group_gemm_;          // BackendOptions::group_gemm
   bool async_matvec_;        // BackendOptions::async_matvec
+  bool split_matvec_;        // BackendOptions::split_matvec
   // Ops go to stream_: the main stream, or the side stream inside a branch's side line.
   cudaStream_t stream_ = nullptr;
   cudaStream_t main_stream_ = nullptr;
@@ -1356,6 +1359,7 @@ int64_t cuda_workspace_growths(Backend& backend) { return cuda_backend_of(backen
 int64_t cuda_hopper_expert_gemm_launches() { return cuda::hopper_expert_gemm_launches(); }
 int64_t cuda_group_gemm_launches() { return cuda::segment_gemm_launches(); }
 int64_t cuda_async_matvec_launches() { return cuda::async_matvec_launches(); }
+int64_t cuda_split_matvec_launches() { return cuda::split_matvec_launches(); }
 
 bool cuda_async_matvec_available(Backend& backend) {
   backend.bind_to_this_thread();  // the answer depends on the current device
@@ -1372,6 +1376,12 @@ void cuda_allow_hopper_gemm(bool allowed) { cuda::allow_hopper_gemm(allowed); }
 bool cuda_hopper_gemm_active(Backend& backend) {
   backend.bind_to_this_thread();  // the answer depends on the current device
   return cuda::hopper_gemm_active();
+}
+
+int cuda_sm_count(Backend& backend) {
+  int sms = 0;
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, cuda_device_index(backend)), "device attribute");
+  return sms;
 }
 
 int cuda_max_block_shared_memory(Backend& backend) {

@@ -46,6 +46,8 @@ int64_t cuda_group_gemm_launches();
 // async_matvec), and whether it runs on the backend's GPU (an sm_90 one, in a build with sm_90a code).
 int64_t cuda_async_matvec_launches();
 bool cuda_async_matvec_available(Backend& backend);
+// How many one-input products it has run on the split-steps matvec (BackendOptions::split_matvec).
+int64_t cuda_split_matvec_launches();
 // Bytes of workspace the backend's moe_experts asks for T tokens routed to k of E experts
 // (hidden H, intermediate I, expert weights of `type`), for tests that hold the models' memory
 // plans against it.
@@ -54,6 +56,8 @@ size_t cuda_moe_experts_workspace_bytes(Backend& backend, int64_t T, int64_t k, 
 // Bytes of shared memory one block may opt in to on the backend's GPU (sm_80: 163 KiB, sm_90:
 // 227 KiB).
 int cuda_max_block_shared_memory(Backend& backend);
+// The backend's GPU's streaming multiprocessors (for tests of launch plans sized by waves).
+int cuda_sm_count(Backend& backend);
 
 // Communicators over NCCL for ranks that are threads of this process, one per GPU: backends[r]
 // is rank r's (a make_cuda_backend backend, each on its own GPU), and its all-reduce runs on that

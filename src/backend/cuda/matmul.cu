@@ -255,6 +255,50 @@ __device__ __forceinline__ float hfq4_lane_dot(uint2 codes, float scale, float m
   return fmaf(32.0f * scale, even + odd, __fmul_rn(min - 16.0f * scale, x_sum));
 }
 
+// A lane's sums over its blocks of kRows rows (`rows`: each row's first block, offset to this
+// lane's code bytes, 8 * sub), one warp step of kBlocksPerStep blocks after another from block
+// `first`, every kSpan-th step (1: all of them; 2: every other one, for a pair of warps that split
+// the steps), kUnroll steps of loads issued before the first one's arithmetic. The order of
+// additions is the lane's blocks in order. The rows kernel keeps its own copy of this loop: through
+// this function ptxas (sm_90a) gave it 127 registers instead of 96 at 2 steps and 164 instead of
+// 128 at 4, fewer warps per SM on the products it runs.
+template <int kGroup, int kRows, int kUnroll, int kSpan>
+__device__ __forceinline__ void accumulate_hfq4_rows(float (&acc)[kRows], const uint8_t* const (&rows)[kRows],
+                                                     const float* x, int64_t K, bool vector_x, int first_block,
+                                                     int64_t n_blocks) {
+  using L = Hfq4Lanes<kGroup>;
+  constexpr int kStride = kSpan * L::kBlocksPerStep;  // blocks from one of this lane's steps to its next
+  const int sub = threadIdx.x % kWarp % L::kLanesPerBlock;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
+  for (int64_t first = first_block; first < n_blocks; first += kStride * kUnroll) {
+    uint2 codes[kUnroll][kRows];
+    float2 scale_min[kUnroll][kRows];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t b = first + u * kStride;
+      if (b < n_blocks) {
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          const uint8_t* p = rows[r] + b * L::kBlockBytes;  // this lane's 8 code bytes, at 8 * sub
+          codes[u][r] = *reinterpret_cast<const uint2*>(p + 8);
+          scale_min[u][r] = *reinterpret_cast<const float2*>(p - 8 * sub);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t b = first + u * kStride;
+      if (b >= n_blocks) break;
+      float xv[16];
+      const float x_sum = load_x16(x, b * kGroup + 16 * sub, K, vector_x, xv);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        acc[r] += hfq4_lane_dot(codes[u][r], scale_min[u][r].x, scale_min[u][r].y, xv, x_sum);
+    }
+  }
+}
+
 // The rows kernel for HFQ4 (one input per matrix; grouped segments; expert pairs), kWarpsPerBlock
 // warps of kRows rows each, kUnroll warp steps of loads in flight per lane. Gated (MatvecArgs::
 // gated): a warp's kRows rows are kRows / 2 gate rows and the same up rows, and it stores
@@ -331,6 +375,50 @@ __global__ void __launch_bounds__(kWarps* kWarp) matvec_hfq4_rows_kernel(MatvecA
       if constexpr (kGated) value = gated_value(value, warp_sum(acc[r + kOuts]), a.act);
       if (lane == 0 && m_first + r < M) out[g * a.out_stride + m_first + r] = value;
     }
+  }
+}
+
+// The rows kernel's plain one-input product (no segments, gate or experts) on pairs of warps that
+// split each row's warp steps, even ones and odd ones, for the products whose grid is about one
+// wave with long rows (the 31B's down and o_proj: 5376 rows, 10 warps of 4 rows per SM). There the
+// register kernel's warps wait for their loads with nothing else to issue (ncu: 61 % of cycles
+// without an eligible warp, 1.3 TB/s); twice the warps, each with half the steps, keep the same
+// bytes in flight and overlap one warp's arithmetic with another's loads, as the many-wave
+// products do (31B gate_up: 2.2 TB/s). The pair's two sums meet lane by lane in shared memory
+// before the warp sum: each lane's value is its even steps' sum plus its odd steps' sum, an order
+// of additions of its own (not the register kernel's bits; within the op harness's budget).
+// At most 80 registers (6 blocks, 24 warps per SM): the 31B's products need 20.4 warps per SM
+// for one wave (95 without the bound: 5 blocks, a second wave of 12 blocks).
+template <int kGroup, int kRows, int kUnroll>
+__global__ void __launch_bounds__(4 * kWarp, 6) matvec_hfq4_rows_split_kernel(MatvecArgs a, bool vector_x, bool prefetch) {
+  using L = Hfq4Lanes<kGroup>;
+  __shared__ float odd_sums[2][kRows][kWarp];  // [pair][row][lane]
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, pair = warp / 2, half = warp % 2;
+  const int sub = lane % L::kLanesPerBlock, lane_block = lane / L::kLanesPerBlock;
+  const int64_t M = a.M, row_bytes = a.row_bytes;
+  const int64_t m_first = (static_cast<int64_t>(blockIdx.x) * 2 + pair) * kRows;
+  if (prefetch && half == 0) prefetch_rows(RowsTarget{a.out, a.weight, M, row_bytes, 0}, m_first, kRows);
+  enter_kernel();
+  const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
+  const uint8_t* rows[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {  // rows past M re-read the last row and are not stored
+    const int64_t m = m_first + r < M ? m_first + r : M - 1;
+    rows[r] = a.weight + m * row_bytes + 8 * sub;
+  }
+  float acc[kRows];
+  accumulate_hfq4_rows<kGroup, kRows, kUnroll, 2>(acc, rows, a.x, a.K, vector_x,
+                                                  lane_block + half * L::kBlocksPerStep, n_blocks);
+  if (half == 1) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) odd_sums[pair][r][lane] = acc[r];
+  }
+  __syncthreads();  // (every warp reaches it: rows past M are computed, not stored)
+  if (half == 1) return;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const float value = warp_sum(acc[r] + odd_sums[pair][r][lane]);
+    if (lane == 0 && m_first + r < M) a.out[m_first + r] = value;
   }
 }
 
@@ -599,6 +687,24 @@ cudaError_t launch_hfq4_rows(MatvecArgs a, cudaStream_t stream) {
                        dim3(static_cast<unsigned>(blocks), y), kWarps * kWarp, 0, stream, a, vector_x_ok(a), prefetch);
 }
 
+std::atomic<int64_t> g_split_matvec_launches{0};  // split_matvec_launches
+
+// matvec_hfq4_rows_split_kernel: 4 rows per warp, 2 warp steps of loads in flight per lane (the
+// pairs double the warps: the 4-step kernel's registers would not fit them in one wave).
+template <int kGroup>
+cudaError_t launch_hfq4_rows_split(const MatvecArgs& a, cudaStream_t stream) {
+  constexpr int kRows = 4, kUnroll = 2;
+  const int64_t blocks = (a.M + 2 * kRows - 1) / (2 * kRows);
+  if (blocks == 0) return cudaSuccess;
+  // (its grid is one wave: 6 blocks per SM are resident while the previous kernel finishes)
+  const bool prefetch = a.weight_prefetch && blocks <= 6 * static_cast<int64_t>(current_device_traits().sm_count);
+  const cudaError_t err = launch_kernel(matvec_hfq4_rows_split_kernel<kGroup, kRows, kUnroll>,
+                                        dim3(static_cast<unsigned>(blocks)), 4 * kWarp, 0, stream, a, vector_x_ok(a),
+                                        prefetch);
+  if (err == cudaSuccess) g_split_matvec_launches.fetch_add(1, std::memory_order_relaxed);
+  return err;
+}
+
 std::atomic<int64_t> g_async_matvec_launches{0};  // async_matvec_launches
 
 #if !defined(FIRELINE_GPU_HIP)
@@ -673,8 +779,12 @@ cudaError_t launch_hfq4(const MatvecArgs& a, cudaStream_t stream) {
       // 44.0 -> 41.1). With several waves, or short rows, the 2-step kernel's occupancy and
       // shorter tail won (31B gate_up 56.3 vs 57.6 us, q/k/v 23.2 vs 26.4, 26B q_proj 5.8 vs 6.9).
       const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
-      if (warps_at_4 <= 12 * static_cast<int64_t>(current_device_traits().sm_count) && n_blocks >= 32)
+      if (warps_at_4 <= 12 * static_cast<int64_t>(current_device_traits().sm_count) && n_blocks >= 32) {
+        // (or the same rows on pairs of warps that split the steps: MatvecArgs::split_rows)
+        if (a.split_rows && !a.expert_ids && !a.gated && a.n_segments == 0)
+          return launch_hfq4_rows_split<kGroup>(a, stream);
         return launch_hfq4_rows<kGroup, 4, 4>(a, stream);
+      }
       return launch_hfq4_rows<kGroup, 4, 2>(a, stream);
     }
     if (a.gated || row_warps_at(rows, 2) >= 512) return launch_hfq4_rows<kGroup, 2, 4>(a, stream);
@@ -738,6 +848,7 @@ size_t matvec_scratch_bytes(const MatvecArgs& a) {
 }
 
 int64_t async_matvec_launches() { return g_async_matvec_launches.load(std::memory_order_relaxed); }
+int64_t split_matvec_launches() { return g_split_matvec_launches.load(std::memory_order_relaxed); }
 
 bool async_matvec_available() {
 #if defined(FIRELINE_CUDA_SM90A)

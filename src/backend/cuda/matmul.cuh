@@ -70,10 +70,15 @@ struct MatvecArgs {
   // The matvec kernels may pull a one-wave grid's rows into L2 before waiting for the previous
   // kernel (BackendOptions::weight_prefetch); false: never.
   bool weight_prefetch = true;
-  // One input per matrix on HFQ4 rows of 8+ blocks (plain, grouped, gated, expert pairs), sm_80+:
-  // the asynchronous-copy kernel (BackendOptions::async_matvec) with 2 or 4 rows per warp, or -1
+  // One input per matrix on HFQ4 rows of 8+ blocks (plain, grouped, gated, expert pairs), sm_90:
+  // the bulk-copy kernel (BackendOptions::async_matvec) with 2 or 4 rows per warp, or -1
   // for launch_matvec's choice of the two; 0: the register kernel.
   int async_rows = 0;
+  // One input, plain rows (no segments, gate or experts), where the grid is about one wave of
+  // 4-row warps with rows of 32+ blocks: pairs of warps split each row's warp steps (even, odd) and
+  // add their two sums lane by lane (BackendOptions::split_matvec; an order of additions of its
+  // own). false: the register kernel.
+  bool split_rows = false;
 };
 // With n_inputs >= kMmaMinInputs (and no expert ids) on a format the tensor-core GEMM takes, the
 // product runs there; otherwise on the matvec kernels.
@@ -94,5 +99,7 @@ int64_t async_matvec_launches();
 // Whether the asynchronous-copy matvec can run on the current GPU (a 9.0 device, a build with
 // sm_90a code): elsewhere MatvecArgs::async_rows is ignored and the register kernel runs.
 bool async_matvec_available();
+// Launches of the split-steps matvec in this process (MatvecArgs::split_rows), for tests.
+int64_t split_matvec_launches();
 
 }  // namespace fl::cuda
