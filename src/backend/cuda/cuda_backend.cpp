@@ -1265,7 +1265,7 @@ class CudaBackend final : public Backend {
     return static_cast<float*>(workspace->data());
   }
 
-  // MatvecArgs with this backend's switches (tensor-core pieces, prefetch, asynchronous copies).
+  // MatvecArgs with this backend's switches (tensor-core pieces, prefetch, bulk copies, split steps).
   cuda::MatvecArgs matvec_args() const {
     cuda::MatvecArgs a;
     a.act_pieces = act_pieces_;

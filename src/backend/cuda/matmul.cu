@@ -29,7 +29,6 @@
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/matmul_mma.cuh"
 #if !defined(FIRELINE_GPU_HIP)
-#include "backend/cuda/mma_sync.cuh"
 #include "backend/cuda/wgmma.cuh"
 #endif
 

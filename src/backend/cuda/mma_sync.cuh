@@ -84,20 +84,16 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool
 }
 // 4 or 8 bytes global -> shared (cp.async.ca: the only form for copies under 16 bytes), zeros when
 // !valid. For sources that are not 16-byte aligned, as the code bytes inside an HFQ4 block are.
-// The destination as an address in the shared window (for callers that convert once per ring).
 template <int kBytes>
-__device__ __forceinline__ void cp_async_small_to(uint32_t shared_address, const void* global, bool valid = true) {
+__device__ __forceinline__ void cp_async_small(void* smem, const void* global, bool valid = true) {
   static_assert(kBytes == 4 || kBytes == 8, "cp.async.ca copies 4, 8 or 16 bytes");
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(shared_address), "l"(global), "n"(kBytes),
+  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(global), "n"(kBytes),
                "r"(valid ? kBytes : 0));
 #else
   __trap();
 #endif
-}
-template <int kBytes>
-__device__ __forceinline__ void cp_async_small(void* smem, const void* global, bool valid = true) {
-  cp_async_small_to<kBytes>(static_cast<uint32_t>(__cvta_generic_to_shared(smem)), global, valid);
 }
 // Closes the group of copies issued since the last commit.
 __device__ __forceinline__ void cp_async_commit() {
