@@ -192,7 +192,7 @@ int main(int argc, char** argv) {
                    flops / us / 1e6, weight_bytes / us / 1e3);
         // One input: the bulk-copy kernel at 2 and 4 rows ("a2", "a4"), and the split-steps one
         // ("s": where launch_matvec takes it, else the register kernel again).
-        auto time_one_input = [&](const char* label, int async_rows, bool split_rows) {
+        auto time_one_input = [&](const char* label, int async_rows, int split_rows) {
           a.async_rows = async_rows;
           a.split_rows = split_rows;
           const double kernel_us = time_rotating_us(stream, runs, copies, [&](int c) {
@@ -201,16 +201,17 @@ int main(int argc, char** argv) {
           });
           a.weight = first;
           a.async_rows = 0;
-          a.split_rows = false;
+          a.split_rows = 0;
           fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, label, kernel_us,
                      flops / kernel_us / 1e6, weight_bytes / kernel_us / 1e3);
         };
         if (T == 1 && s.type != fl::DType::q8_0) {
           if (fl::cuda::async_matvec_available()) {
-            time_one_input("a2", 2, false);
-            time_one_input("a4", 4, false);
+            time_one_input("a2", 2, 0);
+            time_one_input("a4", 4, 0);
           }
-          time_one_input("s", 0, true);
+          time_one_input("s", 0, 1);
+          time_one_input("S", 0, 2);
         }
         if (variant == 0 && T == 64) {  // "1w2": the K-split plan before the one-wave one (two waves)
           fl::cuda::allow_one_wave_k_splits(false);

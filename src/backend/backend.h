@@ -430,14 +430,15 @@ struct BackendOptions {
   // products with long rows gain 2-3 %; bench/RESULTS.md twenty-sixth session). `fireline bench
   // --async-matvec on|off`; matmul_bench's "a2" and "a4" lines against "0".
   bool async_matvec = false;
-  // Decode's one-input HFQ4 products whose grid is about one wave of 4-row warps with rows of 32+
-  // blocks (the 31B's down and o_proj) run on pairs of warps that split each row's warp steps,
-  // even and odd, and add the two sums lane by lane before the warp sum: twice the warps per SM
-  // for the same bytes in flight. Its own order of additions (not the register kernel's bits;
-  // CudaOps.SplitMatvecMatchesTheOracle). Off until timed: written in the twenty-sixth session
-  // after the asynchronous forms lost (`fireline bench --split-matvec on|off`; matmul_bench's
-  // "s" lines against "0").
-  bool split_matvec = false;
+  // Decode's one-input plain HFQ4 products with rows of 32+ blocks whose grid is at most about
+  // one wave of 4-row warps and two or more 8-row blocks per SM (the 31B's down and o_proj,
+  // Qwen3.5-4B's down) run on pairs of warps that split each row's warp steps, even and odd, and
+  // add the two sums lane by lane before the warp sum: twice the warps per SM for the same bytes
+  // in flight. Its own order of additions (not the register kernel's bits; CudaOps.
+  // SplitMatvecMatchesTheOracle). On: H100 31B decode +7 %, those products 16-19 % faster
+  // (bench/RESULTS.md twenty-seventh session). `fireline bench --split-matvec on|off`;
+  // matmul_bench's "s" lines against "0".
+  bool split_matvec = true;
 };
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.

@@ -1271,7 +1271,7 @@ class CudaBackend final : public Backend {
     a.act_pieces = act_pieces_;
     a.weight_prefetch = weight_prefetch_;
     a.async_rows = async_matvec_ ? -1 : 0;
-    a.split_rows = split_matvec_;
+    a.split_rows = split_matvec_ ? 1 : 0;
     return a;
   }
 

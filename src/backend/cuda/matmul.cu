@@ -387,7 +387,10 @@ __global__ void __launch_bounds__(kWarps* kWarp) matvec_hfq4_rows_kernel(MatvecA
 // before the warp sum: each lane's value is its even steps' sum plus its odd steps' sum, an order
 // of additions of its own (not the register kernel's bits; within the op harness's budget).
 // At most 80 registers (6 blocks, 24 warps per SM): the 31B's products need 20.4 warps per SM
-// for one wave (95 without the bound: 5 blocks, a second wave of 12 blocks).
+// for one wave (95 without the bound: 5 blocks, a second wave of 12 blocks). Measured (H100,
+// bench/RESULTS.md twenty-seventh session): 31B down 46.8 -> 39.2 us, o_proj 19.1 -> 16.2, decode
+// +7 %; Qwen3.5-4B down (640 warps of 4 rows, where the register kernel takes 2 rows per warp)
+// 13.5 -> 11.3 us; no gain on products of several waves.
 template <int kGroup, int kRows, int kUnroll>
 __global__ void __launch_bounds__(4 * kWarp, 6) matvec_hfq4_rows_split_kernel(MatvecArgs a, bool vector_x, bool prefetch) {
   using L = Hfq4Lanes<kGroup>;
@@ -770,20 +773,25 @@ cudaError_t launch_hfq4(const MatvecArgs& a, cudaStream_t stream) {
       default: break;
     }
 #endif
+    const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
+    const int64_t sms = current_device_traits().sm_count;
+    // Pairs of warps that split each row's steps (MatvecArgs::split_rows): plain rows of 32+ blocks
+    // whose 4-row warps make at most about one wave and whose 8-row blocks give every SM two or
+    // more (H100: 31B down 46.8 -> 39.2 us, o_proj 19.1 -> 16.2, Qwen3.5-4B down at 640 warps
+    // 13.5 -> 11.3; products of several waves gained nothing, 31B gate_up and q/k/v 0 %).
+    const bool plain = !a.expert_ids && !a.gated && a.n_segments == 0;
+    if (a.split_rows != 0 && plain && n_blocks >= 32 &&
+        (a.split_rows == 2 || (warps_at_4 <= 12 * sms && (a.M + 7) / 8 >= 2 * sms)))
+      return launch_hfq4_rows_split<kGroup>(a, stream);
     if (warps_at_4 >= 1024) {
       // Four warp steps of loads in flight instead of two when the grid is about one wave of the
-      // 4-step kernel (168 registers: 12 warps per SM) and the rows are long (32+ blocks): then
+      // 4-step kernel (128 registers with nvcc 13, 168 with 12: 12-16 warps per SM) and the rows
+      // are long (32+ blocks; now the gated, grouped and expert products of that shape): then
       // the bytes in flight per SM bound the product (bandwidth_bench, the load pattern alone on
       // the 31B's down: 1.75 TB/s at 2 steps, 3.39 at 4; the kernel: o_proj 17.6 -> 15.2 us, down
       // 44.0 -> 41.1). With several waves, or short rows, the 2-step kernel's occupancy and
       // shorter tail won (31B gate_up 56.3 vs 57.6 us, q/k/v 23.2 vs 26.4, 26B q_proj 5.8 vs 6.9).
-      const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
-      if (warps_at_4 <= 12 * static_cast<int64_t>(current_device_traits().sm_count) && n_blocks >= 32) {
-        // (or the same rows on pairs of warps that split the steps: MatvecArgs::split_rows)
-        if (a.split_rows && !a.expert_ids && !a.gated && a.n_segments == 0)
-          return launch_hfq4_rows_split<kGroup>(a, stream);
-        return launch_hfq4_rows<kGroup, 4, 4>(a, stream);
-      }
+      if (warps_at_4 <= 12 * sms && n_blocks >= 32) return launch_hfq4_rows<kGroup, 4, 4>(a, stream);
       return launch_hfq4_rows<kGroup, 4, 2>(a, stream);
     }
     if (a.gated || row_warps_at(rows, 2) >= 512) return launch_hfq4_rows<kGroup, 2, 4>(a, stream);

@@ -62,7 +62,8 @@ struct MatvecArgs {
   // Gated (a gated MLP's input half in one launch): out[i, m] = act(gate_i[m] . x) * (up_i[m] . x)
   // for m < M, where gate_i is the matrix above (rows 0 .. M - 1) and up_i is up_weight, or with
   // up_weight null the same matrix's rows M .. 2M - 1 (an expert stack's fused gate_up [E, 2M, K]).
-  // Each dot is the one the plain product computes (the same per-row order, the same bits), and
+  // Each dot is the one the register kernel's plain product computes (the same per-row order, the
+  // same bits; the split kernel, split_rows, adds in an order of its own), and
   // act(gate) * up is gated_activation's. See matvec_gated_supported.
   bool gated = false;
   Act act = Act::gelu_tanh;
@@ -74,11 +75,13 @@ struct MatvecArgs {
   // the bulk-copy kernel (BackendOptions::async_matvec) with 2 or 4 rows per warp, or -1
   // for launch_matvec's choice of the two; 0: the register kernel.
   int async_rows = 0;
-  // One input, plain rows (no segments, gate or experts), where the grid is about one wave of
-  // 4-row warps with rows of 32+ blocks: pairs of warps split each row's warp steps (even, odd) and
-  // add their two sums lane by lane (BackendOptions::split_matvec; an order of additions of its
-  // own). false: the register kernel.
-  bool split_rows = false;
+  // One input, plain rows (no segments, gate or experts) of 32+ blocks, where 4-row warps make at
+  // most about one wave and 8-row blocks give every SM two or more: pairs of warps split each
+  // row's warp steps (even, odd) and add their two sums lane by lane (BackendOptions::
+  // split_matvec; an order of additions of its own). 1: there; 0: the register kernel; 2: every
+  // plain one-input HFQ4 product with rows of 32+ blocks,
+  // whatever its grid (matmul_bench's "S" lines, to time the kernel on many-wave products).
+  int split_rows = 0;
 };
 // With n_inputs >= kMmaMinInputs (and no expert ids) on a format the tensor-core GEMM takes, the
 // product runs there; otherwise on the matvec kernels.
