@@ -13,7 +13,10 @@
 //   on the Hopper kernel, "1w"), or "q/k/v" for three products one by one against one launch).
 //   One input: the register kernel ("0", MatvecArgs' default), then the bulk-copy one
 //   (BackendOptions::async_matvec, sm_90 only) at 2 and 4 rows per warp ("a2", "a4"), and the
-//   split-steps one (BackendOptions::split_matvec, "s"; the register kernel where it does not apply).
+//   split-steps one (BackendOptions::split_matvec, "s"; the register kernel where it does not apply;
+//   "S" on every product with rows of 32+ blocks), and the integer tensor-core one
+//   (BackendOptions::imma_matvec, "i": its input-pieces kernel and the product, sm_80+; "i1",
+//   "i2", "i4": 1, 2 or 4 warps per row tile instead of the launcher's choice).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -190,11 +193,13 @@ int main(int argc, char** argv) {
         const double flops = 2.0 * T * s.M * s.K;
         fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, piece_label(T, variant), us,
                    flops / us / 1e6, weight_bytes / us / 1e3);
-        // One input: the bulk-copy kernel at 2 and 4 rows ("a2", "a4"), and the split-steps one
-        // ("s": where launch_matvec takes it, else the register kernel again).
-        auto time_one_input = [&](const char* label, int async_rows, int split_rows) {
+        // One input: the bulk-copy kernel at 2 and 4 rows ("a2", "a4"), the split-steps one ("s":
+        // where launch_matvec takes it, else the register kernel again; "S": on every long-row
+        // product), and the integer tensor-core one with its input pieces kernel ("i").
+        auto time_one_input = [&](const char* label, int async_rows, int split_rows, int imma = 0) {
           a.async_rows = async_rows;
           a.split_rows = split_rows;
+          a.imma_rows = imma;
           const double kernel_us = time_rotating_us(stream, runs, copies, [&](int c) {
             a.weight = first + static_cast<int64_t>(c) * s.M * row_bytes;
             cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec");
@@ -202,6 +207,7 @@ int main(int argc, char** argv) {
           a.weight = first;
           a.async_rows = 0;
           a.split_rows = 0;
+          a.imma_rows = 0;
           fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, label, kernel_us,
                      flops / kernel_us / 1e6, weight_bytes / kernel_us / 1e3);
         };
@@ -212,6 +218,12 @@ int main(int argc, char** argv) {
           }
           time_one_input("s", 0, 1);
           time_one_input("S", 0, 2);
+          if (fl::cuda::imma_matvec_available()) {
+            time_one_input("i", 0, 0, -1);
+            time_one_input("i1", 0, 0, 1);
+            time_one_input("i2", 0, 0, 2);
+            time_one_input("i4", 0, 0, 4);
+          }
         }
         if (variant == 0 && T == 64) {  // "1w2": the K-split plan before the one-wave one (two waves)
           fl::cuda::allow_one_wave_k_splits(false);

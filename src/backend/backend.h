@@ -439,6 +439,16 @@ struct BackendOptions {
   // (bench/RESULTS.md twenty-seventh session). `fireline bench --split-matvec on|off`;
   // matmul_bench's "s" lines against "0".
   bool split_matvec = true;
+  // Decode's one-input plain HFQ4 products on the integer tensor cores (mma m16n8k32 s8, sm_80
+  // and later; matvec_imma.cu): the input cut once per product into four int8 pieces under a
+  // per-group exponent, the codes multiplied exactly in s32, ~0.7 instructions per weight where
+  // the register kernel spends ~2.9 (which bounds the large products: bench/RESULTS.md
+  // twenty-seventh session). Its own numbers (CudaOps.ImmaMatvecMatchesTheOracle). Off: the
+  // kernel beats the others on the 31B's products by up to 18 %, but the input's pieces take a
+  // launch of their own, and decode lost (H100: 31B -1.6 %, 4B +1.5 %, 26B-A4B +0.8 %).
+  // `fireline bench --imma-matvec on|off`; matmul_bench's "i" lines against "0". Takes the
+  // products before the split kernel.
+  bool imma_matvec = false;
 };
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.

@@ -50,8 +50,12 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "on: decode's matrix-vector products on HFQ4 rows of 8+ blocks stream their weights through shared memory by "
      "bulk copies (sm_90); off (default): through registers (identical results; for A/B timing)"},
     {"--split-matvec", &BackendOptions::split_matvec, "split_matvec",
-     "on: decode's one-wave matrix-vector products with long HFQ4 rows run on pairs of warps that split each row's "
-     "steps; off (default): one warp per row group (results differ in the order of additions; for A/B timing)"},
+     "on (default): decode's matrix-vector products with long HFQ4 rows and about one wave of row groups run on "
+     "pairs of warps that split each row's steps; off: one warp per row group (results differ in the order of "
+     "additions; for A/B timing)"},
+    {"--imma-matvec", &BackendOptions::imma_matvec, "imma_matvec",
+     "on: decode's plain HFQ4 matrix-vector products on the integer tensor cores (the input cut into int8 pieces; "
+     "sm_80+); off (default): the f32 kernels (results differ within the op harness's budget; for A/B timing)"},
 };
 
 struct BenchOptions {

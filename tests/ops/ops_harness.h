@@ -122,6 +122,28 @@ class CudaOps : public ::testing::Test {
     return out;
   }
 
+  // out = x W^T on backend b (another than gpu_: switched kernels), written over NaN; its bytes.
+  std::vector<uint8_t> matmul_over_nan(Backend& b, Twin& out, const Twin& x, const Twin& w) {
+    const std::vector<uint8_t> nan_bytes(out.host.size(), 0xff);
+    b.copy_to_device(out.gpu, nan_bytes.data());
+    b.matmul(out.gpu, x.gpu, w.gpu);
+    b.synchronize();
+    return gpu_bytes(out);
+  }
+
+  // x [1, K] W^T on backend b, whose switched kernel counts its launches (`launches`): the kernel
+  // ran, two runs give the same bytes, and the result is close to the CPU oracle.
+  void expect_counted_matvec(Backend& b, int64_t (*launches)(), const Twin& x, const Twin& w, const std::string& what) {
+    const int64_t M = w.cpu.dim(0), K = w.cpu.dim(1);
+    Twin out = twin_output(DType::f32, {1, M});
+    const int64_t before = launches();
+    const std::vector<uint8_t> first = matmul_over_nan(b, out, x, w);
+    EXPECT_EQ(launches(), before + 1) << what << ": the kernel did not run";
+    EXPECT_EQ(matmul_over_nan(b, out, x, w), first) << what << ": two runs differ";
+    cpu_->matmul(out.cpu, x.cpu, w.cpu);
+    expect_close(out, dot_budget(K), what);
+  }
+
   // max |gpu - cpu| / max(max |cpu|, min_scale) over f32 outputs; NaN (an unwritten element) fails.
   void expect_close(const Twin& t, float budget, const std::string& what, float min_scale = 1e-30f) {
     std::vector<uint8_t> g = gpu_bytes(t);

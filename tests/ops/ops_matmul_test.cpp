@@ -1,8 +1,11 @@
 // The op harness (ops_harness.h) for the matrix products and the mixture-of-experts ops: every
 // weight format and odd shape, the one-input matvecs, the tensor-core GEMM, grouped products of
 // one input, the gated matvec and the weight-prefetch switch, routing and the expert products.
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <random>
 
 #include <gtest/gtest.h>
 
@@ -356,13 +359,6 @@ TEST_F(CudaOps, SplitMatvecMatchesTheOracle) {
   const bool one_wave_here = 12 * sms >= 1025 && 320 >= 2 * sms;
   if (!one_wave_here)
     std::printf("(%lld SMs: the split kernel's shapes here are not its own)\n", static_cast<long long>(sms));
-  auto run_over_nan = [&](Backend& b, Twin& out, const Twin& x, const Twin& w) {
-    const std::vector<uint8_t> nan_bytes(out.host.size(), 0xff);
-    b.copy_to_device(out.gpu, nan_bytes.data());
-    b.matmul(out.gpu, x.gpu, w.gpu);
-    b.synchronize();
-    return gpu_bytes(out);
-  };
   for (DType type : {DType::hfq4_g256, DType::hfq4_g128}) {
     if (!one_wave_here) continue;
     const int64_t group = type == DType::hfq4_g256 ? 256 : 128;
@@ -370,13 +366,7 @@ TEST_F(CudaOps, SplitMatvecMatchesTheOracle) {
       for (int64_t M : {4097, 4100, 2560}) {
         const std::string what = std::string(dtype_name(type)) + " M=" + std::to_string(M) + " K=" + std::to_string(K);
         Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {1, K});
-        Twin out = twin_output(DType::f32, {1, M});
-        const int64_t launches = cuda_split_matvec_launches();
-        const std::vector<uint8_t> first = run_over_nan(*split, out, x, w);
-        EXPECT_EQ(cuda_split_matvec_launches(), launches + 1) << what << ": the split kernel did not run";
-        EXPECT_EQ(run_over_nan(*split, out, x, w), first) << what << ": two runs differ";
-        cpu_->matmul(out.cpu, x.cpu, w.cpu);
-        expect_close(out, dot_budget(K), what);
+        expect_counted_matvec(*split, cuda_split_matvec_launches, x, w, what);
       }
   }
   // 16385 rows (4097 warps: several waves), rows of 31 blocks, or 1024 rows (128 blocks of 8 rows,
@@ -386,10 +376,62 @@ TEST_F(CudaOps, SplitMatvecMatchesTheOracle) {
     const std::string what = "M=" + std::to_string(M) + " K=" + std::to_string(K);
     Twin w = twin_random(DType::hfq4_g256, {M, K}, 0.5f), x = twin_random(DType::f32, {1, K});
     Twin out = twin_output(DType::f32, {1, M});
-    const std::vector<uint8_t> by_registers = run_over_nan(*registers, out, x, w);
+    const std::vector<uint8_t> by_registers = matmul_over_nan(*registers, out, x, w);
     const int64_t launches = cuda_split_matvec_launches();
-    EXPECT_EQ(run_over_nan(*split, out, x, w), by_registers) << what;
+    EXPECT_EQ(matmul_over_nan(*split, out, x, w), by_registers) << what;
     EXPECT_EQ(cuda_split_matvec_launches(), launches) << what << ": the split kernel ran";
+  }
+}
+
+// BackendOptions::imma_matvec: the plain one-input HFQ4 products on the integer tensor cores.
+// One row (a tile of 16 with 15 past M), 17, 33, 300 and 4100 rows (a last tile part past M), rows
+// of 1, 2, 3 and 6 groups (1, 2 and 4 warps per row tile), of 11 or 22 groups, of a part-used
+// last group (K = 2856) and of 84 or 168 (8 warps per tile), G256 and G128; inputs over many binades (every 7th element
+// 1000x, every 11th 1e-5x, every 13th zero), so that each group's exponent and all four int8 pieces count: close to the
+// CPU oracle, the same bytes twice, each launch over NaN, and the launch counter proves the kernel ran. A NaN input
+// makes every row NaN; a zero input gives zeros.
+TEST_F(CudaOps, ImmaMatvecMatchesTheOracle) {
+  BackendOptions options;
+  options.imma_matvec = true;
+  auto imma = make_backend("cuda", options);
+  if (!cuda_imma_matvec_available(*imma)) GTEST_SKIP() << "no integer mma on this GPU (sm_80 and later)";
+  std::mt19937 rng(17);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto input = [&](int64_t K) {
+    std::vector<float> x(static_cast<size_t>(K));
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = normal(rng);
+      if (i % 7 == 3) x[i] *= 1000.0f;
+      if (i % 11 == 5) x[i] *= 1e-5f;
+      if (i % 13 == 8) x[i] = 0.0f;
+    }
+    return x;
+  };
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
+    for (auto [M, K] :
+         {std::pair<int64_t, int64_t>{1, 256}, {33, 768}, {17, 2816}, {300, 2856}, {4100, 8192}, {64, 21504}}) {
+      const std::string what = std::string(dtype_name(type)) + " M=" + std::to_string(M) + " K=" + std::to_string(K);
+      const std::vector<float> xs = input(K);
+      Twin w = twin_random(type, {M, K}, 0.5f), x = twin_bytes(DType::f32, {1, K}, xs.data());
+      expect_counted_matvec(*imma, cuda_imma_matvec_launches, x, w, what);
+    }
+  Twin w = twin_random(DType::hfq4_g256, {40, 1024}, 0.5f);
+  std::vector<float> xs = input(1024);
+  xs[300] = std::nanf("");
+  Twin x_nan = twin_bytes(DType::f32, {1, 1024}, xs.data());
+  std::fill(xs.begin(), xs.end(), 0.0f);
+  Twin x_zero = twin_bytes(DType::f32, {1, 1024}, xs.data());
+  Twin out = twin_output(DType::f32, {1, 40});
+  for (const Twin* x : {&x_nan, &x_zero}) {
+    const std::vector<uint8_t> bytes = matmul_over_nan(*imma, out, *x, w);
+    for (size_t i = 0; i < bytes.size() / 4; ++i) {
+      float v;
+      std::memcpy(&v, bytes.data() + 4 * i, 4);
+      if (x == &x_nan)
+        EXPECT_TRUE(std::isnan(v)) << "row " << i << " of a NaN input: " << v;
+      else
+        EXPECT_EQ(v, 0.0f) << "row " << i << " of a zero input";
+    }
   }
 }
 

@@ -170,7 +170,8 @@ class CudaBackend final : public Backend {
         hopper_expert_gemm_(options.hopper_expert_gemm),
         group_gemm_(options.group_gemm),
         async_matvec_(options.async_matvec),
-        split_matvec_(options.split_matvec) {
+        split_matvec_(options.split_matvec),
+        imma_matvec_(options.imma_matvec) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -1265,13 +1266,15 @@ class CudaBackend final : public Backend {
     return static_cast<float*>(workspace->data());
   }
 
-  // MatvecArgs with this backend's switches (tensor-core pieces, prefetch, bulk copies, split steps).
+  // MatvecArgs with this backend's switches (tensor-core pieces, prefetch, bulk copies, split
+  // steps, integer tensor cores).
   cuda::MatvecArgs matvec_args() const {
     cuda::MatvecArgs a;
     a.act_pieces = act_pieces_;
     a.weight_prefetch = weight_prefetch_;
     a.async_rows = async_matvec_ ? -1 : 0;
     a.split_rows = split_matvec_ ? 1 : 0;
+    a.imma_rows = imma_matvec_ ? -1 : 0;
     return a;
   }
 
@@ -1284,6 +1287,7 @@ class CudaBackend final : public Backend {
   bool group_gemm_;          // BackendOptions::group_gemm
   bool async_matvec_;        // BackendOptions::async_matvec
   bool split_matvec_;        // BackendOptions::split_matvec
+  bool imma_matvec_;         // BackendOptions::imma_matvec
   // Ops go to stream_: the main stream, or the side stream inside a branch's side line.
   cudaStream_t stream_ = nullptr;
   cudaStream_t main_stream_ = nullptr;
@@ -1360,6 +1364,11 @@ int64_t cuda_hopper_expert_gemm_launches() { return cuda::hopper_expert_gemm_lau
 int64_t cuda_group_gemm_launches() { return cuda::segment_gemm_launches(); }
 int64_t cuda_async_matvec_launches() { return cuda::async_matvec_launches(); }
 int64_t cuda_split_matvec_launches() { return cuda::split_matvec_launches(); }
+int64_t cuda_imma_matvec_launches() { return cuda::imma_matvec_launches(); }
+bool cuda_imma_matvec_available(Backend& backend) {
+  backend.bind_to_this_thread();  // the answer depends on the current device
+  return cuda::imma_matvec_available();
+}
 
 bool cuda_async_matvec_available(Backend& backend) {
   backend.bind_to_this_thread();  // the answer depends on the current device

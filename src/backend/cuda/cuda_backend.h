@@ -48,6 +48,10 @@ int64_t cuda_async_matvec_launches();
 bool cuda_async_matvec_available(Backend& backend);
 // How many one-input products it has run on the split-steps matvec (BackendOptions::split_matvec).
 int64_t cuda_split_matvec_launches();
+// How many one-input products it has run on the integer tensor-core matvec (BackendOptions::
+// imma_matvec), and whether the backend's GPU runs it (sm_80 and later).
+int64_t cuda_imma_matvec_launches();
+bool cuda_imma_matvec_available(Backend& backend);
 // Bytes of workspace the backend's moe_experts asks for T tokens routed to k of E experts
 // (hidden H, intermediate I, expert weights of `type`), for tests that hold the models' memory
 // plans against it.

@@ -756,6 +756,13 @@ int async_rows_for(const MatvecArgs& a, int64_t warps_at_4) {
 }
 #endif
 
+// MatvecArgs::imma_rows on a product it takes: one input, plain HFQ4 rows, a GPU that runs it.
+bool takes_imma(const MatvecArgs& a) {
+  const bool hfq4 = a.weight_type == DType::hfq4_g256 || a.weight_type == DType::hfq4_g128;
+  return a.imma_rows != 0 && hfq4 && a.n_inputs == 1 && !a.expert_ids && !a.gated && a.n_segments == 0 && a.M > 0 &&
+         a.K > 0 && imma_matvec_available();
+}
+
 template <int kGroup>
 cudaError_t launch_hfq4(const MatvecArgs& a, cudaStream_t stream) {
   if (a.expert_ids || a.n_inputs == 1) {
@@ -780,6 +787,8 @@ cudaError_t launch_hfq4(const MatvecArgs& a, cudaStream_t stream) {
     // more (H100: 31B down 46.8 -> 39.2 us, o_proj 19.1 -> 16.2, Qwen3.5-4B down at 640 warps
     // 13.5 -> 11.3; products of several waves gained nothing, 31B gate_up and q/k/v 0 %).
     const bool plain = !a.expert_ids && !a.gated && a.n_segments == 0;
+    if (takes_imma(a) && a.scratch && a.scratch_bytes >= hfq4_imma_scratch_bytes(a.K, kGroup))
+      return launch_hfq4_imma(a, kGroup, stream);
     if (a.split_rows != 0 && plain && n_blocks >= 32 &&
         (a.split_rows == 2 || (warps_at_4 <= 12 * sms && (a.M + 7) / 8 >= 2 * sms)))
       return launch_hfq4_rows_split<kGroup>(a, stream);
@@ -851,7 +860,9 @@ bool matvec_gated_supported(const MatvecArgs& a) {
 }
 
 size_t matvec_scratch_bytes(const MatvecArgs& a) {
-  return takes_mma(a) ? matmul_mma_scratch_bytes(a, a.act_pieces) : 0;
+  if (takes_mma(a)) return matmul_mma_scratch_bytes(a, a.act_pieces);
+  if (takes_imma(a)) return hfq4_imma_scratch_bytes(a.K, a.weight_type == DType::hfq4_g256 ? 256 : 128);
+  return 0;
 }
 
 int64_t async_matvec_launches() { return g_async_matvec_launches.load(std::memory_order_relaxed); }

@@ -1,0 +1,293 @@
+// One-input HFQ4 matrix-vector products on the integer tensor cores (mma.sync m16n8k32, s8 x s8
+// -> s32; sm_80 and later): out[m] = sum_k x[k] W[m, k] for a plain matrix (no segments, gate or
+// experts), BackendOptions::imma_matvec.
+//
+// Why: the register kernel (matmul.cu) spends ~2.9 instructions per weight (a byte permute and an
+// FMA each, plus the lane's input loads and their sum), and on the large many-wave products that
+// issue rate, not DRAM, bounds it (ncu, 31B gate_up on an H100: 0.71 warps issued per scheduler
+// and cycle, its time scaling with the SM clock; bench/RESULTS.md twenty-seventh session). Here a
+// lane turns a word of 8 codes into mma operands with a mask, a shift and a mask, and one mma
+// multiplies 16 rows x 32 codes by the input: ~0.7 instructions per weight.
+//
+// The input. hfq4_imma_pieces_kernel cuts x once per call into 4 int8 pieces per element under
+// one exponent per weight group (kGroup elements): with E such that max |x| < 2^E over the group,
+// x' = x 2^(7-E) lies in (-128, 128) and
+//   x' = i0 + 2^-6 (i1 + 2^-7 (i2 + 2^-7 (i3 + r))),   i0 = trunc(x'), i1..i3 rounded, |r| <= 1/2,
+// every step exact in f32 (power-of-two scalings, and differences that keep a value's low bits),
+// |i0| <= 127 and |i1..i3| <= 64. So an element is kept to within 2^(E-28): exactly for the
+// group's elements within 2^-4 of its largest, and for the smaller ones an absolute error far
+// under the rounding of an f32 sum over the group. The pieces are the B operand's columns 0..3
+// (4..7 are zero), the codes (0..15, exact as s8) the A operand, and the s32 sums are exact. Per
+// group and row:
+//   sum_k x_k (s c_k + m) = s 2^(E-7) (C0 + 2^-6 C1 + 2^-13 C2 + 2^-20 C3) + m sum_k x_k
+// with C_p = sum_k c_k i_p,k and sum_k x_k the f32 sum the pieces kernel writes beside the
+// exponent. The result is not the register kernel's (an f32 chain of its own order); the op
+// harness holds it to the CPU oracle (CudaOps.ImmaMatvecMatchesTheOracle).
+//
+// The k order. A lane's A registers hold 4 consecutive logical k per row and register; any
+// bijection between logical k and the group's codes works if the B registers follow the same one,
+// so each lane takes its code bytes in memory order: lane (g = lane / 4, t = lane % 4) reads
+// kGroup / 8 bytes of rows g and g + 8, at byte t * kGroup / 8 of the group's codes; for the
+// group's mma j, word j of those: its low nibbles (a mask) are a0 / a1 (rows g, g + 8; logical k
+// 4t .. 4t + 3), its high nibbles (a shift and a mask) a2 / a3 (logical k 16 + 4t ..). Byte b of
+// the codes holds code 2b (low nibble) and 2b + 1, so logical k = 4t + q of mma j is the group's
+// code t kGroup/4 + 8j + 2q and logical 16 + 4t + q the one after it. The pieces kernel stores
+// each piece in that order: per group, piece p, lane group t and mma j, 8 bytes: the even
+// elements' pieces (b0), then the odd ones' (b1).
+//
+// Work split: a block is 8 warps, 8 / kSplit row tiles of 16 rows, kSplit warps per tile that
+// take every kSplit-th group; their sums meet in shared memory in a fixed order. The launcher
+// picks kSplit (1, 2, 4 or 8). A warp keeps the next group's codes and pieces
+// in flight while it multiplies one; its first group's codes are loaded before enter_kernel()
+// (weights are never written by a kernel).
+#include <atomic>
+#include <cmath>
+
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/matmul.cuh"
+
+namespace fl::cuda {
+
+namespace {
+std::atomic<int64_t> g_imma_matvec_launches{0};  // imma_matvec_launches
+}
+
+#if !defined(FIRELINE_GPU_HIP)
+namespace {
+
+template <int kGroup>
+struct ImmaGroup {
+  static constexpr int kBlockBytes = 8 + kGroup / 2;  // f32 scale, f32 min, the codes
+  static constexpr int kLaneBytes = kGroup / 8;       // code bytes per row and lane group t
+  static constexpr int kMmas = kGroup / 32;           // mma k-steps per group (one code word each)
+  static constexpr int kPieceBytes = 4 * kGroup;      // 4 int8 pieces per element
+  static constexpr int kLanePieceBytes = kGroup / 4;  // one piece's bytes for lane group t
+  static constexpr int kLanesPerGroup = kGroup / 8;   // pieces kernel: 8 elements per lane
+};
+
+// c += a * b: A 16 x 32 (row-major) and B 32 x 8 (column-major) s8, s32 accumulators.
+__device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+  __trap();  // the launcher never runs it below sm_80
+#endif
+}
+
+// x [K] -> per group: the 4 pieces in the matvec's k order (pieces, kPieceBytes per group), and
+// (2^(E-7), sum of the group's x) in group_scales. Lane l of a group takes its 8 consecutive
+// elements; the group's maximum and sum go over its kLanesPerGroup lanes by xor butterflies (every
+// lane ends with the same bits). A group with an infinite or NaN element gets a NaN factor (its
+// products are NaN, as the f32 kernels' would be) and zero pieces.
+template <int kGroup>
+__global__ void __launch_bounds__(256)
+    hfq4_imma_pieces_kernel(const float* x, int64_t K, int64_t n_groups, uint8_t* pieces, float2* group_scales) {
+  using G = ImmaGroup<kGroup>;
+  constexpr int kLanes = G::kLanesPerGroup;
+  enter_kernel();
+  const int lane = threadIdx.x % kWarp, l = lane % kLanes;
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  const int64_t group = warp * (kWarp / kLanes) + lane / kLanes;
+  const int64_t k0 = group * kGroup + 8 * l;
+  float v[8];
+  float amax = 0.0f, sum = 0.0f;
+  int bad = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    v[j] = group < n_groups && k0 + j < K ? x[k0 + j] : 0.0f;
+    bad |= !isfinite(v[j]);
+    amax = fmaxf(amax, fabsf(v[j]));
+    sum += v[j];
+  }
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) {  // (offsets under kLanes stay in the group)
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
+    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    bad |= __shfl_xor_sync(0xffffffffu, bad, offset);
+  }
+  if (group >= n_groups) return;
+  int e = 0;
+  frexpf(bad ? 0.0f : amax, &e);                           // amax < 2^e (0 for a zero group)
+  uint32_t even[4] = {0, 0, 0, 0}, odd[4] = {0, 0, 0, 0};  // per piece: bytes of elements 0,2,4,6 / 1,3,5,7
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    float r = bad ? 0.0f : ldexpf(v[j], 7 - e);  // (-128, 128)
+    const float i0 = truncf(r);
+    r = (r - i0) * 64.0f;
+    const float i1 = rintf(r);
+    r = (r - i1) * 128.0f;
+    const float i2 = rintf(r);
+    r = (r - i2) * 128.0f;
+    const float i3 = rintf(r);
+    const float piece[4] = {i0, i1, i2, i3};
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+      const uint32_t byte = static_cast<uint32_t>(static_cast<int>(piece[p])) & 0xffu;
+      (j % 2 ? odd[p] : even[p]) |= byte << (8 * (j / 2));
+    }
+  }
+  // element 8l of the group: lane group t = 8l / (kGroup / 4), mma j = (8l % (kGroup / 4)) / 8
+  const int t = 8 * l / G::kLanePieceBytes, mma = 8 * l % G::kLanePieceBytes / 8;
+  uint8_t* base = pieces + group * G::kPieceBytes + t * G::kLanePieceBytes + 8 * mma;
+#pragma unroll
+  for (int p = 0; p < 4; ++p)
+    *reinterpret_cast<uint2*>(base + p * 4 * G::kLanePieceBytes) = make_uint2(even[p], odd[p]);
+  if (l == 0) group_scales[group] = make_float2(bad ? __int_as_float(0x7fc00000) : ldexpf(1.0f, e - 7), sum);
+}
+
+template <int kGroup>
+struct ImmaStage {
+  uint2 codes_a[ImmaGroup<kGroup>::kLaneBytes / 8], codes_b[ImmaGroup<kGroup>::kLaneBytes / 8];  // rows g, g + 8
+  uint4 piece[ImmaGroup<kGroup>::kLanePieceBytes / 16];  // this lane's column (piece g; zero for g >= 4)
+};
+
+template <int kGroup, int kSplit>
+__global__ void __launch_bounds__(256, 2)
+    matvec_hfq4_imma_kernel(MatvecArgs a, const uint8_t* pieces, const float2* group_scales) {
+  using G = ImmaGroup<kGroup>;
+  constexpr int kTiles = 8 / kSplit;
+  __shared__ float partial[8][16];  // [warp][row of its tile]
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
+  const int split = warp % kSplit;
+  const int64_t M = a.M, m0 = (static_cast<int64_t>(blockIdx.x) * kTiles + warp / kSplit) * 16;
+  const int64_t n_groups = (a.K + kGroup - 1) / kGroup;
+  // rows past M (the last tile) re-read row M - 1 and are not stored
+  const uint8_t* row_a = a.weight + (m0 + g < M ? m0 + g : M - 1) * a.row_bytes;
+  const uint8_t* row_b = a.weight + (m0 + g + 8 < M ? m0 + g + 8 : M - 1) * a.row_bytes;
+  // The C columns this lane holds are pieces 2t and 2t + 1: their weights in the group's sum
+  // (zero for t >= 2, whose columns are empty), and the min term once per row (t = 0).
+  const float w_even = t == 0 ? 1.0f : t == 1 ? 0x1p-13f : 0.0f;
+  const float w_odd = t == 0 ? 0x1p-6f : t == 1 ? 0x1p-20f : 0.0f;
+  const float w_min = t == 0 ? 1.0f : 0.0f;
+  auto load_codes = [&](int64_t group, ImmaStage<kGroup>& s) {
+    const uint2* pa = reinterpret_cast<const uint2*>(row_a + group * G::kBlockBytes + 8 + t * G::kLaneBytes);
+    const uint2* pb = reinterpret_cast<const uint2*>(row_b + group * G::kBlockBytes + 8 + t * G::kLaneBytes);
+#pragma unroll
+    for (int i = 0; i < G::kLaneBytes / 8; ++i) s.codes_a[i] = pa[i], s.codes_b[i] = pb[i];
+  };
+  auto load_pieces = [&](int64_t group, ImmaStage<kGroup>& s) {
+    const uint4* p = reinterpret_cast<const uint4*>(pieces + group * G::kPieceBytes + (g * 4 + t) * G::kLanePieceBytes);
+#pragma unroll
+    for (int i = 0; i < G::kLanePieceBytes / 16; ++i) s.piece[i] = g < 4 ? p[i] : make_uint4(0, 0, 0, 0);
+  };
+  float acc_a = 0.0f, acc_b = 0.0f;
+  ImmaStage<kGroup> stage;
+  if (split < n_groups) load_codes(split, stage);
+  enter_kernel();
+  if (split < n_groups) load_pieces(split, stage);
+  for (int64_t group = split; group < n_groups; group += kSplit) {
+    const float2 sm_a = *reinterpret_cast<const float2*>(row_a + group * G::kBlockBytes);  // (scale, min)
+    const float2 sm_b = *reinterpret_cast<const float2*>(row_b + group * G::kBlockBytes);
+    const float2 xs = group_scales[group];  // (2^(E-7), sum of x)
+    ImmaStage<kGroup> next;
+    if (group + kSplit < n_groups) {
+      load_codes(group + kSplit, next);
+      load_pieces(group + kSplit, next);
+    }
+    int c[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int j = 0; j < G::kMmas; ++j) {
+      const uint32_t wa = j % 2 ? stage.codes_a[j / 2].y : stage.codes_a[j / 2].x;
+      const uint32_t wb = j % 2 ? stage.codes_b[j / 2].y : stage.codes_b[j / 2].x;
+      const uint32_t op[4] = {wa & 0x0f0f0f0fu, wb & 0x0f0f0f0fu, (wa >> 4) & 0x0f0f0f0fu, (wb >> 4) & 0x0f0f0f0fu};
+      const uint4& p = stage.piece[j / 2];
+      mma_s8(c, op, j % 2 ? p.z : p.x, j % 2 ? p.w : p.y);
+    }
+    const float f_a = fmaf(static_cast<float>(c[1]), w_odd, static_cast<float>(c[0]) * w_even);
+    const float f_b = fmaf(static_cast<float>(c[3]), w_odd, static_cast<float>(c[2]) * w_even);
+    acc_a += fmaf(sm_a.x * xs.x, f_a, w_min * sm_a.y * xs.y);
+    acc_b += fmaf(sm_b.x * xs.x, f_b, w_min * sm_b.y * xs.y);
+    stage = next;
+  }
+  // a row's four lanes (pieces 0-1, 2-3, and the empty columns) in a fixed order
+  acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
+  acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 2);
+  acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 1);
+  acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 2);
+  if constexpr (kSplit == 1) {
+    if (t == 0 && m0 + g < M) a.out[m0 + g] = acc_a;
+    if (t == 0 && m0 + g + 8 < M) a.out[m0 + g + 8] = acc_b;
+  } else {
+    if (t == 0) partial[warp][g] = acc_a, partial[warp][g + 8] = acc_b;
+    __syncthreads();
+    if (split == 0 && lane < 16) {
+      float v = partial[warp][lane];
+#pragma unroll
+      for (int s = 1; s < kSplit; ++s) v += partial[warp + s][lane];
+      if (m0 + lane < M) a.out[m0 + lane] = v;
+    }
+  }
+}
+
+template <int kGroup, int kSplit>
+cudaError_t launch_imma_split(const MatvecArgs& a, const uint8_t* pieces, const float2* scales, cudaStream_t stream) {
+  const int64_t tiles = (a.M + 15) / 16, blocks = (tiles + 8 / kSplit - 1) / (8 / kSplit);
+  return launch_kernel(matvec_hfq4_imma_kernel<kGroup, kSplit>, dim3(static_cast<unsigned>(blocks)), 256, 0, stream, a,
+                       pieces, scales);
+}
+
+template <int kGroup>
+cudaError_t launch_imma(const MatvecArgs& a, cudaStream_t stream) {
+  using G = ImmaGroup<kGroup>;
+  const int64_t n_groups = (a.K + kGroup - 1) / kGroup;
+  auto* pieces = static_cast<uint8_t*>(a.scratch);
+  auto* scales = reinterpret_cast<float2*>(pieces + n_groups * G::kPieceBytes);
+  const int64_t groups_per_block = 8 * (kWarp / G::kLanesPerGroup);
+  cudaError_t err = launch_kernel(hfq4_imma_pieces_kernel<kGroup>,
+                                  dim3(static_cast<unsigned>((n_groups + groups_per_block - 1) / groups_per_block)),
+                                  256, 0, stream, a.x, a.K, n_groups, pieces, scales);
+  if (err != cudaSuccess) return err;
+  // kSplit: as asked (MatvecArgs::imma_rows > 0, matmul_bench), else the most warps per tile, up
+  // to 8, that leave each warp a group: short chains of groups on many warps (with one tile per
+  // warp, a warp keeps one group in flight; the first timing, at ~16 warps per SM and kSplit 1 on
+  // the 31B's gate_up, was latency-bound: 8.5 cycles of long scoreboard per issue, 61 us against
+  // the register kernel's 56, bench/RESULTS.md twenty-seventh session)
+  int split = 8;
+  while (split > 1 && split > n_groups) split /= 2;
+  if (a.imma_rows > 0) split = a.imma_rows;
+  switch (split) {
+    case 1: err = launch_imma_split<kGroup, 1>(a, pieces, scales, stream); break;
+    case 2: err = launch_imma_split<kGroup, 2>(a, pieces, scales, stream); break;
+    case 4: err = launch_imma_split<kGroup, 4>(a, pieces, scales, stream); break;
+    case 8: err = launch_imma_split<kGroup, 8>(a, pieces, scales, stream); break;
+    default: return cudaErrorInvalidValue;
+  }
+  if (err == cudaSuccess) g_imma_matvec_launches.fetch_add(1, std::memory_order_relaxed);
+  return err;
+}
+
+}  // namespace
+#endif
+
+size_t hfq4_imma_scratch_bytes(int64_t K, int group) {
+  const int64_t n_groups = (K + group - 1) / group;
+  return static_cast<size_t>(n_groups) * (4 * static_cast<size_t>(group) + sizeof(float) * 2);
+}
+
+bool imma_matvec_available() {
+#if defined(FIRELINE_GPU_HIP)
+  return false;
+#else
+  return current_device_traits().major >= 8;
+#endif
+}
+
+cudaError_t launch_hfq4_imma(const MatvecArgs& a, int group, cudaStream_t stream) {
+#if defined(FIRELINE_GPU_HIP)
+  (void)a, (void)group, (void)stream;
+  return cudaErrorInvalidValue;
+#else
+  if (a.n_inputs != 1 || a.expert_ids || a.gated || a.n_segments != 0 || !a.scratch ||
+      a.scratch_bytes < hfq4_imma_scratch_bytes(a.K, group) || a.M <= 0 || a.K <= 0)
+    return cudaErrorInvalidValue;
+  if (group == 256) return launch_imma<256>(a, stream);
+  if (group == 128) return launch_imma<128>(a, stream);
+  return cudaErrorInvalidValue;
+#endif
+}
+
+int64_t imma_matvec_launches() { return g_imma_matvec_launches.load(std::memory_order_relaxed); }
+
+}  // namespace fl::cuda
