@@ -782,13 +782,15 @@ cudaError_t launch_hfq4(const MatvecArgs& a, cudaStream_t stream) {
 #endif
     const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
     const int64_t sms = current_device_traits().sm_count;
+    const bool plain = !a.expert_ids && !a.gated && a.n_segments == 0;
+    // The integer tensor-core matvec (MatvecArgs::imma_rows, off by default) where asked and its
+    // scratch was given (matvec_scratch_bytes).
+    if (takes_imma(a) && a.scratch && a.scratch_bytes >= hfq4_imma_scratch_bytes(a.K, kGroup))
+      return launch_hfq4_imma(a, kGroup, stream);
     // Pairs of warps that split each row's steps (MatvecArgs::split_rows): plain rows of 32+ blocks
     // whose 4-row warps make at most about one wave and whose 8-row blocks give every SM two or
     // more (H100: 31B down 46.8 -> 39.2 us, o_proj 19.1 -> 16.2, Qwen3.5-4B down at 640 warps
     // 13.5 -> 11.3; products of several waves gained nothing, 31B gate_up and q/k/v 0 %).
-    const bool plain = !a.expert_ids && !a.gated && a.n_segments == 0;
-    if (takes_imma(a) && a.scratch && a.scratch_bytes >= hfq4_imma_scratch_bytes(a.K, kGroup))
-      return launch_hfq4_imma(a, kGroup, stream);
     if (a.split_rows != 0 && plain && n_blocks >= 32 &&
         (a.split_rows == 2 || (warps_at_4 <= 12 * sms && (a.M + 7) / 8 >= 2 * sms)))
       return launch_hfq4_rows_split<kGroup>(a, stream);
