@@ -439,8 +439,9 @@ struct BackendOptions {
   // (bench/RESULTS.md twenty-seventh session). `fireline bench --split-matvec on|off`;
   // matmul_bench's "s" lines against "0".
   bool split_matvec = true;
-  // Decode's one-input plain HFQ4 products on the integer tensor cores (mma m16n8k32 s8, sm_80
-  // and later; matvec_imma.cu): the input cut once per product into four int8 pieces under a
+  // Decode's one-input HFQ4 products (one matrix, or a group of one input such as q/k/v; no gate
+  // or experts) on the integer tensor cores (mma m16n8k32 s8, sm_80 and later; matvec_imma.cu):
+  // the input cut once per launch into four int8 pieces under a
   // per-group exponent, the codes multiplied exactly in s32, ~0.7 instructions per weight where
   // the register kernel spends ~2.9 (which bounds the large products: bench/RESULTS.md
   // twenty-seventh session). Its own numbers (CudaOps.ImmaMatvecMatchesTheOracle). Off: the

@@ -54,8 +54,9 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "pairs of warps that split each row's steps; off: one warp per row group (results differ in the order of "
      "additions; for A/B timing)"},
     {"--imma-matvec", &BackendOptions::imma_matvec, "imma_matvec",
-     "on: decode's plain HFQ4 matrix-vector products on the integer tensor cores (the input cut into int8 pieces; "
-     "sm_80+); off (default): the f32 kernels (results differ within the op harness's budget; for A/B timing)"},
+     "on: decode's HFQ4 matrix-vector products (not gated or expert ones) on the integer tensor cores (the input cut "
+     "into int8 pieces; sm_80+); off (default): the f32 kernels (results differ within the op harness's budget; for "
+     "A/B timing)"},
 };
 
 struct BenchOptions {

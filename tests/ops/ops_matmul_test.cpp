@@ -388,8 +388,9 @@ TEST_F(CudaOps, SplitMatvecMatchesTheOracle) {
 // of 1, 2, 3 and 6 groups (1, 2 and 4 warps per row tile), of 11 or 22 groups, of a part-used
 // last group (K = 2856) and of 84 or 168 (8 warps per tile), G256 and G128; inputs over many binades (every 7th element
 // 1000x, every 11th 1e-5x, every 13th zero), so that each group's exponent and all four int8 pieces count: close to the
-// CPU oracle, the same bytes twice, each launch over NaN, and the launch counter proves the kernel ran. A NaN input
-// makes every row NaN; a zero input gives zeros.
+// CPU oracle, the same bytes twice, each launch over NaN, and the launch counter proves the kernel ran; grouped
+// products (three and four matrices of one input, one launch) likewise. A NaN input makes every row NaN; a zero input
+// gives zeros.
 TEST_F(CudaOps, ImmaMatvecMatchesTheOracle) {
   BackendOptions options;
   options.imma_matvec = true;
@@ -414,6 +415,31 @@ TEST_F(CudaOps, ImmaMatvecMatchesTheOracle) {
       const std::vector<float> xs = input(K);
       Twin w = twin_random(type, {M, K}, 0.5f), x = twin_bytes(DType::f32, {1, K}, xs.data());
       expect_counted_matvec(*imma, cuda_imma_matvec_launches, x, w, what);
+    }
+  // Grouped (q/k/v of one input: one pieces launch, one product launch over the segments' tiles)
+  for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
+    for (const std::vector<int64_t>& heights : {std::vector<int64_t>{4096, 1024, 1024}, {300, 5, 2048, 129}}) {
+      const int64_t K = 2816;
+      const std::vector<float> xs = input(K);
+      Twin x = twin_bytes(DType::f32, {1, K}, xs.data());
+      std::vector<Twin> weights, outs;
+      std::vector<Tensor> cpu_outs, gpu_outs;
+      std::vector<const Tensor*> cpu_w, gpu_w;
+      for (int64_t M : heights)
+        weights.push_back(twin_random(type, {M, K}, 0.5f)), outs.push_back(twin_output(DType::f32, {1, M}));
+      for (size_t i = 0; i < heights.size(); ++i) {
+        cpu_outs.push_back(outs[i].cpu), gpu_outs.push_back(outs[i].gpu);
+        cpu_w.push_back(&weights[i].cpu), gpu_w.push_back(&weights[i].gpu);
+      }
+      const int64_t launches = cuda_imma_matvec_launches();
+      cpu_->matmul_group(cpu_outs, x.cpu, cpu_w);
+      imma->matmul_group(gpu_outs, x.gpu, gpu_w);
+      imma->synchronize();
+      EXPECT_EQ(cuda_imma_matvec_launches(), launches + 1) << dtype_name(type) << ": one integer launch for the group";
+      for (size_t i = 0; i < heights.size(); ++i)
+        expect_close(outs[i], dot_budget(K),
+                     std::string(dtype_name(type)) + " grouped, segment " + std::to_string(i) + " of " +
+                         std::to_string(heights.size()));
     }
   Twin w = twin_random(DType::hfq4_g256, {40, 1024}, 0.5f);
   std::vector<float> xs = input(1024);

@@ -553,7 +553,11 @@ class CudaBackend final : public Backend {
     for (size_t i = 0; i < weights.size(); ++i)
       bytes += static_cast<double>(weights[i]->nbytes()) + 4.0 * outs[i].numel();
     OpTimer timer(*this, "matmul", bytes);
-    if (T == 1) return check(cuda::launch_matvec_group(a, stream_), "matmul_group");
+    if (T == 1) {
+      a.scratch_bytes = cuda::matvec_scratch_bytes(a);  // (the integer matvec's input pieces)
+      if (a.scratch_bytes > 0) a.scratch = workspace_floats((a.scratch_bytes + 3) / 4);
+      return check(cuda::launch_matvec_group(a, stream_), "matmul_group");
+    }
     a.scratch_bytes = cuda::matmul_mma_scratch_bytes(a, act_pieces_);
     a.scratch = workspace_floats((a.scratch_bytes + 3) / 4);
     check(cuda::launch_matmul_mma(a, act_pieces_, stream_), "matmul_group");

@@ -28,6 +28,7 @@
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/matmul_mma.cuh"
+#include "backend/cuda/matvec_rows.cuh"
 #if !defined(FIRELINE_GPU_HIP)
 #include "backend/cuda/wgmma.cuh"
 #endif
@@ -93,24 +94,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) matvec_kernel(MatvecAr
       if (lane == 0 && t < count) a.out[(first + t) * a.out_stride + m] = sum;
     }
   }
-}
-
-// Where a rows-kernel block writes and reads: a grouped launch's segment (few, so a linear
-// search) and the block's index within it, or the plain product's one matrix.
-struct RowsTarget {
-  float* out;
-  const uint8_t* matrix;
-  int64_t M, row_bytes, block;
-};
-__device__ __forceinline__ RowsTarget rows_target(const MatvecArgs& a) {
-  RowsTarget t{a.out, a.weight, a.M, a.row_bytes, static_cast<int64_t>(blockIdx.x)};
-  if (a.n_segments > 0) {
-    int s = 0;
-    while (s + 1 < a.n_segments && t.block >= a.segments[s + 1].first_block) ++s;
-    t = {a.segments[s].out, a.segments[s].weight, a.segments[s].M, a.segments[s].row_bytes,
-         t.block - a.segments[s].first_block};
-  }
-  return t;
 }
 
 // Pulls a warp's rows m_first .. m_first + n_rows - 1 into L2 (before enter_kernel(): while the
@@ -623,18 +606,6 @@ bool vector_x_ok(const MatvecArgs& a) {
   return reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && (a.x_stride % 4 == 0 || (a.n_inputs - 1) / a.x_row_div == 0);
 }
 
-// Blocks of rows_per_block rows a rows launch needs; a grouped launch's segments get theirs one
-// after another (first_block set here).
-int64_t number_row_blocks(MatvecArgs& a, int64_t rows_per_block) {
-  if (a.n_segments == 0) return (a.M + rows_per_block - 1) / rows_per_block;
-  int64_t blocks = 0;
-  for (int s = 0; s < a.n_segments; ++s) {
-    a.segments[s].first_block = blocks;
-    blocks += (a.segments[s].M + rows_per_block - 1) / rows_per_block;
-  }
-  return blocks;
-}
-
 template <DType F, int kRows>
 cudaError_t launch_rows(MatvecArgs a, cudaStream_t stream) {
   const int64_t rows_per_block = static_cast<int64_t>(kWarpsPerBlock) * kRows;
@@ -756,10 +727,11 @@ int async_rows_for(const MatvecArgs& a, int64_t warps_at_4) {
 }
 #endif
 
-// MatvecArgs::imma_rows on a product it takes: one input, plain HFQ4 rows, a GPU that runs it.
+// MatvecArgs::imma_rows on a product it takes: one input, HFQ4 rows of one matrix or a group of
+// them (no gate or experts), a GPU that runs it.
 bool takes_imma(const MatvecArgs& a) {
   const bool hfq4 = a.weight_type == DType::hfq4_g256 || a.weight_type == DType::hfq4_g128;
-  return a.imma_rows != 0 && hfq4 && a.n_inputs == 1 && !a.expert_ids && !a.gated && a.n_segments == 0 && a.M > 0 &&
+  return a.imma_rows != 0 && hfq4 && a.n_inputs == 1 && !a.expert_ids && !a.gated && (a.n_segments > 0 || a.M > 0) &&
          a.K > 0 && imma_matvec_available();
 }
 

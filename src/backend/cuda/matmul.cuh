@@ -82,7 +82,8 @@ struct MatvecArgs {
   // plain one-input HFQ4 product with rows of 32+ blocks,
   // whatever its grid (matmul_bench's "S" lines, to time the kernel on many-wave products).
   int split_rows = 0;
-  // One input, plain HFQ4 rows, scratch of hfq4_imma_scratch_bytes: the integer tensor-core matvec
+  // One input, HFQ4 rows (one matrix or a group; no gate or experts), scratch of
+  // hfq4_imma_scratch_bytes: the integer tensor-core matvec
   // (matvec_imma.cu, BackendOptions::imma_matvec; sm_80 and later; its own numbers, not the
   // register kernel's bits). Without the scratch the other kernels run. 0: off; -1: on, the
   // launcher's choice of warps per row tile; 1, 2, 4 or 8: that many (matmul_bench).
@@ -111,8 +112,9 @@ bool async_matvec_available();
 int64_t split_matvec_launches();
 // The integer tensor-core matvec (matvec_imma.cu): the scratch it needs for rows of K weights in
 // groups of `group` (the input's int8 pieces and per-group factors), whether this GPU runs it
-// (sm_80 and later, CUDA), the launch (plain HFQ4 rows, one input; cudaErrorInvalidValue for
-// anything else or too little scratch), and its launches in this process, for tests.
+// (sm_80 and later, CUDA), the launch (HFQ4 rows of one matrix or a group, one input;
+// cudaErrorInvalidValue for anything else or too little scratch), and its launches in this
+// process, for tests.
 size_t hfq4_imma_scratch_bytes(int64_t K, int group);
 bool imma_matvec_available();
 cudaError_t launch_hfq4_imma(const MatvecArgs& args, int group, cudaStream_t stream);

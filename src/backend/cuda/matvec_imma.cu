@@ -1,6 +1,7 @@
 // One-input HFQ4 matrix-vector products on the integer tensor cores (mma.sync m16n8k32, s8 x s8
-// -> s32; sm_80 and later): out[m] = sum_k x[k] W[m, k] for a plain matrix (no segments, gate or
-// experts), BackendOptions::imma_matvec.
+// -> s32; sm_80 and later): out[m] = sum_k x[k] W[m, k] for a plain matrix or a group of them
+// sharing the input (q/k/v: one pieces launch for all; no gate or experts),
+// BackendOptions::imma_matvec.
 //
 // Why: the register kernel (matmul.cu) spends ~2.9 instructions per weight (a byte permute and an
 // FMA each, plus the lane's input loads and their sum), and on the large many-wave products that
@@ -45,6 +46,7 @@
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/matmul.cuh"
+#include "backend/cuda/matvec_rows.cuh"
 
 namespace fl::cuda {
 
@@ -151,11 +153,12 @@ __global__ void __launch_bounds__(256, 2)
   __shared__ float partial[8][16];  // [warp][row of its tile]
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const int split = warp % kSplit;
-  const int64_t M = a.M, m0 = (static_cast<int64_t>(blockIdx.x) * kTiles + warp / kSplit) * 16;
+  const RowsTarget target = rows_target(a);  // the matrix, or a grouped launch's segment
+  const int64_t M = target.M, m0 = (target.block * kTiles + warp / kSplit) * 16;
   const int64_t n_groups = (a.K + kGroup - 1) / kGroup;
   // rows past M (the last tile) re-read row M - 1 and are not stored
-  const uint8_t* row_a = a.weight + (m0 + g < M ? m0 + g : M - 1) * a.row_bytes;
-  const uint8_t* row_b = a.weight + (m0 + g + 8 < M ? m0 + g + 8 : M - 1) * a.row_bytes;
+  const uint8_t* row_a = target.matrix + (m0 + g < M ? m0 + g : M - 1) * target.row_bytes;
+  const uint8_t* row_b = target.matrix + (m0 + g + 8 < M ? m0 + g + 8 : M - 1) * target.row_bytes;
   // The C columns this lane holds are pieces 2t and 2t + 1: their weights in the group's sum
   // (zero for t >= 2, whose columns are empty), and the min term once per row (t = 0).
   const float w_even = t == 0 ? 1.0f : t == 1 ? 0x1p-13f : 0.0f;
@@ -207,8 +210,8 @@ __global__ void __launch_bounds__(256, 2)
   acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 1);
   acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 2);
   if constexpr (kSplit == 1) {
-    if (t == 0 && m0 + g < M) a.out[m0 + g] = acc_a;
-    if (t == 0 && m0 + g + 8 < M) a.out[m0 + g + 8] = acc_b;
+    if (t == 0 && m0 + g < M) target.out[m0 + g] = acc_a;
+    if (t == 0 && m0 + g + 8 < M) target.out[m0 + g + 8] = acc_b;
   } else {
     if (t == 0) partial[warp][g] = acc_a, partial[warp][g + 8] = acc_b;
     __syncthreads();
@@ -216,14 +219,15 @@ __global__ void __launch_bounds__(256, 2)
       float v = partial[warp][lane];
 #pragma unroll
       for (int s = 1; s < kSplit; ++s) v += partial[warp + s][lane];
-      if (m0 + lane < M) a.out[m0 + lane] = v;
+      if (m0 + lane < M) target.out[m0 + lane] = v;
     }
   }
 }
 
 template <int kGroup, int kSplit>
-cudaError_t launch_imma_split(const MatvecArgs& a, const uint8_t* pieces, const float2* scales, cudaStream_t stream) {
-  const int64_t tiles = (a.M + 15) / 16, blocks = (tiles + 8 / kSplit - 1) / (8 / kSplit);
+cudaError_t launch_imma_split(MatvecArgs a, const uint8_t* pieces, const float2* scales, cudaStream_t stream) {
+  const int64_t blocks = number_row_blocks(a, 16 * (8 / kSplit));  // (segments: each one's first block)
+  if (blocks == 0) return cudaSuccess;
   return launch_kernel(matvec_hfq4_imma_kernel<kGroup, kSplit>, dim3(static_cast<unsigned>(blocks)), 256, 0, stream, a,
                        pieces, scales);
 }
@@ -239,12 +243,18 @@ cudaError_t launch_imma(const MatvecArgs& a, cudaStream_t stream) {
                                   dim3(static_cast<unsigned>((n_groups + groups_per_block - 1) / groups_per_block)),
                                   256, 0, stream, a.x, a.K, n_groups, pieces, scales);
   if (err != cudaSuccess) return err;
-  // kSplit: as asked (MatvecArgs::imma_rows > 0, matmul_bench), else the most warps per tile, up
-  // to 8, that leave each warp a group: short chains of groups on many warps (with one tile per
-  // warp, a warp keeps one group in flight; the first timing, at ~16 warps per SM and kSplit 1 on
-  // the 31B's gate_up, was latency-bound: 8.5 cycles of long scoreboard per issue, 61 us against
-  // the register kernel's 56, bench/RESULTS.md twenty-seventh session)
-  int split = 8;
+  // kSplit: as asked (MatvecArgs::imma_rows > 0, matmul_bench), else at least 2 warps per tile
+  // and at least ~10 warps per SM (1280 on 132 SMs), at most 8 and no more than the row's groups.
+  // H100 (bench/RESULTS.md twenty-seventh session), the fastest of 1, 2, 4 and 8 per product: 31B
+  // q/k/v (1024 tiles) 2, o_proj and down (336 tiles) 4, gate_up (2688 tiles) 2, Qwen3.5-4B down
+  // (160 tiles) 8, the 26B-A4B's (256-264 tiles) 4-8. One warp per tile keeps one group of loads
+  // in flight per warp and was latency-bound (gate_up: 8.5 cycles of long scoreboard per issue,
+  // 60.5 us against 52.1 at 2).
+  MatvecArgs counted = a;
+  const int64_t tiles = number_row_blocks(counted, 16);  // (all segments)
+  const int64_t min_warps = 10 * static_cast<int64_t>(current_device_traits().sm_count);
+  int split = 2;
+  while (split < 8 && tiles * split < min_warps) split *= 2;
   while (split > 1 && split > n_groups) split /= 2;
   if (a.imma_rows > 0) split = a.imma_rows;
   switch (split) {
@@ -279,8 +289,8 @@ cudaError_t launch_hfq4_imma(const MatvecArgs& a, int group, cudaStream_t stream
   (void)a, (void)group, (void)stream;
   return cudaErrorInvalidValue;
 #else
-  if (a.n_inputs != 1 || a.expert_ids || a.gated || a.n_segments != 0 || !a.scratch ||
-      a.scratch_bytes < hfq4_imma_scratch_bytes(a.K, group) || a.M <= 0 || a.K <= 0)
+  if (a.n_inputs != 1 || a.expert_ids || a.gated || a.n_segments < 0 || a.n_segments > kMaxMatvecSegments ||
+      !a.scratch || a.scratch_bytes < hfq4_imma_scratch_bytes(a.K, group) || a.K <= 0)
     return cudaErrorInvalidValue;
   if (group == 256) return launch_imma<256>(a, stream);
   if (group == 128) return launch_imma<128>(a, stream);
