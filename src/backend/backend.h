@@ -448,7 +448,7 @@ struct BackendOptions {
   // kernel beats the others on the 31B's products by up to 18 %, but the input's pieces take a
   // launch of their own, and decode lost (H100: 31B -1.6 %, 4B +1.5 %, 26B-A4B +0.8 %).
   // `fireline bench --imma-matvec on|off`; matmul_bench's "i" lines against "0". Takes the
-  // products before the split kernel.
+  // products before the split kernel, after the bulk-copy one (async_matvec).
   bool imma_matvec = false;
 };
 

@@ -416,10 +416,13 @@ TEST_F(CudaOps, ImmaMatvecMatchesTheOracle) {
       Twin w = twin_random(type, {M, K}, 0.5f), x = twin_bytes(DType::f32, {1, K}, xs.data());
       expect_counted_matvec(*imma, cuda_imma_matvec_launches, x, w, what);
     }
-  // Grouped (q/k/v of one input: one pieces launch, one product launch over the segments' tiles)
+  // Grouped (q/k/v of one input: one pieces launch, one product launch over the segments' tiles),
+  // with 132 SMs at 4, 8, 2 and 1 (G256) warps per tile; segments whose last block of tiles ends
+  // inside them (heights not multiples of 128), a part-used last group (K = 2856)
+  const std::pair<std::vector<int64_t>, int64_t> groups[] = {
+      {{4096, 1024, 1024}, 2816}, {{300, 5, 2048, 129}, 2856}, {{8232, 2056, 2056}, 2816}, {{37, 5, 100}, 256}};
   for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
-    for (const std::vector<int64_t>& heights : {std::vector<int64_t>{4096, 1024, 1024}, {300, 5, 2048, 129}}) {
-      const int64_t K = 2816;
+    for (const auto& [heights, K] : groups) {
       const std::vector<float> xs = input(K);
       Twin x = twin_bytes(DType::f32, {1, K}, xs.data());
       std::vector<Twin> weights, outs;
@@ -439,7 +442,7 @@ TEST_F(CudaOps, ImmaMatvecMatchesTheOracle) {
       for (size_t i = 0; i < heights.size(); ++i)
         expect_close(outs[i], dot_budget(K),
                      std::string(dtype_name(type)) + " grouped, segment " + std::to_string(i) + " of " +
-                         std::to_string(heights.size()));
+                         std::to_string(heights.size()) + " K=" + std::to_string(K));
     }
   Twin w = twin_random(DType::hfq4_g256, {40, 1024}, 0.5f);
   std::vector<float> xs = input(1024);
