@@ -383,14 +383,15 @@ TEST_F(CudaOps, SplitMatvecMatchesTheOracle) {
   }
 }
 
-// BackendOptions::imma_matvec: the plain one-input HFQ4 products on the integer tensor cores.
-// One row (a tile of 16 with 15 past M), 17, 33, 300 and 4100 rows (a last tile part past M), rows
-// of 1, 2, 3 and 6 groups (1, 2 and 4 warps per row tile), of 11 or 22 groups, of a part-used
-// last group (K = 2856) and of 84 or 168 (8 warps per tile), G256 and G128; inputs over many binades (every 7th element
-// 1000x, every 11th 1e-5x, every 13th zero), so that each group's exponent and all four int8 pieces count: close to the
-// CPU oracle, the same bytes twice, each launch over NaN, and the launch counter proves the kernel ran; grouped
-// products (three and four matrices of one input, one launch) likewise. A NaN input makes every row NaN; a zero input
-// gives zeros.
+// BackendOptions::imma_matvec: the one-input HFQ4 products on the integer tensor cores. One row
+// (a tile of 16 with 15 past M), 17, 33, 300 and 4100 rows (a last tile part past M), rows of 1,
+// 2, 3 and 6 groups (1, 2 and 4 warps per row tile), of 11 or 22 groups, of a part-used last
+// group (K = 2856) and of 84 or 168 (8 warps per tile), G256 and G128; inputs over many binades
+// (every 7th element 1000x, every 11th 1e-5x, every 13th zero), so that each group's exponent and
+// all four int8 pieces count: close to the CPU oracle, the same bytes twice, each launch over NaN,
+// and the launch counter proves the kernel ran; grouped products (three and four matrices of one
+// input, one launch) likewise. A zero input gives zeros (written over NaN); a NaN input makes
+// every row NaN (written over zeros, so that rows the kernel skipped would fail).
 TEST_F(CudaOps, ImmaMatvecMatchesTheOracle) {
   BackendOptions options;
   options.imma_matvec = true;
@@ -451,17 +452,17 @@ TEST_F(CudaOps, ImmaMatvecMatchesTheOracle) {
   std::fill(xs.begin(), xs.end(), 0.0f);
   Twin x_zero = twin_bytes(DType::f32, {1, 1024}, xs.data());
   Twin out = twin_output(DType::f32, {1, 40});
-  for (const Twin* x : {&x_nan, &x_zero}) {
-    const std::vector<uint8_t> bytes = matmul_over_nan(*imma, out, *x, w);
-    for (size_t i = 0; i < bytes.size() / 4; ++i) {
-      float v;
-      std::memcpy(&v, bytes.data() + 4 * i, 4);
-      if (x == &x_nan)
-        EXPECT_TRUE(std::isnan(v)) << "row " << i << " of a NaN input: " << v;
-      else
-        EXPECT_EQ(v, 0.0f) << "row " << i << " of a zero input";
-    }
-  }
+  auto rows_of = [](const std::vector<uint8_t>& bytes) {
+    std::vector<float> rows(bytes.size() / 4);
+    std::memcpy(rows.data(), bytes.data(), rows.size() * 4);
+    return rows;
+  };
+  for (float v : rows_of(matmul_over_nan(*imma, out, x_zero, w))) EXPECT_EQ(v, 0.0f) << "a row of a zero input";
+  const std::vector<uint8_t> zeros(out.host.size(), 0);
+  imma->copy_to_device(out.gpu, zeros.data());
+  imma->matmul(out.gpu, x_nan.gpu, w.gpu);
+  imma->synchronize();
+  for (float v : rows_of(gpu_bytes(out))) EXPECT_TRUE(std::isnan(v)) << "a row of a NaN input: " << v;
 }
 
 TEST_F(CudaOps, MoeRouteAndExperts) {

@@ -244,7 +244,7 @@ cudaError_t launch_imma(const MatvecArgs& a, cudaStream_t stream) {
                                   256, 0, stream, a.x, a.K, n_groups, pieces, scales);
   if (err != cudaSuccess) return err;
   // kSplit: as asked (MatvecArgs::imma_rows > 0, matmul_bench), else at least 2 warps per tile
-  // and at least ~10 warps per SM (1280 on 132 SMs), at most 8 and no more than the row's groups.
+  // and at least ~10 warps per SM (1320 on 132 SMs), at most 8 and no more than the row's groups.
   // H100 (bench/RESULTS.md twenty-seventh session), the fastest of 1, 2, 4 and 8 per product: 31B
   // q/k/v (1024 tiles) 2, o_proj and down (336 tiles) 4, gate_up (2688 tiles) 2, Qwen3.5-4B down
   // (160 tiles) 8, the 26B-A4B's (256-264 tiles) 4-8. One warp per tile keeps one group of loads
