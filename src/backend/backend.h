@@ -444,12 +444,21 @@ struct BackendOptions {
   // the input cut once per launch into four int8 pieces under a
   // per-group exponent, the codes multiplied exactly in s32, ~0.7 instructions per weight where
   // the register kernel spends ~2.9 (which bounds the large products: bench/RESULTS.md
-  // twenty-seventh session). Its own numbers (CudaOps.ImmaMatvecMatchesTheOracle). Off: the
-  // kernel beats the others on the 31B's products by up to 18 %, but the input's pieces take a
-  // launch of their own, and decode lost (H100: 31B -1.6 %, 4B +1.5 %, 26B-A4B +0.8 %).
-  // `fireline bench --imma-matvec on|off`; matmul_bench's "i" lines against "0". Takes the
-  // products before the split kernel, after the bulk-copy one (async_matvec).
-  bool imma_matvec = false;
+  // twenty-seventh session). Its own numbers (CudaOps.ImmaMatvecMatchesTheOracle). On: with the
+  // input's pieces cut by the kernels that write it (imma_ready_pieces) decode gained on the H100
+  // 31B +5.8-6.8 %, Qwen3.5-4B +3.6 % (bench/RESULTS.md twenty-eighth session; with a pieces
+  // launch per product the 31B lost 1.6 % at first). `fireline bench --imma-matvec on|off`;
+  // matmul_bench's "i" lines against "0". Takes the products before the split kernel, after the
+  // bulk-copy one (async_matvec).
+  bool imma_matvec = true;
+  // With imma_matvec: the kernels whose one-row output is such a product's next input (the
+  // residual update's first norm, the gated activation) also cut it into the integer pieces,
+  // and the product leaves out its own pieces launch (the same bytes either way: GpuSwitches).
+  // Knocking that launch out took decode 31B +5.3 -> +9.3 %, Qwen3.5-4B +0.1 -> +10.9 % (H100,
+  // bench/RESULTS.md twenty-eighth session); these producers got the 4B +1.6 -> +2.3 %, the 31B
+  // nothing more at first (a cut on the update's one SM costs about a launch), and with the cheaper
+  // cut 31B +6.5 %, 4B +4.0 % in all. `fireline bench --imma-ready-pieces on|off`.
+  bool imma_ready_pieces = true;
 };
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.

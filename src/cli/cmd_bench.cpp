@@ -54,9 +54,13 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "pairs of warps that split each row's steps; off: one warp per row group (results differ in the order of "
      "additions; for A/B timing)"},
     {"--imma-matvec", &BackendOptions::imma_matvec, "imma_matvec",
-     "on: decode's HFQ4 matrix-vector products (not gated or expert ones) on the integer tensor cores (the input cut "
-     "into int8 pieces; sm_80+); off (default): the f32 kernels (results differ within the op harness's budget; for "
+     "on (default): decode's HFQ4 matrix-vector products (not gated or expert ones) on the integer tensor cores (the "
+     "input cut into int8 pieces; sm_80+); off: the f32 kernels (results differ within the op harness's budget; for "
      "A/B timing)"},
+    {"--imma-ready-pieces", &BackendOptions::imma_ready_pieces, "imma_ready_pieces",
+     "on (default): with --imma-matvec on, the residual update and the gated activation also cut their output into "
+     "the next product's int8 pieces; off: every product cuts its input in a launch of its own (identical results; "
+     "for A/B timing)"},
 };
 
 struct BenchOptions {

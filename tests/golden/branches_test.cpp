@@ -151,7 +151,8 @@ INSTANTIATE_TEST_SUITE_P(DenseFixtures, ConcurrentBranches,
                          branch_case_name);
 
 // The GPU's switches for A/B timing (BackendOptions::gated_matvec on, weight_prefetch on,
-// hopper_expert_gemm on; each the other way from its default) move no numbers in the whole model either: the same bytes
+// hopper_expert_gemm on; each the other way from its default; imma_ready_pieces against the integer
+// matvec's own pieces) move no numbers in the whole model either: the same bytes
 // as the defaults on every path above, at both tensor-core precisions (the Hopper expert GEMM takes one-piece products
 // only: bf16). HFQ4 is the format the gated matvec takes; the dense fixtures reach matmul_gated, the MoE ones also the
 // experts' gated product and, in a 36-token chunk, the grouped expert GEMM's 64-pair items. group_gemm (one launch for
@@ -171,6 +172,7 @@ TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
     SCOPED_TRACE(precision == TensorCorePrecision::bf16 ? "bf16 tensor cores" : "f32 tensor cores");
     BackendOptions defaults;
     defaults.tensor_core_precision = precision;
+    defaults.imma_matvec = false;  // (the gated matvec's products are f32 ones: compare with those)
     BackendOptions switched = defaults;
     switched.gated_matvec = true;
     switched.weight_prefetch = true;
@@ -190,6 +192,35 @@ TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
     if (precision == TensorCorePrecision::bf16 && fixture.find("moe") != std::string::npos &&
         cuda_hopper_gemm_active(*w.backends[0])) {
       EXPECT_GT(cuda_hopper_expert_gemm_launches(), launches) << "the Hopper expert GEMM did not run";
+    }
+  }
+  // imma_ready_pieces (the integer matvec on): pieces cut by the residual update and the gated
+  // activation give the same bytes as each product cutting its own, on every path above; and a
+  // one-row step with them launches fewer pieces kernels than without (the producers served).
+  {
+    BackendOptions apart;
+    apart.imma_matvec = true;
+    apart.imma_ready_pieces = false;
+    BackendOptions ready = apart;
+    ready.imma_ready_pieces = true;
+    TwoWays w = load_two_ways(fire, ready, apart);
+    if (cuda_imma_matvec_available(*w.backends[0])) {
+      SCOPED_TRACE("imma_ready_pieces");
+      expect_identical_paths(w, ids);
+      expect_identical_batches(w, ids);
+      int64_t pieces[2], products[2];
+      for (int i = 0; i < 2; ++i) {
+        auto seq = w.models[i]->new_sequence({8, DType::q8_0, true});
+        const int64_t pieces_before = cuda_imma_pieces_launches(), products_before = cuda_imma_matvec_launches();
+        w.models[i]->forward(*seq, std::span<const int32_t>(ids).first(1), LogitsMode::last);
+        w.backends[i]->synchronize();
+        pieces[i] = cuda_imma_pieces_launches() - pieces_before;
+        products[i] = cuda_imma_matvec_launches() - products_before;
+      }
+      EXPECT_GT(products[0], 0) << "no integer product ran";
+      EXPECT_EQ(products[0], products[1]);
+      EXPECT_EQ(pieces[1], products[1]) << "without ready pieces, each product cuts its own";
+      EXPECT_LT(pieces[0], pieces[1]) << "no product took pieces cut beside its input";
     }
   }
   // group_gemm (q/k/v and gate/up of a chunk in one GEMM launch each, bf16 tensor cores) moves

@@ -22,6 +22,9 @@ inline int64_t cuda_workspace_growths(Backend&) { return 0; }
 inline bool cuda_hopper_gemm_active(Backend&) { return false; }
 inline int64_t cuda_hopper_expert_gemm_launches() { return 0; }
 inline int64_t cuda_group_gemm_launches() { return 0; }
+inline bool cuda_imma_matvec_available(Backend&) { return false; }
+inline int64_t cuda_imma_matvec_launches() { return 0; }
+inline int64_t cuda_imma_pieces_launches() { return 0; }
 }  // namespace fl
 #endif
 

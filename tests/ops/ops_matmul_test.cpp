@@ -66,18 +66,24 @@ TEST_F(CudaOps, MatmulSingleInputRowsPerWarpAndUnalignedX) {
   }
 }
 
-// A row's product must not depend on how many inputs share the launch (batched decode gives
-// each sequence what it gets alone, bit for bit): on HFQ4 one input runs the rows kernel, 2-15
-// the tokens kernel, which must do the same arithmetic in the same order.
+// A row's product must not depend on how many inputs share the launch: on HFQ4 one input runs
+// the rows kernel, 2-15 the tokens kernel, which must do the same arithmetic in the same order.
+// (The integer and split kernels, on by default, take one-input products with numbers of their
+// own, within the budget; batched decode is held to a tolerance for them: the f32 kernels here.)
 TEST_F(CudaOps, MatmulHfq4RowsIndependentOfInputCount) {
+  BackendOptions options;
+  options.imma_matvec = options.split_matvec = false;
+  auto f32_kernels = make_backend("cuda", options);
+  Backend& gpu = *f32_kernels;
   for (DType type : {DType::hfq4_g256, DType::hfq4_g128})
     for (int64_t K : {127, 704, 2816})
       for (int64_t M : {130, 2050, 4100}) {
         const int64_t T = 5;
         Twin w = twin_random(type, {M, K}, 0.5f), x = twin_random(DType::f32, {T, K});
         Twin together = twin_output(DType::f32, {T, M}), alone = twin_output(DType::f32, {T, M});
-        gpu_->matmul(together.gpu, x.gpu, w.gpu);
-        for (int64_t t = 0; t < T; ++t) gpu_->matmul(alone.gpu.slice(t, t + 1), x.gpu.slice(t, t + 1), w.gpu);
+        gpu.matmul(together.gpu, x.gpu, w.gpu);
+        for (int64_t t = 0; t < T; ++t) gpu.matmul(alone.gpu.slice(t, t + 1), x.gpu.slice(t, t + 1), w.gpu);
+        gpu.synchronize();
         const std::vector<uint8_t> a = gpu_bytes(together), b = gpu_bytes(alone);
         EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size()), 0) << dtype_name(type) << " M=" << M << " K=" << K << ": "
                                                                 << T << " inputs in one launch differ from one by one";
@@ -160,6 +166,8 @@ TEST_F(CudaOps, MatmulGatedMatchesTheTwoProductsAndTheActivation) {
   BackendOptions options;
   options.gated_matvec = true;
   auto fused = make_backend("cuda", options);
+  options.gated_matvec = options.imma_matvec = false;  // the separate ops on the f32 kernels
+  auto apart = make_backend("cuda", options);
   struct Case {
     DType type;
     int64_t I, K, T;
@@ -186,8 +194,9 @@ TEST_F(CudaOps, MatmulGatedMatchesTheTwoProductsAndTheActivation) {
       Twin gate2 = twin_output(DType::f32, {c.T, c.I}), up2 = twin_output(DType::f32, {c.T, c.I});
       const Tensor outs[] = {gate2.gpu, up2.gpu};
       const Tensor* weights[] = {&gate_w.gpu, &up_w.gpu};
-      gpu_->matmul_group(outs, x.gpu, weights);
-      gpu_->gated_activation(gate2.gpu, gate2.gpu, up2.gpu, act);
+      apart->matmul_group(outs, x.gpu, weights);
+      apart->gated_activation(gate2.gpu, gate2.gpu, up2.gpu, act);
+      apart->synchronize();
       EXPECT_EQ(gpu_bytes(out), gpu_bytes(gate2)) << what << ": the fused form differs from the separate ops";
     }
 }
@@ -247,8 +256,9 @@ TEST_F(CudaOps, AsyncMatvecGivesTheSameBits) {
   BackendOptions registers, async, gated_registers, gated_async;
   registers.async_matvec = gated_registers.async_matvec = false;
   async.async_matvec = gated_async.async_matvec = true;
-  // (the split kernel, on by default, has its own order of additions: the register kernel here)
+  // (the split and integer kernels, on by default, have their own numbers: the register kernel here)
   registers.split_matvec = gated_registers.split_matvec = false;
+  registers.imma_matvec = async.imma_matvec = gated_registers.imma_matvec = gated_async.imma_matvec = false;
   gated_registers.gated_matvec = gated_async.gated_matvec = true;
   auto plain_backend = make_backend("cuda", registers), async_backend = make_backend("cuda", async);
   auto gated_plain = make_backend("cuda", gated_registers), gated_async_backend = make_backend("cuda", gated_async);
@@ -352,6 +362,7 @@ TEST_F(CudaOps, SplitMatvecMatchesTheOracle) {
   BackendOptions split_options, register_options;
   split_options.split_matvec = true;
   register_options.split_matvec = false;
+  split_options.imma_matvec = register_options.imma_matvec = false;  // (it takes the products first)
   auto split = make_backend("cuda", split_options), registers = make_backend("cuda", register_options);
   // (under 86 SMs, 1025 warps are not about one wave; over 160, 2560 rows are under two blocks per
   // SM: only the last part applies)
@@ -463,6 +474,131 @@ TEST_F(CudaOps, ImmaMatvecMatchesTheOracle) {
   imma->matmul(out.gpu, x_nan.gpu, w.gpu);
   imma->synchronize();
   for (float v : rows_of(gpu_bytes(out))) EXPECT_TRUE(std::isnan(v)) << "a row of a NaN input: " << v;
+}
+
+// BackendOptions::imma_ready_pieces: with the integer matvec on, a one-row residual update cuts its
+// first norm's output, and the gated activation its output, into the integer matvec's pieces; the
+// product right after takes them and launches no pieces of its own (the counters say so), with
+// the oracle's numbers (the oracle multiplies the GPU's own input bytes, so the product's budget is
+// a product's). Rows of 640 (G128), 2816 and 5376 (G256; the 31B's 14-warp update), a grouped
+// product, a G128 weight after G256 pieces, and an op between (the input scaled by 1/2: stale
+// pieces would double the result) make the product cut its own, from the input as it is then.
+TEST_F(CudaOps, ImmaReadyPiecesServeOnlyTheNextProduct) {
+  BackendOptions options;
+  options.imma_matvec = true;
+  auto imma = make_backend("cuda", options);
+  if (!cuda_imma_matvec_available(*imma)) GTEST_SKIP() << "no integer mma on this GPU (sm_80 and later)";
+  auto take_gpu_values = [&](Twin& t) {  // the CPU side := the GPU's bytes
+    imma->synchronize();
+    const std::vector<uint8_t> bytes = gpu_bytes(t);
+    std::memcpy(t.host.data(), bytes.data(), bytes.size());
+  };
+  struct Counts {
+    int64_t pieces = cuda_imma_pieces_launches(), products = cuda_imma_matvec_launches();
+  };
+  auto expect_counts = [&](const Counts& before, int64_t pieces, int64_t products, const std::string& what) {
+    imma->synchronize();
+    EXPECT_EQ(cuda_imma_pieces_launches() - before.pieces, pieces) << what << ": pieces launches";
+    EXPECT_EQ(cuda_imma_matvec_launches() - before.products, products) << what << ": integer products";
+  };
+  for (int64_t cols : {640, 2816, 5376}) {
+    const DType type = cols % 256 == 0 ? DType::hfq4_g256 : DType::hfq4_g128;
+    // A one-row update (a normed term, one output norm); returns the norm's output twin.
+    struct Update {
+      Twin h, x, gain, norm_gain, normed;
+    };
+    auto make_update = [&] {
+      return Update{twin_random(DType::f32, {1, cols}, 2.0f), twin_random(DType::f32, {1, cols}, 3.0f),
+                    twin_random(DType::bf16, {cols}), twin_random(DType::bf16, {cols}),
+                    twin_output(DType::f32, {1, cols})};
+    };
+    auto run_update = [&](Backend& b, Update& u, bool gpu) {
+      const ResidualTerm term[] = {{gpu ? u.x.gpu : u.x.cpu, gpu ? &u.gain.gpu : &u.gain.cpu, NormGain::weight, true}};
+      const StreamNorm norm[] = {{gpu ? u.normed.gpu : u.normed.cpu, gpu ? &u.norm_gain.gpu : &u.norm_gain.cpu,
+                                  NormGain::one_plus_weight, 1.0f}};
+      ResidualUpdate r;
+      r.terms = term;
+      r.norms = norm;
+      r.eps = 1e-6f;
+      b.residual_update(gpu ? u.h.gpu : u.h.cpu, r);
+    };
+    const std::string at = " cols=" + std::to_string(cols);
+    {  // served: the update and its oracle agree, and the product takes the update's pieces
+      Update u = make_update();
+      Twin w = twin_random(type, {300, cols}, 0.5f), out = twin_output(DType::f32, {1, 300});
+      const Counts before;
+      run_update(*cpu_, u, false);
+      run_update(*imma, u, true);
+      imma->matmul(out.gpu, u.normed.gpu, w.gpu);
+      expect_counts(before, 0, 1, "served" + at);
+      expect_close(u.h, kSumBudget * 4, "served: h" + at);
+      expect_close(u.normed, kSumBudget * 5, "served: the norm" + at);
+      take_gpu_values(u.normed);
+      cpu_->matmul(out.cpu, u.normed.cpu, w.cpu);
+      expect_close(out, dot_budget(cols), "served: the product" + at);
+    }
+    {  // served to a grouped product (q/k/v)
+      Update u = make_update();
+      std::vector<Twin> ws, outs;
+      for (int64_t M : {256, 64, 64})
+        ws.push_back(twin_random(type, {M, cols}, 0.5f)), outs.push_back(twin_output(DType::f32, {1, M}));
+      const Tensor gpu_outs[] = {outs[0].gpu, outs[1].gpu, outs[2].gpu},
+                   cpu_outs[] = {outs[0].cpu, outs[1].cpu, outs[2].cpu};
+      const Tensor* gpu_w[] = {&ws[0].gpu, &ws[1].gpu, &ws[2].gpu};
+      const Tensor* cpu_w[] = {&ws[0].cpu, &ws[1].cpu, &ws[2].cpu};
+      const Counts before;
+      run_update(*imma, u, true);
+      imma->matmul_group(gpu_outs, u.normed.gpu, gpu_w);
+      expect_counts(before, 0, 1, "grouped" + at);
+      take_gpu_values(u.normed);
+      cpu_->matmul_group(cpu_outs, u.normed.cpu, cpu_w);
+      for (size_t i = 0; i < outs.size(); ++i)
+        expect_close(outs[i], dot_budget(cols), "grouped, segment " + std::to_string(i) + at);
+    }
+    {  // an op between: the product cuts the scaled input itself
+      Update u = make_update();
+      Twin w = twin_random(type, {300, cols}, 0.5f), out = twin_output(DType::f32, {1, 300});
+      const Counts before;
+      run_update(*imma, u, true);
+      imma->scale(u.normed.gpu, 0.5f);
+      imma->matmul(out.gpu, u.normed.gpu, w.gpu);
+      expect_counts(before, 1, 1, "an op between" + at);
+      take_gpu_values(u.normed);
+      cpu_->matmul(out.cpu, u.normed.cpu, w.cpu);
+      expect_close(out, dot_budget(cols), "an op between: the product" + at);
+    }
+    if (type == DType::hfq4_g256) {  // G256 pieces, a G128 weight: cut again for 128-weight groups
+      Update u = make_update();
+      Twin w = twin_random(DType::hfq4_g128, {300, cols}, 0.5f), out = twin_output(DType::f32, {1, 300});
+      const Counts before;
+      run_update(*imma, u, true);
+      imma->matmul(out.gpu, u.normed.gpu, w.gpu);
+      expect_counts(before, 1, 1, "another group size" + at);
+      take_gpu_values(u.normed);
+      cpu_->matmul(out.cpu, u.normed.cpu, w.cpu);
+      expect_close(out, dot_budget(cols), "another group size: the product" + at);
+    }
+  }
+  // The gated activation (a dense MLP's down projection input; 2112 = 16.5 x 128: a part-used
+  // last group) cuts its output in its own launch; the product right after launches none.
+  for (int64_t I : {2112, 21504}) {
+    const std::string at = " I=" + std::to_string(I);
+    for (Activation act : {Activation::gelu_tanh, Activation::silu}) {
+      Twin gate = twin_random(DType::f32, {1, I}, 2.0f), up = twin_random(DType::f32, {1, I}, 2.0f);
+      Twin a = twin_output(DType::f32, {1, I});
+      Twin w = twin_random(I % 256 == 0 ? DType::hfq4_g256 : DType::hfq4_g128, {200, I}, 0.5f);
+      Twin out = twin_output(DType::f32, {1, 200});
+      const Counts before;
+      imma->gated_activation(a.gpu, gate.gpu, up.gpu, act);
+      imma->matmul(out.gpu, a.gpu, w.gpu);
+      expect_counts(before, 1, 1, "gated" + at);
+      cpu_->gated_activation(a.cpu, gate.cpu, up.cpu, act);
+      expect_close(a, kUlpBudget * 4, "gated: the activation" + at);
+      take_gpu_values(a);
+      cpu_->matmul(out.cpu, a.cpu, w.cpu);
+      expect_close(out, dot_budget(I), "gated: the product" + at);
+    }
+  }
 }
 
 TEST_F(CudaOps, MoeRouteAndExperts) {

@@ -171,7 +171,8 @@ class CudaBackend final : public Backend {
         group_gemm_(options.group_gemm),
         async_matvec_(options.async_matvec),
         split_matvec_(options.split_matvec),
-        imma_matvec_(options.imma_matvec) {
+        imma_matvec_(options.imma_matvec),
+        imma_ready_pieces_(options.imma_matvec && options.imma_ready_pieces) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -198,6 +199,7 @@ class CudaBackend final : public Backend {
         memory_khz > 0 && bus_bits > 0)
       memory_peak_ = MemoryPeak{name_, 2.0 * memory_khz * 1e3 * (bus_bits / 8.0) / 1e9};
     cudaGetLastError();  // a device that reports neither leaves no error behind
+    imma_ready_pieces_ = imma_ready_pieces_ && cuda::imma_matvec_available();
     check(cudaMalloc(&error_flag_, sizeof(int32_t)), "malloc");
     check(cudaMemsetAsync(error_flag_, 0, sizeof(int32_t), stream_), "memset");
     check(cudaStreamSynchronize(stream_), "memset");
@@ -263,6 +265,7 @@ class CudaBackend final : public Backend {
   void copy_to_device(Tensor dst, const void* src) override {
     require_no_branch("copy_to_device");
     require_device(dst, "copy_to_device");
+    ++ops_;
     check(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "copy to device");
     check(cudaStreamSynchronize(stream_), "copy to device");
   }
@@ -277,6 +280,7 @@ class CudaBackend final : public Backend {
     require_device(dst, "copy_on_device");
     require_device(src, "copy_on_device");
     check_copy_on_device(dst, src);
+    ++ops_;
     check(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.nbytes()), cudaMemcpyDeviceToDevice, stream_),
           "copy on device");
   }
@@ -294,6 +298,7 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<CapturedSteps> capture(const std::function<void()>& body) override {
     require_no_branch("graph capture");
+    ++ops_;
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture");
     cudaGraph_t graph = nullptr;
     capturing_ = true;
@@ -323,6 +328,7 @@ class CudaBackend final : public Backend {
   // run in order on the main stream.
   void branch_begin() override {
     if (branch_ != BranchState::none) fail("branch_begin: a concurrent branch is already open");
+    ++ops_;  // (pieces serve the next op of their own line only)
     if (!side_stream_ || profiling_) {
       branch_ = BranchState::in_order_side;
       return;
@@ -345,6 +351,7 @@ class CudaBackend final : public Backend {
     if (branch_ != BranchState::none) fail("{}: not allowed inside a concurrent branch", op);
   }
   void branch_end() override {
+    ++ops_;
     if (branch_ == BranchState::in_order_side) {
       branch_ = BranchState::in_order_main;
       return;
@@ -355,6 +362,8 @@ class CudaBackend final : public Backend {
     branch_ = BranchState::main;
   }
   void branch_join() override {
+    // (no op count: the main line's last op still serves the next; a side line's pieces are on
+    // the other stream and workspace)
     if (branch_ == BranchState::in_order_main) {
       branch_ = BranchState::none;
       return;
@@ -364,6 +373,7 @@ class CudaBackend final : public Backend {
     branch_ = BranchState::none;
   }
   void branch_abandon() noexcept override {
+    ++ops_;
     if (branch_ == BranchState::side) cudaEventRecord(join_event_, side_stream_);
     if (branch_ == BranchState::side || branch_ == BranchState::main) cudaStreamWaitEvent(main_stream_, join_event_, 0);
     cudaGetLastError();  // (an invalidated capture refuses both; the error being reported is the first)
@@ -411,7 +421,7 @@ class CudaBackend final : public Backend {
     a.row_bytes = weight.stride[0];
     a.n_inputs = in.rows;
     a.scratch_bytes = cuda::matvec_scratch_bytes(a);
-    if (a.scratch_bytes > 0) a.scratch = workspace_floats((a.scratch_bytes + 3) / 4);
+    if (a.scratch_bytes > 0) take_scratch_or_ready_pieces(a);
     check(cuda::launch_matvec(a, stream_), "matmul");
   }
 
@@ -517,7 +527,13 @@ class CudaBackend final : public Backend {
       a.norms[i] = {r.data, r.stride, gain_data(n.weight), gain_dtype(n.weight), static_cast<cuda::Gain>(n.gain),
                     n.scale};
     }
+    // One row: the first norm's output is the next product's input; cut it here
+    // (BackendOptions::imma_ready_pieces).
+    a.pieces_group = pieces_group_for(hr.cols);
+    const bool cut = imma_ready_pieces_ && cuda::residual_update_cuts_pieces(a);
+    if (cut) a.pieces = workspace_floats((cuda::hfq4_imma_scratch_bytes(hr.cols, a.pieces_group) + 3) / 4);
     check(cuda::launch_residual_update(a, stream_), "residual_update");
+    if (cut) ready_pieces_ = {a.norms[0].out, hr.cols, a.pieces_group, a.pieces, stream_, ops_};
   }
 
   void matmul_group(std::span<const Tensor> outs, const Tensor& x, std::span<const Tensor* const> weights) override {
@@ -555,7 +571,7 @@ class CudaBackend final : public Backend {
     OpTimer timer(*this, "matmul", bytes);
     if (T == 1) {
       a.scratch_bytes = cuda::matvec_scratch_bytes(a);  // (the integer matvec's input pieces)
-      if (a.scratch_bytes > 0) a.scratch = workspace_floats((a.scratch_bytes + 3) / 4);
+      if (a.scratch_bytes > 0) take_scratch_or_ready_pieces(a);
       return check(cuda::launch_matvec_group(a, stream_), "matmul_group");
     }
     a.scratch_bytes = cuda::matmul_mma_scratch_bytes(a, act_pieces_);
@@ -608,6 +624,15 @@ class CudaBackend final : public Backend {
     F32Rows o = f32_rows(out, "gated_activation"), g = f32_rows(gate, "gated_activation"), u = f32_rows(up, "gated_activation");
     same_shape(o, g, "gated_activation");
     same_shape(o, u, "gated_activation");
+    if (imma_ready_pieces_ && o.rows == 1) {  // a down projection's input: cut it here too
+      const int group = pieces_group_for(o.cols);
+      void* pieces = workspace_floats((cuda::hfq4_imma_scratch_bytes(o.cols, group) + 3) / 4);
+      check(cuda::launch_gated_activation_imma_pieces(o.data, g.data, u.data, o.cols, static_cast<cuda::Act>(act),
+                                                      group, pieces, stream_),
+            "gated_activation");
+      ready_pieces_ = {o.data, o.cols, group, pieces, stream_, ops_};
+      return;
+    }
     check(cuda::launch_gated_activation(o.data, o.stride, g.data, g.stride, u.data, u.stride, o.rows, o.cols,
                                         static_cast<cuda::Act>(act), stream_),
           "gated_activation");
@@ -1270,6 +1295,22 @@ class CudaBackend final : public Backend {
     return static_cast<float*>(workspace->data());
   }
 
+  // The weight-group size a kernel cuts its one-row output [K] for: the hf4 preset's choice for
+  // rows of K weights (quant_policy.cpp), which the next product's weights most likely have (the
+  // product checks, and cuts its own pieces otherwise).
+  static int pieces_group_for(int64_t K) { return K % 256 == 0 ? 256 : 128; }
+  // A one-input product's scratch (a.scratch_bytes > 0, after its OpTimer): the pieces of its
+  // input where the op right before it on this stream cut them (a.imma_pieces_ready; they lie in
+  // this stream's workspace, which nothing has touched since), else the workspace's start.
+  void take_scratch_or_ready_pieces(cuda::MatvecArgs& a) {
+    const ReadyPieces& r = ready_pieces_;
+    const int group = a.weight_type == DType::hfq4_g256 ? 256 : a.weight_type == DType::hfq4_g128 ? 128 : 0;
+    const bool ready = r.x && a.n_inputs == 1 && r.op + 1 == ops_ && r.stream == stream_ && r.x == a.x && r.K == a.K &&
+                       r.group == group && cuda::hfq4_imma_scratch_bytes(r.K, r.group) >= a.scratch_bytes;
+    a.scratch = ready ? r.scratch : workspace_floats((a.scratch_bytes + 3) / 4);
+    a.imma_pieces_ready = ready;
+  }
+
   // MatvecArgs with this backend's switches (tensor-core pieces, prefetch, bulk copies, split
   // steps, integer tensor cores).
   cuda::MatvecArgs matvec_args() const {
@@ -1292,6 +1333,21 @@ class CudaBackend final : public Backend {
   bool async_matvec_;        // BackendOptions::async_matvec
   bool split_matvec_;        // BackendOptions::split_matvec
   bool imma_matvec_;         // BackendOptions::imma_matvec
+  bool imma_ready_pieces_;   // BackendOptions::imma_ready_pieces (with imma_matvec)
+  // Ops issued so far (OpTimer, and the memory, capture and branch calls between them): a
+  // producer's pieces serve only the op right after it.
+  uint64_t ops_ = 0;
+  // The integer matvec's pieces of the one-row output x [K] that the op numbered `op` cut beside
+  // it (imma_pieces.cuh), at `scratch` (the workspace of `stream`), for `group`-weight groups.
+  struct ReadyPieces {
+    const float* x = nullptr;
+    int64_t K = 0;
+    int group = 0;
+    void* scratch = nullptr;
+    cudaStream_t stream = nullptr;
+    uint64_t op = 0;
+  };
+  ReadyPieces ready_pieces_;
   // Ops go to stream_: the main stream, or the side stream inside a branch's side line.
   cudaStream_t stream_ = nullptr;
   cudaStream_t main_stream_ = nullptr;
@@ -1321,6 +1377,7 @@ class CudaBackend final : public Backend {
 
 OpTimer::OpTimer(CudaBackend& backend, const char* op, double bytes, int kernels)
     : op_(op), bytes_(bytes), kernels_(kernels) {
+  ++backend.ops_;
   if (!backend.profiling_ || backend.capturing_) return;
   backend_ = &backend;
   check(cudaEventCreate(&start_), "profile");
@@ -1369,6 +1426,7 @@ int64_t cuda_group_gemm_launches() { return cuda::segment_gemm_launches(); }
 int64_t cuda_async_matvec_launches() { return cuda::async_matvec_launches(); }
 int64_t cuda_split_matvec_launches() { return cuda::split_matvec_launches(); }
 int64_t cuda_imma_matvec_launches() { return cuda::imma_matvec_launches(); }
+int64_t cuda_imma_pieces_launches() { return cuda::imma_pieces_launches(); }
 bool cuda_imma_matvec_available(Backend& backend) {
   backend.bind_to_this_thread();  // the answer depends on the current device
   return cuda::imma_matvec_available();

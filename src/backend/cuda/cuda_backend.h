@@ -52,6 +52,9 @@ int64_t cuda_split_matvec_launches();
 // imma_matvec), and whether the backend's GPU runs it (sm_80 and later).
 int64_t cuda_imma_matvec_launches();
 bool cuda_imma_matvec_available(Backend& backend);
+// How many launches have cut an input into the integer matvec's pieces: the product's own (not
+// left out by BackendOptions::imma_ready_pieces) and the gated activation's pieces form.
+int64_t cuda_imma_pieces_launches();
 // Bytes of workspace the backend's moe_experts asks for T tokens routed to k of E experts
 // (hidden H, intermediate I, expert weights of `type`), for tests that hold the models' memory
 // plans against it.

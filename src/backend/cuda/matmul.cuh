@@ -88,6 +88,9 @@ struct MatvecArgs {
   // register kernel's bits). Without the scratch the other kernels run. 0: off; -1: on, the
   // launcher's choice of warps per row tile; 1, 2, 4 or 8: that many (matmul_bench).
   int imma_rows = 0;
+  // The integer matvec's scratch already holds x's pieces, cut by the kernel that wrote x
+  // (imma_pieces.cuh; BackendOptions::imma_ready_pieces): its own pieces launch is left out.
+  bool imma_pieces_ready = false;
 };
 // With n_inputs >= kMmaMinInputs (and no expert ids) on a format the tensor-core GEMM takes, the
 // product runs there; otherwise on the matvec kernels.
@@ -119,5 +122,14 @@ size_t hfq4_imma_scratch_bytes(int64_t K, int group);
 bool imma_matvec_available();
 cudaError_t launch_hfq4_imma(const MatvecArgs& args, int group, cudaStream_t stream);
 int64_t imma_matvec_launches();
+// The pieces launches of its own (those not left out by MatvecArgs::imma_pieces_ready) and of
+// launch_gated_activation_imma_pieces, for tests.
+int64_t imma_pieces_launches();
+// out = act(gate) * up over one row of K (gated_activation, the same bits), and its integer
+// matvec pieces for `group`-weight groups at `pieces` (hfq4_imma_scratch_bytes(K, group)): a dense
+// MLP's down projection input, cut in the launch that makes it. CUDA only (HIP:
+// cudaErrorInvalidValue).
+cudaError_t launch_gated_activation_imma_pieces(float* out, const float* gate, const float* up, int64_t K, Act act,
+                                                int group, void* pieces, cudaStream_t stream);
 
 }  // namespace fl::cuda

@@ -10,17 +10,16 @@
 // lane turns a word of 8 codes into mma operands with a mask, a shift and a mask, and one mma
 // multiplies 16 rows x 32 codes by the input: ~0.7 instructions per weight.
 //
-// The input. hfq4_imma_pieces_kernel cuts x once per call into 4 int8 pieces per element under
-// one exponent per weight group (kGroup elements): with E such that max |x| < 2^E over the group,
-// x' = x 2^(7-E) lies in (-128, 128) and
-//   x' = i0 + 2^-6 (i1 + 2^-7 (i2 + 2^-7 (i3 + r))),   i0 = trunc(x'), i1..i3 rounded, |r| <= 1/2,
+// The input. hfq4_imma_pieces_kernel (or the kernel that wrote x: imma_pieces.cuh) cuts x into 4
+// int8 pieces per element under one exponent per weight group (kGroup elements): with E such that
+// max |x| < 2^E over the group, x' = x 2^(6-E) lies in (-64, 64) and
+//   x' = i0 + 2^-7 (i1 + 2^-7 (i2 + 2^-7 (i3 + r))),   i0..i3 rounded to nearest, |r| <= 1/2,
 // every step exact in f32 (power-of-two scalings, and differences that keep a value's low bits),
-// |i0| <= 127 and |i1..i3| <= 64. So an element is kept to within 2^(E-28): exactly for the
-// group's elements within 2^-4 of its largest, and for the smaller ones an absolute error far
-// under the rounding of an f32 sum over the group. The pieces are the B operand's columns 0..3
-// (4..7 are zero), the codes (0..15, exact as s8) the A operand, and the s32 sums are exact. Per
-// group and row:
-//   sum_k x_k (s c_k + m) = s 2^(E-7) (C0 + 2^-6 C1 + 2^-13 C2 + 2^-20 C3) + m sum_k x_k
+// |i0..i3| <= 64. So an element is kept to within 2^(E-28): exactly for the group's elements
+// within 2^-4 of its largest, and for the smaller ones an absolute error far under the rounding
+// of an f32 sum over the group. The pieces are the B operand's columns 0..3 (4..7 are zero), the
+// codes (0..15, exact as s8) the A operand, and the s32 sums are exact. Per group and row:
+//   sum_k x_k (s c_k + m) = s 2^(E-6) (C0 + 2^-7 C1 + 2^-14 C2 + 2^-21 C3) + m sum_k x_k
 // with C_p = sum_k c_k i_p,k and sum_k x_k the f32 sum the pieces kernel writes beside the
 // exponent. The result is not the register kernel's (an f32 chain of its own order); the op
 // harness holds it to the CPU oracle (CudaOps.ImmaMatvecMatchesTheOracle).
@@ -45,6 +44,7 @@
 #include <cmath>
 
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/imma_pieces.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/matvec_rows.cuh"
 
@@ -52,20 +52,11 @@ namespace fl::cuda {
 
 namespace {
 std::atomic<int64_t> g_imma_matvec_launches{0};  // imma_matvec_launches
+std::atomic<int64_t> g_imma_pieces_launches{0};  // imma_pieces_launches
 }
 
 #if !defined(FIRELINE_GPU_HIP)
 namespace {
-
-template <int kGroup>
-struct ImmaGroup {
-  static constexpr int kBlockBytes = 8 + kGroup / 2;  // f32 scale, f32 min, the codes
-  static constexpr int kLaneBytes = kGroup / 8;       // code bytes per row and lane group t
-  static constexpr int kMmas = kGroup / 32;           // mma k-steps per group (one code word each)
-  static constexpr int kPieceBytes = 4 * kGroup;      // 4 int8 pieces per element
-  static constexpr int kLanePieceBytes = kGroup / 4;  // one piece's bytes for lane group t
-  static constexpr int kLanesPerGroup = kGroup / 8;   // pieces kernel: 8 elements per lane
-};
 
 // c += a * b: A 16 x 32 (row-major) and B 32 x 8 (column-major) s8, s32 accumulators.
 __device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -79,64 +70,32 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint
 }
 
 // x [K] -> per group: the 4 pieces in the matvec's k order (pieces, kPieceBytes per group), and
-// (2^(E-7), sum of the group's x) in group_scales. Lane l of a group takes its 8 consecutive
-// elements; the group's maximum and sum go over its kLanesPerGroup lanes by xor butterflies (every
-// lane ends with the same bits). A group with an infinite or NaN element gets a NaN factor (its
-// products are NaN, as the f32 kernels' would be) and zero pieces.
-template <int kGroup>
+// (2^(E-6), sum of the group's x) in group_scales (cut_imma_group, imma_pieces.cuh). Lane l of a
+// group takes its 8 consecutive elements. kGated: x is act(gate) * up (gated_value), computed
+// here and also stored to `out` [K], the gated activation's own output (a dense MLP's down
+// projection input, cut where it is made: BackendOptions::imma_ready_pieces).
+template <int kGroup, bool kGated>
 __global__ void __launch_bounds__(256)
-    hfq4_imma_pieces_kernel(const float* x, int64_t K, int64_t n_groups, uint8_t* pieces, float2* group_scales) {
-  using G = ImmaGroup<kGroup>;
-  constexpr int kLanes = G::kLanesPerGroup;
+    hfq4_imma_pieces_kernel(const float* x, const float* up, float* out, Act act, int64_t K, int64_t n_groups,
+                            uint8_t* pieces, float2* group_scales) {
+  constexpr int kLanes = ImmaGroup<kGroup>::kLanesPerGroup;
   enter_kernel();
   const int lane = threadIdx.x % kWarp, l = lane % kLanes;
   const int64_t warp = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   const int64_t group = warp * (kWarp / kLanes) + lane / kLanes;
   const int64_t k0 = group * kGroup + 8 * l;
   float v[8];
-  float amax = 0.0f, sum = 0.0f;
-  int bad = 0;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    v[j] = group < n_groups && k0 + j < K ? x[k0 + j] : 0.0f;
-    bad |= !isfinite(v[j]);
-    amax = fmaxf(amax, fabsf(v[j]));
-    sum += v[j];
-  }
-#pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset /= 2) {  // (offsets under kLanes stay in the group)
-    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-    sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    bad |= __shfl_xor_sync(0xffffffffu, bad, offset);
-  }
-  if (group >= n_groups) return;
-  int e = 0;
-  frexpf(bad ? 0.0f : amax, &e);                           // amax < 2^e (0 for a zero group)
-  uint32_t even[4] = {0, 0, 0, 0}, odd[4] = {0, 0, 0, 0};  // per piece: bytes of elements 0,2,4,6 / 1,3,5,7
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    float r = bad ? 0.0f : ldexpf(v[j], 7 - e);  // (-128, 128)
-    const float i0 = truncf(r);
-    r = (r - i0) * 64.0f;
-    const float i1 = rintf(r);
-    r = (r - i1) * 128.0f;
-    const float i2 = rintf(r);
-    r = (r - i2) * 128.0f;
-    const float i3 = rintf(r);
-    const float piece[4] = {i0, i1, i2, i3};
-#pragma unroll
-    for (int p = 0; p < 4; ++p) {
-      const uint32_t byte = static_cast<uint32_t>(static_cast<int>(piece[p])) & 0xffu;
-      (j % 2 ? odd[p] : even[p]) |= byte << (8 * (j / 2));
+    const bool in = group < n_groups && k0 + j < K;
+    if constexpr (kGated) {
+      v[j] = in ? gated_value(x[k0 + j], up[k0 + j], act) : 0.0f;
+      if (in) out[k0 + j] = v[j];
+    } else {
+      v[j] = in ? x[k0 + j] : 0.0f;
     }
   }
-  // element 8l of the group: lane group t = 8l / (kGroup / 4), mma j = (8l % (kGroup / 4)) / 8
-  const int t = 8 * l / G::kLanePieceBytes, mma = 8 * l % G::kLanePieceBytes / 8;
-  uint8_t* base = pieces + group * G::kPieceBytes + t * G::kLanePieceBytes + 8 * mma;
-#pragma unroll
-  for (int p = 0; p < 4; ++p)
-    *reinterpret_cast<uint2*>(base + p * 4 * G::kLanePieceBytes) = make_uint2(even[p], odd[p]);
-  if (l == 0) group_scales[group] = make_float2(bad ? __int_as_float(0x7fc00000) : ldexpf(1.0f, e - 7), sum);
+  cut_imma_group<kGroup>(v, l, group, group < n_groups, pieces, group_scales);
 }
 
 template <int kGroup>
@@ -161,8 +120,8 @@ __global__ void __launch_bounds__(256, 2)
   const uint8_t* row_b = target.matrix + (m0 + g + 8 < M ? m0 + g + 8 : M - 1) * target.row_bytes;
   // The C columns this lane holds are pieces 2t and 2t + 1: their weights in the group's sum
   // (zero for t >= 2, whose columns are empty), and the min term once per row (t = 0).
-  const float w_even = t == 0 ? 1.0f : t == 1 ? 0x1p-13f : 0.0f;
-  const float w_odd = t == 0 ? 0x1p-6f : t == 1 ? 0x1p-20f : 0.0f;
+  const float w_even = t == 0 ? 1.0f : t == 1 ? 0x1p-14f : 0.0f;
+  const float w_odd = t == 0 ? 0x1p-7f : t == 1 ? 0x1p-21f : 0.0f;
   const float w_min = t == 0 ? 1.0f : 0.0f;
   auto load_codes = [&](int64_t group, ImmaStage<kGroup>& s) {
     const uint2* pa = reinterpret_cast<const uint2*>(row_a + group * G::kBlockBytes + 8 + t * G::kLaneBytes);
@@ -183,7 +142,7 @@ __global__ void __launch_bounds__(256, 2)
   for (int64_t group = split; group < n_groups; group += kSplit) {
     const float2 sm_a = *reinterpret_cast<const float2*>(row_a + group * G::kBlockBytes);  // (scale, min)
     const float2 sm_b = *reinterpret_cast<const float2*>(row_b + group * G::kBlockBytes);
-    const float2 xs = group_scales[group];  // (2^(E-7), sum of x)
+    const float2 xs = group_scales[group];  // (2^(E-6), sum of x)
     ImmaStage<kGroup> next;
     if (group + kSplit < n_groups) {
       load_codes(group + kSplit, next);
@@ -232,16 +191,27 @@ cudaError_t launch_imma_split(MatvecArgs a, const uint8_t* pieces, const float2*
                        pieces, scales);
 }
 
+// Cuts x [K] into its pieces at `pieces` (hfq4_imma_scratch_bytes); kGated: x is act(gate) * up,
+// also stored to out.
+template <int kGroup, bool kGated>
+cudaError_t launch_imma_pieces(const float* x, const float* up, float* out, Act act, int64_t K, uint8_t* pieces,
+                               cudaStream_t stream) {
+  const int64_t n_groups = (K + kGroup - 1) / kGroup;
+  const int64_t groups_per_block = 8 * (kWarp / ImmaGroup<kGroup>::kLanesPerGroup);
+  const cudaError_t err = launch_kernel(
+      hfq4_imma_pieces_kernel<kGroup, kGated>, dim3(static_cast<unsigned>((n_groups + groups_per_block - 1) / groups_per_block)),
+      256, 0, stream, x, up, out, act, K, n_groups, pieces, imma_group_scales<kGroup>(pieces, K));
+  if (err == cudaSuccess) g_imma_pieces_launches.fetch_add(1, std::memory_order_relaxed);
+  return err;
+}
+
 template <int kGroup>
 cudaError_t launch_imma(const MatvecArgs& a, cudaStream_t stream) {
-  using G = ImmaGroup<kGroup>;
   const int64_t n_groups = (a.K + kGroup - 1) / kGroup;
   auto* pieces = static_cast<uint8_t*>(a.scratch);
-  auto* scales = reinterpret_cast<float2*>(pieces + n_groups * G::kPieceBytes);
-  const int64_t groups_per_block = 8 * (kWarp / G::kLanesPerGroup);
-  cudaError_t err = launch_kernel(hfq4_imma_pieces_kernel<kGroup>,
-                                  dim3(static_cast<unsigned>((n_groups + groups_per_block - 1) / groups_per_block)),
-                                  256, 0, stream, a.x, a.K, n_groups, pieces, scales);
+  float2* scales = imma_group_scales<kGroup>(pieces, a.K);
+  cudaError_t err = cudaSuccess;
+  if (!a.imma_pieces_ready) err = launch_imma_pieces<kGroup, false>(a.x, nullptr, nullptr, Act::silu, a.K, pieces, stream);
   if (err != cudaSuccess) return err;
   // kSplit: as asked (MatvecArgs::imma_rows > 0, matmul_bench), else at least 2 warps per tile
   // and at least ~10 warps per SM (1320 on 132 SMs), at most 8 and no more than the row's groups.
@@ -298,6 +268,21 @@ cudaError_t launch_hfq4_imma(const MatvecArgs& a, int group, cudaStream_t stream
 #endif
 }
 
+cudaError_t launch_gated_activation_imma_pieces(float* out, const float* gate, const float* up, int64_t K, Act act,
+                                                int group, void* pieces, cudaStream_t stream) {
+#if defined(FIRELINE_GPU_HIP)
+  (void)out, (void)gate, (void)up, (void)K, (void)act, (void)group, (void)pieces, (void)stream;
+  return cudaErrorInvalidValue;
+#else
+  if (K <= 0 || !pieces) return cudaErrorInvalidValue;
+  auto* p = static_cast<uint8_t*>(pieces);
+  if (group == 256) return launch_imma_pieces<256, true>(gate, up, out, act, K, p, stream);
+  if (group == 128) return launch_imma_pieces<128, true>(gate, up, out, act, K, p, stream);
+  return cudaErrorInvalidValue;
+#endif
+}
+
 int64_t imma_matvec_launches() { return g_imma_matvec_launches.load(std::memory_order_relaxed); }
+int64_t imma_pieces_launches() { return g_imma_pieces_launches.load(std::memory_order_relaxed); }
 
 }  // namespace fl::cuda

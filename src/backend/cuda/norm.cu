@@ -1,7 +1,10 @@
 // RMSNorm: one block per row; the sum of squares is reduced in f32 across the block. The fused
 // forms spare a launch each where the model follows a norm with a residual add (add_rms_norm) or
 // with RoPE (rms_norm_rope): at batch 1 such kernels move a few kilobytes and cost their launch.
+#include <optional>
+
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/imma_pieces.cuh"
 #include "backend/cuda/norm.cuh"
 
 namespace fl::cuda {
@@ -265,17 +268,32 @@ __global__ void __launch_bounds__(kMaxThreads) residual_update_registers_kernel(
   if (a.n_norms == 0) return;
   if constexpr (!kNormGainsEarly) load_norm_gains();
   const float h_inv = rms_inverse_of_sum(block_sum(h_sq), cols, a.eps);
+  // With pieces: norm 0's row also goes to shared memory (cols floats, the launch's dynamic
+  // size), where warps take it a group at a time (8 consecutive elements per lane, unlike the
+  // strided columns here).
+  extern __shared__ float pieces_row[];
 #pragma unroll
   for (int n = 0; n < kMaxStreamNorms; ++n) {
     if (n >= a.n_norms) break;
     float* out = a.norms[n].out + blockIdx.x * a.norms[n].stride;
     const float scale = a.norms[n].scale;
+    const bool to_shared = n == 0 && a.pieces;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
       const int i = threadIdx.x + j * threads;
-      if (i < cols) out[i] = h[j] * h_inv * norm_gain[n][j] * scale;
+      if (i < cols) {
+        const float v = h[j] * h_inv * norm_gain[n][j] * scale;
+        out[i] = v;
+        if (to_shared) pieces_row[i] = v;
+      }
     }
   }
+  if (!a.pieces) return;
+  __syncthreads();
+  if (a.pieces_group == 256)
+    cut_imma_row_from_shared<256>(pieces_row, cols, static_cast<uint8_t*>(a.pieces));
+  else
+    cut_imma_row_from_shared<128>(pieces_row, cols, static_cast<uint8_t*>(a.pieces));
 }
 
 // Calls f(weight, format, elements) for every gain row the update reads, and the layer scalar.
@@ -295,11 +313,31 @@ cudaError_t launch_residual_update_registers(const ResidualUpdateArgs& a, DType 
                                              cudaStream_t stream) {
   const int64_t warps = (a.cols + kPer * kWarp - 1) / (kPer * kWarp);
   const dim3 grid(static_cast<unsigned>(a.rows)), block(static_cast<unsigned>(warps * kWarp));
+  const size_t shared = a.pieces ? static_cast<size_t>(a.cols) * sizeof(float) : 0;  // (<= 21 KB)
   if (gain_type == DType::bf16)
-    return launch_kernel(residual_update_registers_kernel<kPer, kMaxThreads, uint16_t>, grid, block, 0, stream, a,
-                         gains);
-  return launch_kernel(residual_update_registers_kernel<kPer, kMaxThreads, float>, grid, block, 0, stream, a, gains);
+    return launch_kernel(residual_update_registers_kernel<kPer, kMaxThreads, uint16_t>, grid, block, shared, stream,
+                         a, gains);
+  return launch_kernel(residual_update_registers_kernel<kPer, kMaxThreads, float>, grid, block, shared, stream, a,
+                       gains);
 }
+
+// The gains' one format when the register kernel reads them all (f32 or bf16; f32 where there
+// are none), with every gain row (and the layer scalar) added to `gains` for the L2 prefetch.
+std::optional<DType> register_gain_format(const ResidualUpdateArgs& a, L2Spans* gains) {
+  bool seen = false, plain = true;
+  DType gain_type = DType::f32;
+  for_each_gain(a, [&](const void* weight, DType type, int64_t elements) {
+    if (gains) add_l2_span(*gains, weight, row_bytes(type, elements));
+    plain = plain && (type == DType::f32 || type == DType::bf16) && (!seen || type == gain_type);
+    gain_type = type;
+    seen = true;
+  });
+  if (!plain) return std::nullopt;
+  return gain_type;
+}
+
+// Up to 8 elements per thread over up to 512 threads, then 12 (the 31B's 5376 columns in 14 warps).
+constexpr int64_t kRegisterRowMax = 12 * 448;
 
 }  // namespace
 
@@ -345,26 +383,28 @@ cudaError_t launch_rms_norm_rope_group(const HeadNormPart* parts, int n_parts, i
 cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t stream) {
   if (a.n_terms <= 0 || a.n_terms > kMaxResidualTerms || a.n_norms < 0 || a.n_norms > kMaxStreamNorms)
     return cudaErrorInvalidValue;
+  if (a.pieces && !residual_update_cuts_pieces(a)) return cudaErrorInvalidValue;
   if (a.rows == 0) return cudaSuccess;
-  // Every gain row (and the layer scalar) pulled into L2; the register kernel takes them when they
-  // share one format it reads, f32 or bf16 (f32 where there are none).
+  // The register kernel takes gains that share one format it reads (f32 or bf16); wider rows,
+  // and gains in other or mixed formats, come from memory.
   L2Spans gains;
-  bool seen = false, plain = true;
-  DType gain_type = DType::f32;
-  for_each_gain(a, [&](const void* weight, DType type, int64_t elements) {
-    add_l2_span(gains, weight, row_bytes(type, elements));
-    plain = plain && (type == DType::f32 || type == DType::bf16) && (!seen || type == gain_type);
-    gain_type = type;
-    seen = true;
-  });
-  // Up to 8 elements per thread over up to 512 threads, then 12 (the 31B's 5376 columns in 14
-  // warps); wider rows, and gains in other or mixed formats, from memory.
-  if (plain) {
-    if (a.cols <= 4 * 128) return launch_residual_update_registers<4, 128>(a, gain_type, gains, stream);
-    if (a.cols <= 8 * 512) return launch_residual_update_registers<8, 512>(a, gain_type, gains, stream);
-    if (a.cols <= 12 * 448) return launch_residual_update_registers<12, 448>(a, gain_type, gains, stream);
+  const std::optional<DType> gain_type = register_gain_format(a, &gains);
+  if (gain_type && a.cols <= kRegisterRowMax) {
+    if (a.cols <= 4 * 128) return launch_residual_update_registers<4, 128>(a, *gain_type, gains, stream);
+    if (a.cols <= 8 * 512) return launch_residual_update_registers<8, 512>(a, *gain_type, gains, stream);
+    return launch_residual_update_registers<12, 448>(a, *gain_type, gains, stream);
   }
   return launch_kernel(residual_update_kernel, static_cast<unsigned>(a.rows), norm_threads(a.cols), 0, stream, a);
+}
+
+bool residual_update_cuts_pieces(const ResidualUpdateArgs& a) {
+#if defined(FIRELINE_GPU_HIP)
+  (void)a;
+  return false;
+#else
+  return a.rows == 1 && a.n_norms >= 1 && a.cols > 0 && a.cols <= kRegisterRowMax &&
+         (a.pieces_group == 128 || a.pieces_group == 256) && register_gain_format(a, nullptr).has_value();
+#endif
 }
 
 }  // namespace fl::cuda

@@ -71,7 +71,15 @@ struct ResidualUpdateArgs {
   DType scalar_type = DType::f32;
   int n_norms = 0;
   StreamNormArgs norms[kMaxStreamNorms];
+  // norms[0]'s output also cut into the integer matvec's pieces (imma_pieces.cuh) for
+  // pieces_group-weight groups, at `pieces` (hfq4_imma_scratch_bytes(cols, pieces_group) bytes):
+  // the next product's input cut where it is made (BackendOptions::imma_ready_pieces). Only where
+  // residual_update_cuts_pieces says so (one row, the register kernel; CUDA).
+  void* pieces = nullptr;
+  int pieces_group = 0;
 };
 cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t stream);
+// Whether launch_residual_update can cut norms[0]'s output into pieces for these arguments.
+bool residual_update_cuts_pieces(const ResidualUpdateArgs& a);
 
 }  // namespace fl::cuda
