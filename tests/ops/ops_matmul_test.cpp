@@ -480,9 +480,11 @@ TEST_F(CudaOps, ImmaMatvecMatchesTheOracle) {
 // first norm's output, and the gated activation its output, into the integer matvec's pieces; the
 // product right after takes them and launches no pieces of its own (the counters say so), with
 // the oracle's numbers (the oracle multiplies the GPU's own input bytes, so the product's budget is
-// a product's). Rows of 640 (G128), 2816 and 5376 (G256; the 31B's 14-warp update), a grouped
-// product, a G128 weight after G256 pieces, and an op between (the input scaled by 1/2: stale
-// pieces would double the result) make the product cut its own, from the input as it is then.
+// a product's). Rows of 640 (G128), 2112 (G128, a half-used last group), 2816 and 5376 (G256; the
+// 31B's 14-warp update), a grouped product; a G128 weight after G256 pieces, an op between (the
+// input scaled by 1/2: stale pieces would double the result) and a copy between make the product
+// cut its own, from the input as it is then. (Producers cut once the backend has run an integer
+// product: one runs first.)
 TEST_F(CudaOps, ImmaReadyPiecesServeOnlyTheNextProduct) {
   BackendOptions options;
   options.imma_matvec = true;
@@ -501,7 +503,12 @@ TEST_F(CudaOps, ImmaReadyPiecesServeOnlyTheNextProduct) {
     EXPECT_EQ(cuda_imma_pieces_launches() - before.pieces, pieces) << what << ": pieces launches";
     EXPECT_EQ(cuda_imma_matvec_launches() - before.products, products) << what << ": integer products";
   };
-  for (int64_t cols : {640, 2816, 5376}) {
+  {
+    Twin w = twin_random(DType::hfq4_g256, {16, 256}), x = twin_random(DType::f32, {1, 256});
+    Twin out = twin_output(DType::f32, {1, 16});
+    imma->matmul(out.gpu, x.gpu, w.gpu);
+  }
+  for (int64_t cols : {640, 2112, 2816, 5376}) {
     const DType type = cols % 256 == 0 ? DType::hfq4_g256 : DType::hfq4_g128;
     // A one-row update (a normed term, one output norm); returns the norm's output twin.
     struct Update {
@@ -566,6 +573,19 @@ TEST_F(CudaOps, ImmaReadyPiecesServeOnlyTheNextProduct) {
       take_gpu_values(u.normed);
       cpu_->matmul(out.cpu, u.normed.cpu, w.cpu);
       expect_close(out, dot_budget(cols), "an op between: the product" + at);
+    }
+    {  // a copy between (into another tensor: the input's bytes are unchanged, its pieces not trusted)
+      Update u = make_update();
+      Twin w = twin_random(type, {300, cols}, 0.5f), out = twin_output(DType::f32, {1, 300});
+      Twin elsewhere = twin_output(DType::f32, {1, cols});
+      const Counts before;
+      run_update(*imma, u, true);
+      imma->copy_on_device(elsewhere.gpu, u.h.gpu);
+      imma->matmul(out.gpu, u.normed.gpu, w.gpu);
+      expect_counts(before, 1, 1, "a copy between" + at);
+      take_gpu_values(u.normed);
+      cpu_->matmul(out.cpu, u.normed.cpu, w.cpu);
+      expect_close(out, dot_budget(cols), "a copy between: the product" + at);
     }
     if (type == DType::hfq4_g256) {  // G256 pieces, a G128 weight: cut again for 128-weight groups
       Update u = make_update();

@@ -65,15 +65,20 @@ class CudaBuffer final : public DeviceBuffer {
 // The backend moves on to the larger buffer; the graph keeps using its own.
 class CudaGraph final : public CapturedSteps {
  public:
-  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream, std::vector<std::shared_ptr<CudaBuffer>> buffers)
-      : exec_(exec), stream_(stream), buffers_(std::move(buffers)) {}
+  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream, std::vector<std::shared_ptr<CudaBuffer>> buffers,
+            std::shared_ptr<uint64_t> ops)
+      : exec_(exec), stream_(stream), buffers_(std::move(buffers)), ops_(std::move(ops)) {}
   ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
-  void replay() override { check(cudaGraphLaunch(exec_, stream_), "graph replay"); }
+  void replay() override {
+    ++*ops_;  // (its kernels rewrite the workspace: no eager op's pieces survive a replay)
+    check(cudaGraphLaunch(exec_, stream_), "graph replay");
+  }
 
  private:
   cudaGraphExec_t exec_;
   cudaStream_t stream_;
   std::vector<std::shared_ptr<CudaBuffer>> buffers_;
+  std::shared_ptr<uint64_t> ops_;  // the backend's op count (CudaBackend::ops_)
 };
 
 // f32 activation rows: pointer, row count, column count, row stride in elements.
@@ -265,7 +270,7 @@ class CudaBackend final : public Backend {
   void copy_to_device(Tensor dst, const void* src) override {
     require_no_branch("copy_to_device");
     require_device(dst, "copy_to_device");
-    ++ops_;
+    ++*ops_;
     check(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "copy to device");
     check(cudaStreamSynchronize(stream_), "copy to device");
   }
@@ -280,7 +285,7 @@ class CudaBackend final : public Backend {
     require_device(dst, "copy_on_device");
     require_device(src, "copy_on_device");
     check_copy_on_device(dst, src);
-    ++ops_;
+    ++*ops_;
     check(cudaMemcpyAsync(dst.data, src.data, static_cast<size_t>(src.nbytes()), cudaMemcpyDeviceToDevice, stream_),
           "copy on device");
   }
@@ -298,13 +303,14 @@ class CudaBackend final : public Backend {
 
   std::unique_ptr<CapturedSteps> capture(const std::function<void()>& body) override {
     require_no_branch("graph capture");
-    ++ops_;
+    ++*ops_;
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture");
     cudaGraph_t graph = nullptr;
     capturing_ = true;
     try {
       body();
       capturing_ = false;
+      ++*ops_;  // (the captured ops' pieces serve no op after the capture: their kernels have not run)
     } catch (...) {
       capturing_ = false;
       branch_abandon();                       // (run_side_by_side did already; a body without it may not have)
@@ -319,7 +325,7 @@ class CudaBackend final : public Backend {
     cudaGraphDestroy(graph);
     check(err, "graph instantiate");
     return std::make_unique<CudaGraph>(exec, stream_,
-                                       std::vector<std::shared_ptr<CudaBuffer>>{workspaces_[0], workspaces_[1]});
+                                       std::vector<std::shared_ptr<CudaBuffer>>{workspaces_[0], workspaces_[1]}, ops_);
   }
 
   // The side line goes to a second stream forked off the main one by an event and joined by
@@ -328,7 +334,7 @@ class CudaBackend final : public Backend {
   // run in order on the main stream.
   void branch_begin() override {
     if (branch_ != BranchState::none) fail("branch_begin: a concurrent branch is already open");
-    ++ops_;  // (pieces serve the next op of their own line only)
+    ++*ops_;  // (pieces serve the next op of their own line only)
     if (!side_stream_ || profiling_) {
       branch_ = BranchState::in_order_side;
       return;
@@ -341,6 +347,9 @@ class CudaBackend final : public Backend {
     stream_ = side_stream_;
     branch_ = BranchState::side;
   }
+  // A write to device memory on this backend's stream that is not one of its ops (NCCL's
+  // in-place all-reduce): counted as an op, so no product takes pieces cut before it.
+  void note_foreign_write() { ++*ops_; }
   // Side streams forked so far (tests: whether branches really ran side by side).
   int64_t branch_forks() const { return branch_forks_; }
   int64_t workspace_growths() const { return workspace_growths_; }
@@ -351,7 +360,7 @@ class CudaBackend final : public Backend {
     if (branch_ != BranchState::none) fail("{}: not allowed inside a concurrent branch", op);
   }
   void branch_end() override {
-    ++ops_;
+    ++*ops_;
     if (branch_ == BranchState::in_order_side) {
       branch_ = BranchState::in_order_main;
       return;
@@ -373,7 +382,7 @@ class CudaBackend final : public Backend {
     branch_ = BranchState::none;
   }
   void branch_abandon() noexcept override {
-    ++ops_;
+    ++*ops_;
     if (branch_ == BranchState::side) cudaEventRecord(join_event_, side_stream_);
     if (branch_ == BranchState::side || branch_ == BranchState::main) cudaStreamWaitEvent(main_stream_, join_event_, 0);
     cudaGetLastError();  // (an invalidated capture refuses both; the error being reported is the first)
@@ -530,10 +539,14 @@ class CudaBackend final : public Backend {
     // One row: the first norm's output is the next product's input; cut it here
     // (BackendOptions::imma_ready_pieces).
     a.pieces_group = pieces_group_for(hr.cols);
-    const bool cut = imma_ready_pieces_ && cuda::residual_update_cuts_pieces(a);
+    bool cut = imma_ready_pieces_ && imma_products_seen_ && cuda::residual_update_cuts_pieces(a);
+    for (int i = 1; i < a.n_norms && cut; ++i) {  // (another norm writing over norm 0's row: its bytes win)
+      const float *first = a.norms[0].out, *other = a.norms[i].out;
+      cut = other + hr.cols <= first || first + hr.cols <= other;
+    }
     if (cut) a.pieces = workspace_floats((cuda::hfq4_imma_scratch_bytes(hr.cols, a.pieces_group) + 3) / 4);
     check(cuda::launch_residual_update(a, stream_), "residual_update");
-    if (cut) ready_pieces_ = {a.norms[0].out, hr.cols, a.pieces_group, a.pieces, stream_, ops_};
+    if (cut) ready_pieces_ = {a.norms[0].out, hr.cols, a.pieces_group, a.pieces, stream_, *ops_};
   }
 
   void matmul_group(std::span<const Tensor> outs, const Tensor& x, std::span<const Tensor* const> weights) override {
@@ -624,13 +637,13 @@ class CudaBackend final : public Backend {
     F32Rows o = f32_rows(out, "gated_activation"), g = f32_rows(gate, "gated_activation"), u = f32_rows(up, "gated_activation");
     same_shape(o, g, "gated_activation");
     same_shape(o, u, "gated_activation");
-    if (imma_ready_pieces_ && o.rows == 1) {  // a down projection's input: cut it here too
+    if (imma_ready_pieces_ && imma_products_seen_ && o.rows == 1) {  // a down projection's input: cut it here too
       const int group = pieces_group_for(o.cols);
       void* pieces = workspace_floats((cuda::hfq4_imma_scratch_bytes(o.cols, group) + 3) / 4);
       check(cuda::launch_gated_activation_imma_pieces(o.data, g.data, u.data, o.cols, static_cast<cuda::Act>(act),
                                                       group, pieces, stream_),
             "gated_activation");
-      ready_pieces_ = {o.data, o.cols, group, pieces, stream_, ops_};
+      ready_pieces_ = {o.data, o.cols, group, pieces, stream_, *ops_};
       return;
     }
     check(cuda::launch_gated_activation(o.data, o.stride, g.data, g.stride, u.data, u.stride, o.rows, o.cols,
@@ -1305,10 +1318,11 @@ class CudaBackend final : public Backend {
   void take_scratch_or_ready_pieces(cuda::MatvecArgs& a) {
     const ReadyPieces& r = ready_pieces_;
     const int group = a.weight_type == DType::hfq4_g256 ? 256 : a.weight_type == DType::hfq4_g128 ? 128 : 0;
-    const bool ready = r.x && a.n_inputs == 1 && r.op + 1 == ops_ && r.stream == stream_ && r.x == a.x && r.K == a.K &&
+    const bool ready = r.x && a.n_inputs == 1 && r.op + 1 == *ops_ && r.stream == stream_ && r.x == a.x && r.K == a.K &&
                        r.group == group && cuda::hfq4_imma_scratch_bytes(r.K, r.group) >= a.scratch_bytes;
     a.scratch = ready ? r.scratch : workspace_floats((a.scratch_bytes + 3) / 4);
     a.imma_pieces_ready = ready;
+    imma_products_seen_ = true;
   }
 
   // MatvecArgs with this backend's switches (tensor-core pieces, prefetch, bulk copies, split
@@ -1334,9 +1348,11 @@ class CudaBackend final : public Backend {
   bool split_matvec_;        // BackendOptions::split_matvec
   bool imma_matvec_;         // BackendOptions::imma_matvec
   bool imma_ready_pieces_;   // BackendOptions::imma_ready_pieces (with imma_matvec)
-  // Ops issued so far (OpTimer, and the memory, capture and branch calls between them): a
-  // producer's pieces serve only the op right after it.
-  uint64_t ops_ = 0;
+  // Ops issued so far (OpTimer, and the memory, capture, replay and branch calls and NCCL's
+  // in-place all-reduce between them): a producer's pieces serve only the op right after it.
+  // Shared with the captured graphs, whose replays count too.
+  std::shared_ptr<uint64_t> ops_ = std::make_shared<uint64_t>(0);
+  bool imma_products_seen_ = false;  // (producers cut pieces once an integer product has run)
   // The integer matvec's pieces of the one-row output x [K] that the op numbered `op` cut beside
   // it (imma_pieces.cuh), at `scratch` (the workspace of `stream`), for `group`-weight groups.
   struct ReadyPieces {
@@ -1377,7 +1393,7 @@ class CudaBackend final : public Backend {
 
 OpTimer::OpTimer(CudaBackend& backend, const char* op, double bytes, int kernels)
     : op_(op), bytes_(bytes), kernels_(kernels) {
-  ++backend.ops_;
+  ++*backend.ops_;
   if (!backend.profiling_ || backend.capturing_) return;
   backend_ = &backend;
   check(cudaEventCreate(&start_), "profile");
@@ -1427,6 +1443,7 @@ int64_t cuda_async_matvec_launches() { return cuda::async_matvec_launches(); }
 int64_t cuda_split_matvec_launches() { return cuda::split_matvec_launches(); }
 int64_t cuda_imma_matvec_launches() { return cuda::imma_matvec_launches(); }
 int64_t cuda_imma_pieces_launches() { return cuda::imma_pieces_launches(); }
+void cuda_note_foreign_write(Backend& backend) { cuda_backend_of(backend).note_foreign_write(); }
 bool cuda_imma_matvec_available(Backend& backend) {
   backend.bind_to_this_thread();  // the answer depends on the current device
   return cuda::imma_matvec_available();

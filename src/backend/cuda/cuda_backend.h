@@ -55,6 +55,9 @@ bool cuda_imma_matvec_available(Backend& backend);
 // How many launches have cut an input into the integer matvec's pieces: the product's own (not
 // left out by BackendOptions::imma_ready_pieces) and the gated activation's pieces form.
 int64_t cuda_imma_pieces_launches();
+// A write on the backend's stream that is not one of its ops (NCCL's in-place all-reduce): the
+// integer matvec's input pieces cut before it serve no product after it.
+void cuda_note_foreign_write(Backend& backend);
 // Bytes of workspace the backend's moe_experts asks for T tokens routed to k of E experts
 // (hidden H, intermediate I, expert weights of `type`), for tests that hold the models' memory
 // plans against it.

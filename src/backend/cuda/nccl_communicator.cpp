@@ -86,8 +86,11 @@ struct NcclGroup {
 
 class NcclCommunicator final : public Communicator {
  public:
-  NcclCommunicator(std::shared_ptr<NcclGroup> group, int rank, cudaStream_t stream)
-      : group_(std::move(group)), rank_(rank), stream_(stream) {}
+  NcclCommunicator(std::shared_ptr<NcclGroup> group, int rank, Backend& backend)
+      : group_(std::move(group)),
+        rank_(rank),
+        backend_(&backend),
+        stream_(static_cast<cudaStream_t>(cuda_stream_of(backend))) {}
 
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(group_->comms.size()); }
@@ -104,6 +107,7 @@ class NcclCommunicator final : public Communicator {
       std::lock_guard broken_lock(group_->broken_mutex);
       fail("{}", group_->broken);
     }
+    cuda_note_foreign_write(*backend_);  // (t changes under any pieces cut from it)
     const NcclResult r =
         group_->api.all_reduce(t.data, t.data, static_cast<size_t>(t.numel()), kNcclFloat32, kNcclSum, comm, stream_);
     if (r != 0) fail("NCCL all-reduce on rank {}: {}", rank_, group_->api.describe(r));
@@ -125,6 +129,7 @@ class NcclCommunicator final : public Communicator {
  private:
   std::shared_ptr<NcclGroup> group_;
   int rank_;
+  Backend* backend_;
   cudaStream_t stream_;
 };
 
@@ -141,13 +146,11 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<Bac
   auto group = std::make_shared<NcclGroup>();
   group->api = load_nccl(library);
   std::vector<int> devices;
-  std::vector<cudaStream_t> streams;
   for (Backend* b : backends) {
     const int device = cuda_device_index(*b);
     for (int d : devices)
       if (d == device) fail("--tp: two ranks on GPU {} (NCCL takes one rank per GPU)", device);
     devices.push_back(device);
-    streams.push_back(static_cast<cudaStream_t>(cuda_stream_of(*b)));
   }
   int version = 0;
   group->api.get_version(&version);
@@ -167,7 +170,7 @@ std::vector<std::unique_ptr<Communicator>> make_nccl_communicators(std::span<Bac
   log_debug("NCCL {} ({}): {} ranks", version, library, devices.size());
   std::vector<std::unique_ptr<Communicator>> comms;
   for (size_t i = 0; i < devices.size(); ++i)
-    comms.push_back(std::make_unique<NcclCommunicator>(group, static_cast<int>(i), streams[i]));
+    comms.push_back(std::make_unique<NcclCommunicator>(group, static_cast<int>(i), *backends[i]));
   return comms;
 }
 
