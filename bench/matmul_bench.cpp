@@ -16,7 +16,9 @@
 //   split-steps one (BackendOptions::split_matvec, "s"; the register kernel where it does not apply;
 //   "S" on every product with rows of 32+ blocks), and the integer tensor-core one
 //   (BackendOptions::imma_matvec, "i": its input-pieces kernel and the product, sm_80+; "i1",
-//   "i2", "i4": 1, 2 or 4 warps per row tile instead of the launcher's choice).
+//   "i2", "i4": 1, 2 or 4 warps per row tile instead of the launcher's choice; "ir": the product
+//   alone, its pieces cut beforehand, as decode runs it after a kernel that cut them:
+//   BackendOptions::imma_ready_pieces).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -195,11 +197,17 @@ int main(int argc, char** argv) {
                    flops / us / 1e6, weight_bytes / us / 1e3);
         // One input: the bulk-copy kernel at 2 and 4 rows ("a2", "a4"), the split-steps one ("s":
         // where launch_matvec takes it, else the register kernel again; "S": on every long-row
-        // product), and the integer tensor-core one with its input pieces kernel ("i").
-        auto time_one_input = [&](const char* label, int async_rows, int split_rows, int imma = 0) {
+        // product), and the integer tensor-core one with its input pieces kernel ("i") or with
+        // its pieces cut once before the timing ("ir").
+        auto time_one_input = [&](const char* label, int async_rows, int split_rows, int imma = 0,
+                                  bool pieces_ready = false) {
           a.async_rows = async_rows;
           a.split_rows = split_rows;
           a.imma_rows = imma;
+          if (pieces_ready) {
+            cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec");  // (cuts x's pieces into the scratch)
+            a.imma_pieces_ready = true;
+          }
           const double kernel_us = time_rotating_us(stream, runs, copies, [&](int c) {
             a.weight = first + static_cast<int64_t>(c) * s.M * row_bytes;
             cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec");
@@ -208,6 +216,7 @@ int main(int argc, char** argv) {
           a.async_rows = 0;
           a.split_rows = 0;
           a.imma_rows = 0;
+          a.imma_pieces_ready = false;
           fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, label, kernel_us,
                      flops / kernel_us / 1e6, weight_bytes / kernel_us / 1e3);
         };
@@ -220,6 +229,7 @@ int main(int argc, char** argv) {
           time_one_input("S", 0, 2);
           if (fl::cuda::imma_matvec_available()) {
             time_one_input("i", 0, 0, -1);
+            time_one_input("ir", 0, 0, -1, true);
             time_one_input("i1", 0, 0, 1);
             time_one_input("i2", 0, 0, 2);
             time_one_input("i4", 0, 0, 4);
