@@ -441,15 +441,15 @@ struct BackendOptions {
   bool split_matvec = true;
   // Decode's one-input HFQ4 products (one matrix, or a group of one input such as q/k/v; no gate
   // or experts) on the integer tensor cores (mma m16n8k32 s8, sm_80 and later; matvec_imma.cu):
-  // the input cut once per launch into four int8 pieces under a
-  // per-group exponent, the codes multiplied exactly in s32, ~0.7 instructions per weight where
-  // the register kernel spends ~2.9 (which bounds the large products: bench/RESULTS.md
-  // twenty-seventh session). Its own numbers (CudaOps.ImmaMatvecMatchesTheOracle). On: with the
-  // input's pieces cut by the kernels that write it (imma_ready_pieces) decode gained on the H100
-  // 31B +5.8-6.8 %, Qwen3.5-4B +3.6 % (bench/RESULTS.md twenty-eighth session; with a pieces
-  // launch per product the 31B lost 1.6 % at first). `fireline bench --imma-matvec on|off`;
-  // matmul_bench's "i" lines against "0". Takes the products before the split kernel, after the
-  // bulk-copy one (async_matvec).
+  // the input cut into four int8 pieces under a per-group exponent (by the product's own launch,
+  // or by the kernel that wrote it: imma_ready_pieces), the codes multiplied exactly in s32, ~0.7
+  // instructions per weight where the register kernel spends ~2.9 (which bounds the large
+  // products: bench/RESULTS.md twenty-seventh session). Its own numbers
+  // (CudaOps.ImmaMatvecMatchesTheOracle). On: with the input's pieces cut by the kernels that
+  // write it, decode gained on the H100 31B +6.5 %, Qwen3.5-4B +4.0 %, 26B-A4B +1.9 %
+  // (bench/RESULTS.md twenty-eighth session; with a pieces launch per product the 31B lost 1.6 %
+  // at first). `fireline bench --imma-matvec on|off`; matmul_bench's "i" lines against "0". Takes
+  // the products before the split kernel, after the bulk-copy one (async_matvec).
   bool imma_matvec = true;
   // With imma_matvec: the kernels whose one-row output is such a product's next input (the
   // residual update's first norm, the gated activation) also cut it into the integer pieces,

@@ -1322,7 +1322,9 @@ class CudaBackend final : public Backend {
                        r.group == group && cuda::hfq4_imma_scratch_bytes(r.K, r.group) >= a.scratch_bytes;
     a.scratch = ready ? r.scratch : workspace_floats((a.scratch_bytes + 3) / 4);
     a.imma_pieces_ready = ready;
-    imma_products_seen_ = true;
+    // (one input: the scratch is the integer matvec's; many inputs' is the GEMM's, which a model
+    // with q8 or bf16 products also runs)
+    if (a.n_inputs == 1) imma_products_seen_ = true;
   }
 
   // MatvecArgs with this backend's switches (tensor-core pieces, prefetch, bulk copies, split
