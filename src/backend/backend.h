@@ -459,6 +459,13 @@ struct BackendOptions {
   // nothing more at first (a cut on the update's one SM costs about a launch), and with the cheaper
   // cut 31B +6.5 %, 4B +4.0 % in all. `fireline bench --imma-ready-pieces on|off`.
   bool imma_ready_pieces = true;
+  // Decode's one-row residual update (h += the normed branch, then the next norms and their
+  // pieces) spread over a cluster of up to 8 blocks on as many SMs (sm_90), each lane holding 8
+  // consecutive columns and the row's sums of squares added through distributed shared memory,
+  // instead of one block on one SM (whose chain ncu timed at 9.2 us on the 31B). Only the order
+  // of the row's sums differs (CudaOps.ClusterResidualUpdateMatchesOneBlock). `fireline bench
+  // --cluster-update on|off`.
+  bool cluster_residual_update = true;
 };
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.

@@ -61,6 +61,9 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "on (default): with --imma-matvec on, the residual update and the gated activation also cut their output into "
      "the next product's int8 pieces; off: every product cuts its input in a launch of its own (identical results; "
      "for A/B timing)"},
+    {"--cluster-update", &BackendOptions::cluster_residual_update, "cluster_update",
+     "on (default): decode's one-row residual update spread over a cluster of blocks on several SMs (sm_90); off: "
+     "one block (results differ in the order of the row's sums; for A/B timing)"},
 };
 
 struct BenchOptions {

@@ -234,16 +234,16 @@ TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
 }
 
 // --gated-matvec, --weight-prefetch, --hopper-experts, --group-gemm, --async-matvec, --split-matvec,
-// --imma-matvec and --imma-ready-pieces: GPU switches for A/B timing. The CPU has neither (the JSON says false whatever
+// --imma-matvec, --imma-ready-pieces and --cluster-update: GPU switches for A/B timing. The CPU has neither (the JSON says false whatever
 // is asked); a value other than on or off is refused before anything loads.
 TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
   const std::string common = kTinyBench + " --backend cpu";
   for (const char* asked :
        {"",
         " --gated-matvec on --weight-prefetch on --hopper-experts on --group-gemm on --async-matvec on"
-        " --split-matvec on --imma-matvec on --imma-ready-pieces on",
+        " --split-matvec on --imma-matvec on --imma-ready-pieces on --cluster-update on",
         " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
-        " --split-matvec off --imma-matvec off --imma-ready-pieces off"}) {
+        " --split-matvec off --imma-matvec off --imma-ready-pieces off --cluster-update off"}) {
     auto r = fireline(common + asked + " --json");
     ASSERT_EQ(r.exit_code, 0) << asked << ": " << r.err;
     const json j = json::parse(r.out);
@@ -255,9 +255,10 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["split_matvec"], false) << asked;
     EXPECT_EQ(j["imma_matvec"], false) << asked;
     EXPECT_EQ(j["imma_ready_pieces"], false) << asked;
+    EXPECT_EQ(j["cluster_update"], false) << asked;
   }
   for (const char* flag : {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm", "--async-matvec",
-                           "--split-matvec", "--imma-matvec", "--imma-ready-pieces"}) {
+                           "--split-matvec", "--imma-matvec", "--imma-ready-pieces", "--cluster-update"}) {
     auto bad = fireline(common + " " + flag + " maybe");
     EXPECT_NE(bad.exit_code, 0) << flag;
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;

@@ -261,6 +261,78 @@ TEST_F(CudaOps, ResidualUpdateMatchesTheOpsItReplaces) {
   EXPECT_ERROR_HAS(gpu_->residual_update(h.gpu, u), "h itself");
 }
 
+// BackendOptions::cluster_residual_update: the one-row update spread over a cluster of blocks
+// (sm_90) against the CPU, and the one-block form (the option off) likewise: rows of the 31B
+// (5376: 21 warps in 7 blocks of 3), 26B-A4B (2816: 6 blocks of 2, the last warp past the row),
+// Qwen3.5-4B (2560) and 64 (a cluster of one block); Gemma 4's form (one normed term, the layer
+// scalar, one norm) and the widest (two terms, the merge norm, two norms, one of them into the
+// right half of a wider tensor), with bf16 and f32 gains. Declined (one block instead; the
+// cluster counter unmoved, the numbers the same): 1004 columns (not whole 8-column lanes) and h
+// one element off a 16-byte boundary.
+TEST_F(CudaOps, ClusterResidualUpdateMatchesOneBlock) {
+  BackendOptions on, off;
+  on.cluster_residual_update = true;
+  off.cluster_residual_update = false;
+  auto cluster = make_backend("cuda", on), one_block = make_backend("cuda", off);
+  if (!cuda_cluster_update_available(*cluster)) GTEST_SKIP() << "no thread-block clusters (an sm_90 GPU, sm_90a code)";
+  struct Case {
+    int64_t cols, h_offset;
+    bool widest;
+    DType gains;
+  };
+  const Case cases[] = {{5376, 0, false, DType::bf16}, {5376, 0, true, DType::f32}, {2816, 0, false, DType::bf16},
+                        {2816, 0, true, DType::bf16},  {2560, 0, true, DType::f32}, {64, 0, false, DType::bf16},
+                        {1004, 0, false, DType::bf16}, {5376, 1, false, DType::bf16}};
+  for (const Case& c : cases) {
+    const int64_t cols = c.cols, n_terms = c.widest ? 2 : 1, n_norms = c.widest ? 2 : 1;
+    const bool takes_cluster = cols % 8 == 0 && c.h_offset == 0;
+    const std::string what = "cols=" + std::to_string(cols) + " h_offset=" + std::to_string(c.h_offset) +
+                             (c.widest ? " two terms, merge, two norms" : " one term, one norm") + " gains " +
+                             std::string(dtype_name(c.gains));
+    std::vector<Twin> xs, ws, norm_ws;
+    for (int64_t t = 0; t < n_terms; ++t)
+      xs.push_back(twin_random(DType::f32, {1, cols}, 3.0f)), ws.push_back(twin_random(c.gains, {cols}));
+    for (int64_t n = 0; n < n_norms; ++n) norm_ws.push_back(twin_random(c.gains, {cols}));
+    Twin merge_w = twin_random(c.gains, {cols}), scalar = twin_random(c.gains, {1}, 2.0f);
+    const Twin h_start = twin_random(DType::f32, {1, cols + c.h_offset}, 2.0f);
+    for (Backend* b : {cluster.get(), one_block.get()}) {
+      const bool is_cluster = b == cluster.get();
+      Twin h = twin_bytes(DType::f32, {1, cols + c.h_offset}, h_start.host.data());
+      std::vector<Twin> outs;
+      for (int64_t n = 0; n < n_norms; ++n)
+        outs.push_back(n == 1 ? twin_random(DType::f32, {1, 2 * cols}) : twin_output(DType::f32, {1, cols}));
+      auto run = [&](Backend& on_backend, bool gpu) {
+        std::vector<ResidualTerm> terms;
+        std::vector<StreamNorm> norms;
+        const NormGain gains[] = {NormGain::weight, NormGain::one_plus_weight};
+        for (int64_t t = 0; t < n_terms; ++t)
+          terms.push_back({gpu ? xs[t].gpu : xs[t].cpu, gpu ? &ws[t].gpu : &ws[t].cpu, gains[t], true});
+        for (int64_t n = 0; n < n_norms; ++n) {
+          const Tensor out = gpu ? outs[n].gpu : outs[n].cpu;
+          norms.push_back({n == 1 ? out.narrow(1, cols, cols) : out, gpu ? &norm_ws[n].gpu : &norm_ws[n].cpu,
+                           gains[1 - n], n == 1 ? 0.0625f : 1.0f});
+        }
+        ResidualUpdate u;
+        u.terms = terms;
+        if (c.widest) u.merge_weight = gpu ? &merge_w.gpu : &merge_w.cpu, u.merge_gain = NormGain::one_plus_weight;
+        u.layer_scalar = gpu ? &scalar.gpu : &scalar.cpu;
+        u.norms = norms;
+        u.eps = 1e-6f;
+        const Tensor whole = gpu ? h.gpu : h.cpu;
+        on_backend.residual_update(whole.narrow(1, c.h_offset, cols), u);
+      };
+      run(*cpu_, false);
+      const int64_t before = cuda_cluster_update_launches();
+      run(*b, true);
+      b->synchronize();
+      const std::string form = what + (is_cluster ? " (cluster)" : " (one block)");
+      EXPECT_EQ(cuda_cluster_update_launches() - before, is_cluster && takes_cluster ? 1 : 0) << form;
+      expect_close(h, kSumBudget * 4, form + ": h");
+      for (int64_t n = 0; n < n_norms; ++n) expect_close(outs[n], kSumBudget * 5, form + ": norm " + std::to_string(n));
+    }
+  }
+}
+
 // q, k and v head norms in one launch (Gemma 4: q and k with gain and RoPE, v without gain)
 // against the CPU's rms_norm_rope / rms_norm one by one.
 TEST_F(CudaOps, RmsNormRopeGroupMatchesThePartsOneByOne) {

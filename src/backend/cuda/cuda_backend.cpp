@@ -177,7 +177,8 @@ class CudaBackend final : public Backend {
         async_matvec_(options.async_matvec),
         split_matvec_(options.split_matvec),
         imma_matvec_(options.imma_matvec),
-        imma_ready_pieces_(options.imma_matvec && options.imma_ready_pieces) {
+        imma_ready_pieces_(options.imma_matvec && options.imma_ready_pieces),
+        cluster_residual_update_(options.cluster_residual_update) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -545,6 +546,7 @@ class CudaBackend final : public Backend {
       cut = other + hr.cols <= first || first + hr.cols <= other;
     }
     if (cut) a.pieces = workspace_floats((cuda::hfq4_imma_scratch_bytes(hr.cols, a.pieces_group) + 3) / 4);
+    a.cluster = cluster_residual_update_;
     check(cuda::launch_residual_update(a, stream_), "residual_update");
     if (cut) ready_pieces_ = {a.norms[0].out, hr.cols, a.pieces_group, a.pieces, stream_, *ops_};
   }
@@ -1350,6 +1352,7 @@ class CudaBackend final : public Backend {
   bool split_matvec_;        // BackendOptions::split_matvec
   bool imma_matvec_;         // BackendOptions::imma_matvec
   bool imma_ready_pieces_;   // BackendOptions::imma_ready_pieces (with imma_matvec)
+  bool cluster_residual_update_;  // BackendOptions::cluster_residual_update
   // Ops issued so far (OpTimer, and the memory, capture, replay and branch calls and NCCL's
   // in-place all-reduce between them): a producer's pieces serve only the op right after it.
   // Shared with the captured graphs, whose replays count too.
@@ -1445,6 +1448,11 @@ int64_t cuda_async_matvec_launches() { return cuda::async_matvec_launches(); }
 int64_t cuda_split_matvec_launches() { return cuda::split_matvec_launches(); }
 int64_t cuda_imma_matvec_launches() { return cuda::imma_matvec_launches(); }
 int64_t cuda_imma_pieces_launches() { return cuda::imma_pieces_launches(); }
+int64_t cuda_cluster_update_launches() { return cuda::residual_update_cluster_launches(); }
+bool cuda_cluster_update_available(Backend& backend) {
+  backend.bind_to_this_thread();  // the answer depends on the current device
+  return cuda::residual_update_cluster_available();
+}
 void cuda_note_foreign_write(Backend& backend) { cuda_backend_of(backend).note_foreign_write(); }
 bool cuda_imma_matvec_available(Backend& backend) {
   backend.bind_to_this_thread();  // the answer depends on the current device

@@ -55,6 +55,10 @@ bool cuda_imma_matvec_available(Backend& backend);
 // How many launches have cut an input into the integer matvec's pieces: the product's own (not
 // left out by BackendOptions::imma_ready_pieces) and the gated activation's pieces form.
 int64_t cuda_imma_pieces_launches();
+// How many one-row residual updates have run as a cluster of blocks (BackendOptions::
+// cluster_residual_update), and whether the backend's GPU runs them (sm_90, a build with sm_90a code).
+int64_t cuda_cluster_update_launches();
+bool cuda_cluster_update_available(Backend& backend);
 // A write on the backend's stream that is not one of its ops (NCCL's in-place all-reduce): the
 // integer matvec's input pieces cut before it serve no product after it.
 void cuda_note_foreign_write(Backend& backend);

@@ -121,6 +121,31 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
   return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
 #endif
 }
+
+#if !defined(FIRELINE_GPU_HIP)
+// launch_kernel with the grid's blocks in clusters of cluster_blocks along x (sm_90: the blocks
+// of a cluster run at once, on SMs of one GPC, and reach each other's shared memory). CUDA only;
+// the caller checks that the device and the build have clusters.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                  unsigned cluster_blocks, Args... args) {
+  cudaLaunchAttribute attrs[2];
+  attrs[0].id = cudaLaunchAttributeClusterDimension;
+  attrs[0].val.clusterDim.x = cluster_blocks;
+  attrs[0].val.clusterDim.y = 1;
+  attrs[0].val.clusterDim.z = 1;
+  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[1].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attrs;
+  config.numAttrs = early_launch_enabled() ? 2 : 1;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+#endif
 #endif
 
 }  // namespace fl::cuda

@@ -1,6 +1,7 @@
 // RMSNorm: one block per row; the sum of squares is reduced in f32 across the block. The fused
 // forms spare a launch each where the model follows a norm with a residual add (add_rms_norm) or
 // with RoPE (rms_norm_rope): at batch 1 such kernels move a few kilobytes and cost their launch.
+#include <atomic>
 #include <optional>
 
 #include "backend/cuda/device_common.cuh"
@@ -339,6 +340,209 @@ std::optional<DType> register_gain_format(const ResidualUpdateArgs& a, L2Spans* 
 // Up to 8 elements per thread over up to 512 threads, then 12 (the 31B's 5376 columns in 14 warps).
 constexpr int64_t kRegisterRowMax = 12 * 448;
 
+// The one-row update spread over a cluster of blocks (sm_90). The register kernel holds the row
+// on one SM, whose ~1300 instructions per warp (31B: 12 columns per thread over 14 warps, the
+// pieces cut on top) make a latency chain of ~6-9 us that nothing else in the step overlaps
+// (ncu: residual_update_registers_kernel 9.2 us on the 31B, 8.8 us on the 26B-A4B, at decode).
+// Here each lane holds 8 consecutive columns, each warp one 256-column span (the integer
+// matvec's group: a warp cuts its own pieces from registers, no shared-memory pass), and the
+// warps sit in up to 8 blocks of up to 4 warps, one block per SM. A row's sums of squares go
+// through distributed shared memory: each warp's total, written by its lanes into every block's
+// slot for that warp, then the cluster barrier, then each thread adds the slots in warp order
+// (the same bits in every block). Columns: a multiple of 8, at most kClusterRowMax.
+constexpr int kClusterMaxBlocks = 8, kClusterMaxWarps = 4, kClusterSpan = 8 * kWarp;
+constexpr int64_t kClusterRowMax = int64_t{kClusterMaxBlocks} * kClusterMaxWarps * kClusterSpan;
+
+#if FIRELINE_GPU_HOPPER
+// The cluster barrier in two halves, so that a block's arrival can go ahead of its wait.
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
+// v into the shared-memory word at `local`'s address in block `rank` of the cluster.
+__device__ __forceinline__ void store_cluster_float2(float2* local, uint32_t rank, float2 v) {
+  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(local));
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(address), "r"(rank));
+  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(remote), "f"(v.x), "f"(v.y) : "memory");
+}
+
+// 8 consecutive gain factors from column `col` of a row of G (16-byte aligned): 1 without a gain.
+template <typename G>
+__device__ __forceinline__ void load_gain_8(float (&f)[8], bool used, const void* weight, Gain gain, int col,
+                                            bool in_row) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) f[j] = 1.0f;
+  if (!used || gain == Gain::none || !in_row) return;
+  const float add = gain == Gain::one_plus_weight ? 1.0f : 0.0f;
+  if constexpr (sizeof(G) == 4) {
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(weight) + col);
+    const float4 lo = __ldg(p), hi = __ldg(p + 1);
+    const float w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) f[j] = add + w[j];
+  } else {
+    const uint4 bits = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(weight) + col));
+    const uint32_t words[4] = {bits.x, bits.y, bits.z, bits.w};
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+      f[j] = add + bf16_bits_to_float(static_cast<unsigned short>(words[j / 2] >> (16 * (j % 2))));
+  }
+}
+
+__device__ __forceinline__ void load_row_8(float (&v)[8], const float* row, int col, bool in_row) {
+  if (!in_row) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = 0.0f;
+    return;
+  }
+  const float4 lo = *reinterpret_cast<const float4*>(row + col), hi = *reinterpret_cast<const float4*>(row + col + 4);
+  v[0] = lo.x, v[1] = lo.y, v[2] = lo.z, v[3] = lo.w, v[4] = hi.x, v[5] = hi.y, v[6] = hi.z, v[7] = hi.w;
+}
+
+__device__ __forceinline__ void store_row_8(float* row, int col, const float (&v)[8]) {
+  *reinterpret_cast<float4*>(row + col) = make_float4(v[0], v[1], v[2], v[3]);
+  *reinterpret_cast<float4*>(row + col + 4) = make_float4(v[4], v[5], v[6], v[7]);
+}
+#endif
+
+// Same arithmetic as residual_update_registers_kernel per element (only the sums' order differs).
+// kPiecesGroup: 0, or the weight group norms[0]'s output is cut for (a.pieces).
+template <typename G, int kPiecesGroup>
+__global__ void __launch_bounds__(kClusterMaxWarps* kWarp) residual_update_cluster_kernel(ResidualUpdateArgs a,
+                                                                                          L2Spans gains) {
+#if FIRELINE_GPU_HOPPER
+  // [reduction][warp of the row]: (term 0, term 1) squares, the branch's, the updated row's.
+  __shared__ float2 slots[3][kClusterMaxBlocks * kClusterMaxWarps];
+  cluster_arrive_relaxed();  // this block has started: its slots may be written (waited for below)
+  const int cols = static_cast<int>(a.cols), lane = threadIdx.x % kWarp;
+  const int warps_per_block = blockDim.x / kWarp, n_warps = gridDim.x * warps_per_block;
+  const int warp = static_cast<int>(blockIdx.x) * warps_per_block + static_cast<int>(threadIdx.x) / kWarp;
+  const int col = warp * kClusterSpan + 8 * lane;
+  const bool in_row = col < cols;  // (cols % 8 == 0: a lane's columns are all in the row or none)
+  prefetch_spans_l2(gains);
+  float term_gain[kMaxResidualTerms][8], merge_gain[8], norm_gain[kMaxStreamNorms][8];
+#pragma unroll
+  for (int t = 0; t < kMaxResidualTerms; ++t)
+    load_gain_8<G>(term_gain[t], t < a.n_terms && a.terms[t].normed, a.terms[t].weight, a.terms[t].gain, col, in_row);
+  load_gain_8<G>(merge_gain, a.merge, a.merge_weight, a.merge_gain, col, in_row);
+#pragma unroll
+  for (int n = 0; n < kMaxStreamNorms; ++n)
+    load_gain_8<G>(norm_gain[n], n < a.n_norms, a.norms[n].weight, a.norms[n].gain, col, in_row);
+  const float scalar = a.scalar ? plain_gain<G>(a.scalar, 0) : 1.0f;
+  enter_kernel();
+  // Every warp's (p, q) summed over the cluster, in warp order: the same bits in every block.
+  // Each reduction has its own slots, so a fast block's next writes never meet a slow block's
+  // reads of the last ones.
+  auto cluster_sum = [&](float2 v, int reduction) {
+    v.x = warp_sum(v.x);
+    v.y = warp_sum(v.y);
+    if (lane < static_cast<int>(gridDim.x)) store_cluster_float2(&slots[reduction][warp], lane, v);
+    cluster_arrive();
+    cluster_wait();
+    float2 total = make_float2(0.0f, 0.0f);
+    for (int w = 0; w < n_warps; ++w) {
+      const float2 s = slots[reduction][w];
+      total.x += s.x;
+      total.y += s.y;
+    }
+    return total;
+  };
+  float x[kMaxResidualTerms][8], h[8];
+#pragma unroll
+  for (int t = 0; t < kMaxResidualTerms; ++t) load_row_8(x[t], t < a.n_terms ? a.terms[t].x : nullptr, col,
+                                                         in_row && t < a.n_terms);
+  load_row_8(h, a.h, col, in_row);
+  float sq[kMaxResidualTerms] = {0.0f, 0.0f};
+#pragma unroll
+  for (int t = 0; t < kMaxResidualTerms; ++t)
+#pragma unroll
+    for (int j = 0; j < 8; ++j) sq[t] += x[t][j] * x[t][j];
+  cluster_wait();  // every block has started (the arrival at the top)
+  const float2 term_sq = cluster_sum(make_float2(sq[0], sq[1]), 0);
+  float inv[kMaxResidualTerms];
+  inv[0] = a.n_terms > 0 && a.terms[0].normed ? rms_inverse_of_sum(term_sq.x, cols, a.eps) : 1.0f;
+  inv[1] = a.n_terms > 1 && a.terms[1].normed ? rms_inverse_of_sum(term_sq.y, cols, a.eps) : 1.0f;
+  float branch_sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    float sum = x[0][j] * inv[0] * term_gain[0][j];
+    if (a.n_terms > 1) sum = sum + x[1][j] * inv[1] * term_gain[1][j];
+    x[0][j] = sum;
+    branch_sq += sum * sum;
+  }
+  const float merge_inv =
+      a.merge ? rms_inverse_of_sum(cluster_sum(make_float2(branch_sq, 0.0f), 1).x, cols, a.eps) : 1.0f;
+  float h_sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    float updated = h[j] + x[0][j] * merge_inv * merge_gain[j];
+    if (a.scalar) updated = updated * scalar;
+    h[j] = in_row ? updated : 0.0f;
+    h_sq += h[j] * h[j];
+  }
+  if (in_row) store_row_8(a.h, col, h);
+  if (a.n_norms == 0) return;
+  const float h_inv = rms_inverse_of_sum(cluster_sum(make_float2(h_sq, 0.0f), 2).x, cols, a.eps);
+#pragma unroll
+  for (int n = 0; n < kMaxStreamNorms; ++n) {
+    if (n >= a.n_norms) break;
+    float v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = h[j] * h_inv * norm_gain[n][j] * a.norms[n].scale;
+    if (in_row) store_row_8(a.norms[n].out, col, v);
+    if constexpr (kPiecesGroup != 0) {
+      if (n == 0) {
+        // A 256-column group is this warp's span; a 128-column one, each half of the warp's.
+        constexpr int kLanes = ImmaGroup<kPiecesGroup>::kLanesPerGroup;
+        const int group = warp * (kClusterSpan / kPiecesGroup) + lane / kLanes;
+        const int n_groups = (cols + kPiecesGroup - 1) / kPiecesGroup;
+        uint8_t* pieces = static_cast<uint8_t*>(a.pieces);
+        cut_imma_group<kPiecesGroup>(v, lane % kLanes, group, group < n_groups, pieces,
+                                     imma_group_scales<kPiecesGroup>(pieces, cols));
+      }
+    }
+  }
+#else
+  (void)a, (void)gains;
+  __trap();  // launched only on sm_90 devices from builds with sm_90a code
+#endif
+}
+
+std::atomic<int64_t> g_cluster_update_launches{0};  // residual_update_cluster_launches
+
+// Whether the cluster kernel takes these arguments (besides the device: launch_residual_update).
+bool cluster_update_fits(const ResidualUpdateArgs& a) {
+  auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  bool ok = a.rows == 1 && a.cols > 0 && a.cols % 8 == 0 && a.cols <= kClusterRowMax && a.cols <= kRegisterRowMax &&
+            aligned(a.h) && register_gain_format(a, nullptr).has_value();
+  for (int t = 0; t < a.n_terms; ++t) ok = ok && aligned(a.terms[t].x) && aligned(a.terms[t].weight);
+  for (int n = 0; n < a.n_norms; ++n) ok = ok && aligned(a.norms[n].out) && aligned(a.norms[n].weight);
+  return ok && aligned(a.merge_weight) && (!a.pieces || aligned(a.pieces));
+}
+
+cudaError_t launch_residual_update_cluster(const ResidualUpdateArgs& a, DType gain_type, const L2Spans& gains,
+                                           cudaStream_t stream) {
+#if defined(FIRELINE_CUDA_SM90A)
+  const int warps = static_cast<int>((a.cols + kClusterSpan - 1) / kClusterSpan);
+  const int warps_per_block = (warps + kClusterMaxBlocks - 1) / kClusterMaxBlocks;
+  const unsigned blocks = static_cast<unsigned>((warps + warps_per_block - 1) / warps_per_block);
+  const dim3 block(static_cast<unsigned>(warps_per_block * kWarp));
+  auto launch = [&](auto kernel) { return launch_kernel_cluster(kernel, dim3(blocks), block, 0, stream, blocks, a, gains); };
+  const bool bf16 = gain_type == DType::bf16;
+  if (!a.pieces)
+    return bf16 ? launch(residual_update_cluster_kernel<uint16_t, 0>) : launch(residual_update_cluster_kernel<float, 0>);
+  if (a.pieces_group == 256)
+    return bf16 ? launch(residual_update_cluster_kernel<uint16_t, 256>)
+                : launch(residual_update_cluster_kernel<float, 256>);
+  return bf16 ? launch(residual_update_cluster_kernel<uint16_t, 128>) : launch(residual_update_cluster_kernel<float, 128>);
+#else
+  (void)a, (void)gain_type, (void)gains, (void)stream;
+  return cudaErrorInvalidValue;
+#endif
+}
+
 }  // namespace
 
 cudaError_t launch_rms_norm(float* out, int64_t out_stride, const float* x, int64_t x_stride, int64_t rows,
@@ -389,12 +593,27 @@ cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t str
   // and gains in other or mixed formats, come from memory.
   L2Spans gains;
   const std::optional<DType> gain_type = register_gain_format(a, &gains);
+  if (gain_type && a.cluster && residual_update_cluster_available() && cluster_update_fits(a)) {
+    const cudaError_t err = launch_residual_update_cluster(a, *gain_type, gains, stream);
+    if (err == cudaSuccess) g_cluster_update_launches.fetch_add(1, std::memory_order_relaxed);
+    return err;
+  }
   if (gain_type && a.cols <= kRegisterRowMax) {
     if (a.cols <= 4 * 128) return launch_residual_update_registers<4, 128>(a, *gain_type, gains, stream);
     if (a.cols <= 8 * 512) return launch_residual_update_registers<8, 512>(a, *gain_type, gains, stream);
     return launch_residual_update_registers<12, 448>(a, *gain_type, gains, stream);
   }
   return launch_kernel(residual_update_kernel, static_cast<unsigned>(a.rows), norm_threads(a.cols), 0, stream, a);
+}
+
+int64_t residual_update_cluster_launches() { return g_cluster_update_launches.load(std::memory_order_relaxed); }
+
+bool residual_update_cluster_available() {
+#if defined(FIRELINE_CUDA_SM90A)
+  return current_device_traits().major == 9;
+#else
+  return false;
+#endif
 }
 
 bool residual_update_cuts_pieces(const ResidualUpdateArgs& a) {

@@ -77,8 +77,17 @@ struct ResidualUpdateArgs {
   // residual_update_cuts_pieces says so (one row, the register kernel; CUDA).
   void* pieces = nullptr;
   int pieces_group = 0;
+  // One row spread over a cluster of blocks (sm_90 devices, builds with sm_90a code; rows of
+  // 16-byte-aligned f32 with a multiple of 8 columns, gains as the register kernel takes them)
+  // instead of one block: BackendOptions::cluster_residual_update. Only the order of the row's
+  // sums differs.
+  bool cluster = false;
 };
 cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t stream);
+// Whether this device and build have the cluster form of the one-row update (ResidualUpdateArgs::cluster).
+bool residual_update_cluster_available();
+// How many launches took that form (for tests that check it ran).
+int64_t residual_update_cluster_launches();
 // Whether launch_residual_update can cut norms[0]'s output into pieces for these arguments.
 bool residual_update_cuts_pieces(const ResidualUpdateArgs& a);
 
