@@ -506,7 +506,9 @@ __global__ void __launch_bounds__(kClusterMaxWarps* kWarp) residual_update_clust
   }
 #else
   (void)a, (void)gains;
+#if !defined(FIRELINE_GPU_HIP)
   __trap();  // launched only on sm_90 devices from builds with sm_90a code
+#endif
 #endif
 }
 
