@@ -621,6 +621,73 @@ TEST_F(CudaOps, ImmaReadyPiecesServeOnlyTheNextProduct) {
   }
 }
 
+// The decode attention's merge cuts its output, o_proj's input, into the integer pieces
+// (BackendOptions::imma_ready_pieces; one row, split along the context, heads of 256 or 512):
+// with them the product launches no pieces kernel, and the attention output and the product have
+// the same bytes as a backend whose product cuts its own (the merge keeps the plain merge's order
+// of additions). Unsplit (one cached key) or with a copy between, the product cuts its own.
+TEST_F(CudaOps, ImmaReadyPiecesFromTheAttentionMerge) {
+  BackendOptions options;
+  options.imma_matvec = true;
+  auto ready = make_backend("cuda", options);
+  options.imma_ready_pieces = false;
+  auto apart = make_backend("cuda", options);
+  if (!cuda_imma_matvec_available(*ready)) GTEST_SKIP() << "no integer mma on this GPU (sm_80 and later)";
+  for (Backend* b : {ready.get(), apart.get()}) {  // producers cut once an integer product has run
+    Twin w = twin_random(DType::hfq4_g256, {16, 256}), x = twin_random(DType::f32, {1, 256});
+    Twin out = twin_output(DType::f32, {1, 16});
+    b->matmul(out.gpu, x.gpu, w.gpu);
+  }
+  struct Case {
+    int64_t D;
+    int n_heads, n_kv;
+    int64_t past;
+    bool copy_between;
+  };
+  const Case cases[] = {{256, 32, 16, 1500, false}, {512, 32, 4, 2500, false}, {256, 16, 8, 700, true},
+                        {256, 16, 1, 1, false}};
+  for (const Case& c : cases) {
+    const std::string what = "D=" + std::to_string(c.D) + " heads=" + std::to_string(c.n_heads) +
+                             " past=" + std::to_string(c.past) + (c.copy_between ? " copy between" : "");
+    auto [kc, vc] = zeroed_caches(DType::q8_0, c.past + 1, c.n_kv, c.D);
+    const KvView cache{kc.gpu, vc.gpu};
+    for (int64_t at = 0; at < c.past;) {
+      const int64_t n = std::min<int64_t>(256, c.past - at);
+      Twin k = twin_random(DType::f32, {n, c.n_kv, c.D}), v = twin_random(DType::f32, {n, c.n_kv, c.D});
+      Twin pos = twin_positions(at, n);
+      gpu_->kv_write(cache, k.gpu, v.gpu, pos.gpu);
+      at += n;
+    }
+    gpu_->synchronize();
+    const int64_t K = c.n_heads * c.D;
+    Twin q = twin_random(DType::f32, {1, c.n_heads, c.D});
+    Twin k = twin_random(DType::f32, {1, c.n_kv, c.D}), v = twin_random(DType::f32, {1, c.n_kv, c.D});
+    Twin pos = twin_positions(c.past, 1), w = twin_random(DType::hfq4_g256, {300, K}, 0.5f);
+    Twin spare = twin_output(DType::f32, {1, 16});
+    const std::vector<uint8_t> spare_bytes(spare.host.size(), 0);
+    const AttentionParams p{c.n_heads, c.n_kv, static_cast<int>(c.D), 1.0f, 0};
+    std::vector<uint8_t> attn_bytes[2], product_bytes[2];
+    int64_t pieces[2];
+    for (int i = 0; i < 2; ++i) {
+      Backend& b = i == 0 ? *ready : *apart;
+      Twin attn = twin_output(DType::f32, {1, c.n_heads, c.D}), out = twin_output(DType::f32, {1, 300});
+      const int64_t before = cuda_imma_pieces_launches();
+      b.attention(attn.gpu, q.gpu, k.gpu, v.gpu, cache, pos.gpu, p);
+      if (c.copy_between) b.copy_to_device(spare.gpu, spare_bytes.data());
+      b.matmul(out.gpu, attn.gpu.reshape({1, K}), w.gpu);
+      b.synchronize();
+      pieces[i] = cuda_imma_pieces_launches() - before;
+      attn_bytes[i] = gpu_bytes(attn);
+      product_bytes[i] = gpu_bytes(out);
+    }
+    const bool served = c.past > 1 && !c.copy_between;
+    EXPECT_EQ(pieces[0], served ? 0 : 1) << what << ": pieces launches with ready pieces";
+    EXPECT_EQ(pieces[1], 1) << what << ": pieces launches, each product its own";
+    EXPECT_EQ(attn_bytes[0], attn_bytes[1]) << what << ": the attention output";
+    EXPECT_EQ(product_bytes[0], product_bytes[1]) << what << ": o_proj";
+  }
+}
+
 TEST_F(CudaOps, MoeRouteAndExperts) {
   // Routing alone over the kernels' size classes: one warp per token holding 4 (<= 128 experts)
   // or 16 (<= 512, Qwen3.5's 256) per lane, and the block kernel beyond; T = 17 leaves a block
