@@ -452,7 +452,8 @@ struct BackendOptions {
   // the products before the split kernel, after the bulk-copy one (async_matvec).
   bool imma_matvec = true;
   // With imma_matvec: the kernels whose one-row output is such a product's next input (the
-  // residual update's first norm, the gated activation) also cut it into the integer pieces,
+  // residual update's first norm, the gated activation, the split decode attention's merge
+  // where heads are whole 256-element groups) also cut it into the integer pieces,
   // and the product leaves out its own pieces launch (the same bytes either way: GpuSwitches).
   // Knocking that launch out took decode 31B +5.3 -> +9.3 %, Qwen3.5-4B +0.1 -> +10.9 % (H100,
   // bench/RESULTS.md twenty-eighth session); these producers got the 4B +1.6 -> +2.3 %, the 31B
