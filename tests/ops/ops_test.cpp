@@ -268,7 +268,8 @@ TEST_F(CudaOps, ResidualUpdateMatchesTheOpsItReplaces) {
 // scalar, one norm) and the widest (two terms, the merge norm, two norms, one of them into the
 // right half of a wider tensor), with bf16 and f32 gains. Declined (one block instead; the
 // cluster counter unmoved, the numbers the same): 1004 columns (not whole 8-column lanes) and h
-// one element off a 16-byte boundary.
+// one element off a 16-byte boundary. And the pieces it cuts for an integer product: the bytes
+// the product's own cut gives.
 TEST_F(CudaOps, ClusterResidualUpdateMatchesOneBlock) {
   BackendOptions on, off;
   on.cluster_residual_update = true;
@@ -289,15 +290,18 @@ TEST_F(CudaOps, ClusterResidualUpdateMatchesOneBlock) {
     const std::string what = "cols=" + std::to_string(cols) + " h_offset=" + std::to_string(c.h_offset) +
                              (c.widest ? " two terms, merge, two norms" : " one term, one norm") + " gains " +
                              std::string(dtype_name(c.gains));
-    std::vector<Twin> xs, ws, norm_ws;
+    std::vector<Twin> x_starts, ws, norm_ws;
     for (int64_t t = 0; t < n_terms; ++t)
-      xs.push_back(twin_random(DType::f32, {1, cols}, 3.0f)), ws.push_back(twin_random(c.gains, {cols}));
+      x_starts.push_back(twin_random(DType::f32, {1, cols}, 3.0f)), ws.push_back(twin_random(c.gains, {cols}));
     for (int64_t n = 0; n < n_norms; ++n) norm_ws.push_back(twin_random(c.gains, {cols}));
     Twin merge_w = twin_random(c.gains, {cols}), scalar = twin_random(c.gains, {1}, 2.0f);
     const Twin h_start = twin_random(DType::f32, {1, cols + c.h_offset}, 2.0f);
     for (Backend* b : {cluster.get(), one_block.get()}) {
       const bool is_cluster = b == cluster.get();
+      // Fresh copies each time: the CPU's update (the ops it replaces) norms its terms in place.
       Twin h = twin_bytes(DType::f32, {1, cols + c.h_offset}, h_start.host.data());
+      std::vector<Twin> xs;
+      for (const Twin& x : x_starts) xs.push_back(twin_bytes(DType::f32, {1, cols}, x.host.data()));
       std::vector<Twin> outs;
       for (int64_t n = 0; n < n_norms; ++n)
         outs.push_back(n == 1 ? twin_random(DType::f32, {1, 2 * cols}) : twin_output(DType::f32, {1, cols}));
@@ -330,6 +334,51 @@ TEST_F(CudaOps, ClusterResidualUpdateMatchesOneBlock) {
       expect_close(h, kSumBudget * 4, form + ": h");
       for (int64_t n = 0; n < n_norms; ++n) expect_close(outs[n], kSumBudget * 5, form + ": norm " + std::to_string(n));
     }
+  }
+  // Its pieces (the integer matvec on): the product right after the update takes them (no pieces
+  // launch) and gives the bytes of a product that cuts its own from the update's output. Rows of
+  // 5376 and 2816 (G256), 2112 (G128, a half-used last group).
+  BackendOptions ready_options = on;
+  ready_options.imma_matvec = true;
+  BackendOptions apart_options = ready_options;
+  apart_options.imma_ready_pieces = false;
+  auto ready = make_backend("cuda", ready_options), apart = make_backend("cuda", apart_options);
+  if (!cuda_imma_matvec_available(*ready)) return;
+  for (Backend* b : {ready.get(), apart.get()}) {  // producers cut once an integer product has run
+    Twin w = twin_random(DType::hfq4_g256, {16, 256}), x = twin_random(DType::f32, {1, 256});
+    Twin out = twin_output(DType::f32, {1, 16});
+    b->matmul(out.gpu, x.gpu, w.gpu);
+  }
+  for (int64_t cols : {5376, 2816, 2112}) {
+    const std::string what = "pieces cols=" + std::to_string(cols);
+    Twin x = twin_random(DType::f32, {1, cols}, 3.0f), gain = twin_random(DType::bf16, {cols});
+    Twin norm_gain = twin_random(DType::bf16, {cols}), h_start = twin_random(DType::f32, {1, cols}, 2.0f);
+    Twin w = twin_random(cols % 256 == 0 ? DType::hfq4_g256 : DType::hfq4_g128, {300, cols}, 0.5f);
+    std::vector<uint8_t> product[2];
+    int64_t pieces[2], clusters[2];
+    for (int i = 0; i < 2; ++i) {
+      Backend& b = i == 0 ? *ready : *apart;
+      Twin h = twin_bytes(DType::f32, {1, cols}, h_start.host.data());
+      Twin normed = twin_output(DType::f32, {1, cols}), out = twin_output(DType::f32, {1, 300});
+      const ResidualTerm term[] = {{x.gpu, &gain.gpu, NormGain::weight, true}};
+      const StreamNorm norm[] = {{normed.gpu, &norm_gain.gpu, NormGain::one_plus_weight, 1.0f}};
+      ResidualUpdate u;
+      u.terms = term;
+      u.norms = norm;
+      u.eps = 1e-6f;
+      const int64_t pieces_before = cuda_imma_pieces_launches(), clusters_before = cuda_cluster_update_launches();
+      b.residual_update(h.gpu, u);
+      b.matmul(out.gpu, normed.gpu, w.gpu);
+      b.synchronize();
+      pieces[i] = cuda_imma_pieces_launches() - pieces_before;
+      clusters[i] = cuda_cluster_update_launches() - clusters_before;
+      product[i] = gpu_bytes(out);
+    }
+    EXPECT_EQ(clusters[0], 1) << what;
+    EXPECT_EQ(clusters[1], 1) << what;
+    EXPECT_EQ(pieces[0], 0) << what << ": the product cut its own pieces";
+    EXPECT_EQ(pieces[1], 1) << what;
+    EXPECT_EQ(product[0], product[1]) << what << ": the cluster's pieces against the product's own";
   }
 }
 

@@ -596,9 +596,13 @@ cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t str
   L2Spans gains;
   const std::optional<DType> gain_type = register_gain_format(a, &gains);
   if (gain_type && a.cluster && residual_update_cluster_available() && cluster_update_fits(a)) {
-    const cudaError_t err = launch_residual_update_cluster(a, *gain_type, gains, stream);
-    if (err == cudaSuccess) g_cluster_update_launches.fetch_add(1, std::memory_order_relaxed);
-    return err;
+    // A cluster that cannot be placed (e.g. SMs held back by a partition) is refused at launch:
+    // then the one-block kernel below runs instead.
+    if (launch_residual_update_cluster(a, *gain_type, gains, stream) == cudaSuccess) {
+      g_cluster_update_launches.fetch_add(1, std::memory_order_relaxed);
+      return cudaSuccess;
+    }
+    cudaGetLastError();  // (the refused launch's error, not left for the next check)
   }
   if (gain_type && a.cols <= kRegisterRowMax) {
     if (a.cols <= 4 * 128) return launch_residual_update_registers<4, 128>(a, *gain_type, gains, stream);
