@@ -460,10 +460,12 @@ __global__ void __launch_bounds__(kClusterMaxWarps* kWarp) residual_update_clust
 #pragma unroll
     for (int j = 0; j < 8; ++j) sq[t] += x[t][j] * x[t][j];
   cluster_wait();  // every block has started (the arrival at the top)
-  const float2 term_sq = cluster_sum(make_float2(sq[0], sq[1]), 0);
+  // (Raw terms, as Qwen3.5's branches are, need no sum: one cluster barrier fewer.)
+  const bool normed[kMaxResidualTerms] = {a.n_terms > 0 && a.terms[0].normed, a.n_terms > 1 && a.terms[1].normed};
+  const float2 term_sq = normed[0] || normed[1] ? cluster_sum(make_float2(sq[0], sq[1]), 0) : make_float2(0.0f, 0.0f);
   float inv[kMaxResidualTerms];
-  inv[0] = a.n_terms > 0 && a.terms[0].normed ? rms_inverse_of_sum(term_sq.x, cols, a.eps) : 1.0f;
-  inv[1] = a.n_terms > 1 && a.terms[1].normed ? rms_inverse_of_sum(term_sq.y, cols, a.eps) : 1.0f;
+  inv[0] = normed[0] ? rms_inverse_of_sum(term_sq.x, cols, a.eps) : 1.0f;
+  inv[1] = normed[1] ? rms_inverse_of_sum(term_sq.y, cols, a.eps) : 1.0f;
   float branch_sq = 0.0f;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
