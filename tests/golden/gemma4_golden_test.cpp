@@ -159,9 +159,31 @@ TEST_P(Gemma4Golden, GreedyContinuationMatchesTransformers) {
 // token each per step, and must give the logits each gets alone: bit for bit on the CPU, within
 // batched_decode_tolerance on a GPU (attention's split along the context depends on the batch).
 // The batch then shrinks and grows as sequences leave and join between steps.
+// On a GPU the model runs on a backend whose one-row residual updates are one block, as each row
+// of a batch's is: the cluster form (BackendOptions::cluster_residual_update, sm_90) adds a row's
+// squares in another order, which moved the dense fixture's logits past the tolerance (H100,
+// 2026-12-06); its numbers are held to the CPU by CudaOps.ClusterResidualUpdateMatchesOneBlock
+// and to the goldens by the tests above.
 TEST_P(Gemma4Golden, BatchedDecodeEqualsSeparateSequences) {
+  std::unique_ptr<Backend> one_block_backend;
+  std::unique_ptr<Model> one_block_model;
+  Model* model = model_.get();
+  if (backend_->device() != Device::cpu) {
+    BackendOptions options;
+    options.cluster_residual_update = false;
+    one_block_backend = make_backend(std::get<1>(GetParam()), options);
+    one_block_model = load_model(*source_, *one_block_backend);
+    model = one_block_model.get();
+  }
+  auto new_sequence = [&] {
+    SequenceOptions opt;
+    opt.max_seq = T_ + 16;  // (as sequence() makes them)
+    opt.sliding_ring = true;
+    opt.kv_dtype = DType::f32;
+    return model->new_sequence(opt);
+  };
   const int64_t prompts[] = {7, 19, 31};
-  auto [alone, batched] = test::prefilled_twins(*model_, golden_.input_ids, prompts, [&] { return sequence(); });
+  auto [alone, batched] = test::prefilled_twins(*model, golden_.input_ids, prompts, new_sequence);
   for (int step = 0; step < 14; ++step) {
     // steps 0-5: all three; 6-9: the middle one has left; 10-13: it is back
     std::vector<int> members = step >= 6 && step < 10 ? std::vector<int>{0, 2} : std::vector<int>{0, 1, 2};
@@ -171,26 +193,26 @@ TEST_P(Gemma4Golden, BatchedDecodeEqualsSeparateSequences) {
       seqs.push_back(batched[m].get());
       ids.push_back(golden_.input_ids[(prompts[m] + step) % T_]);
     }
-    std::vector<float> got = model_->forward_batch(seqs, ids);
+    std::vector<float> got = model->forward_batch(seqs, ids);
     ASSERT_EQ(got.size(), members.size() * V_);
     for (size_t i = 0; i < members.size(); ++i) {
       const int m = members[i];
       if (step >= 6 && step < 10 && m == 1) continue;
-      std::vector<float> want = model_->forward(*alone[m], std::span<const int32_t>(&ids[i], 1), LogitsMode::last);
+      std::vector<float> want = model->forward(*alone[m], std::span<const int32_t>(&ids[i], 1), LogitsMode::last);
       ASSERT_LE(max_abs_diff(got.data() + i * V_, want.data(), V_), test::batched_decode_tolerance(*backend_))
           << "sequence " << m << " differs at step " << step;
     }
     if (step == 9) {  // the middle sequence catches up alone on the tokens it skipped
       for (int s = 6; s < 10; ++s) {
         const int32_t id = golden_.input_ids[(prompts[1] + s) % T_];
-        model_->forward(*alone[1], std::span<const int32_t>(&id, 1), LogitsMode::last);
-        model_->forward(*batched[1], std::span<const int32_t>(&id, 1), LogitsMode::last);
+        model->forward(*alone[1], std::span<const int32_t>(&id, 1), LogitsMode::last);
+        model->forward(*batched[1], std::span<const int32_t>(&id, 1), LogitsMode::last);
       }
     }
   }
   Sequence* twice[] = {batched[0].get(), batched[0].get()};
   const int32_t two[] = {5, 6};
-  EXPECT_THROW(model_->forward_batch(twice, two), Error);
+  EXPECT_THROW(model->forward_batch(twice, two), Error);
 }
 
 // Batched decode with sampling in the model (on a GPU: on the device, only ids come back) picks
