@@ -13,7 +13,6 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_prefetch.cuh"
 #include "backend/cuda/device_common.cuh"
-#include "backend/cuda/imma_pieces.cuh"
 
 namespace fl::cuda {
 namespace {
@@ -303,72 +302,6 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
   }
 }
 
-// attention_merge_kernel for one token's 256-column group of a head, also cut into the integer
-// matvec's pieces (o_proj's input, in the same launch: BackendOptions::imma_ready_pieces). Its
-// 1024 threads keep attention_merge_kernel's order of additions, so `out` has its bits and the
-// pieces are the ones the product would cut from them: warp w sums columns (w % 8) * 32 + lane
-// over splits w / 8, w / 8 + 4, ... (the 4 merge warps' splits), the four sums are added in
-// order, and only the first 128 threads take splits for the max and the weights' sum (the other
-// warps add exact zeros to the block sum's tree). Then warp 0 cuts the group from shared memory.
-constexpr int kMergeGroup = 256, kMergePiecesThreads = 1024;
-
-__global__ void __launch_bounds__(kMergePiecesThreads) attention_merge_pieces_kernel(AttentionArgs a) {
-  enter_kernel();
-#if !defined(FIRELINE_GPU_HIP)
-  extern __shared__ float weight[];  // [n_splits]
-  constexpr int kMergeWarps = kMergeThreads / kWarp, kColumnWarps = kMergeGroup / kWarp;
-  __shared__ float warp_max_of[kMergePiecesThreads / kWarp];
-  __shared__ float sums[kMergeWarps][kMergeGroup];
-  const int D = a.head_dim, groups_per_head = D / kMergeGroup;
-  const int row = blockIdx.x / groups_per_head, group_in_head = blockIdx.x % groups_per_head;
-  const float* parts = a.partial + static_cast<int64_t>(row) * a.n_splits * (D + 2);
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const bool takes_splits = threadIdx.x < kMergeThreads;
-  float local_max = -FLT_MAX;
-  for (int s = threadIdx.x; takes_splits && s < a.n_splits; s += kMergeThreads)
-    if (parts[s * (D + 2) + D + 1] > 0.0f) local_max = fmaxf(local_max, parts[s * (D + 2) + D]);
-  local_max = warp_max(local_max);
-  if (lane == 0) warp_max_of[warp] = local_max;
-  __syncthreads();
-  float m_all = -FLT_MAX;
-  for (int w = 0; w < kMergeWarps; ++w) m_all = fmaxf(m_all, warp_max_of[w]);
-  float local_sum = 0.0f;
-  for (int s = threadIdx.x; takes_splits && s < a.n_splits; s += kMergeThreads) {
-    const float ls = parts[s * (D + 2) + D + 1];
-    weight[s] = ls > 0.0f ? expf(parts[s * (D + 2) + D] - m_all) : 0.0f;
-    local_sum += ls > 0.0f ? ls * weight[s] : 0.0f;
-  }
-  const float l_all = block_sum(local_sum);  // its barriers also publish weight[]
-  const int split_lane = warp / kColumnWarps, c = (warp % kColumnWarps) * kWarp + lane;
-  const int d = group_in_head * kMergeGroup + c;
-  float v = 0.0f;
-  if (split_lane < kMergeWarps) {
-#pragma unroll 8
-    for (int s = split_lane; s < a.n_splits; s += kMergeWarps) v += parts[s * (D + 2) + d] * weight[s];
-    sums[split_lane][c] = v;
-  }
-  __syncthreads();
-  if (warp < kColumnWarps) {
-    float sum = 0.0f;
-    for (int w = 0; w < kMergeWarps; ++w) sum += sums[w][c];
-    const float out = sum / l_all;
-    a.out[static_cast<int64_t>(row) * D + d] = out;
-    sums[0][c] = out;  // (this thread's own column: no other reads it above)
-  }
-  __syncthreads();
-  if (warp == 0) {
-    float x[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) x[j] = sums[0][8 * lane + j];
-    uint8_t* pieces = static_cast<uint8_t*>(a.out_pieces);
-    cut_imma_group<kMergeGroup>(x, lane, blockIdx.x, true, pieces,
-                                imma_group_scales<kMergeGroup>(pieces, static_cast<int64_t>(a.n_heads) * D));
-  }
-#else
-  (void)a;
-#endif
-}
-
 // One block per (token, KV head), one thread per element of the head row (D rounded up to whole
 // 32-value Q8_0 blocks): the K and V elements are loaded at once, so a write costs one memory
 // round trip. (A warp walking the row's blocks one after another took ~13 us for D = 512.)
@@ -521,24 +454,9 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   return launch_attention_merge(a, stream);
 }
 
-bool attention_merge_cuts_pieces(const AttentionArgs& a) {
-#if defined(FIRELINE_GPU_HIP)
-  (void)a;
-  return false;
-#else
-  return a.n_tokens == 1 && a.n_splits > 1 && a.head_dim % kMergeGroup == 0 && a.n_heads > 0;
-#endif
-}
-
 cudaError_t launch_attention_merge(const AttentionArgs& a, cudaStream_t stream) {
   if (a.n_tokens == 0) return cudaSuccess;
   if (a.n_splits < 2 || !a.partial) return cudaErrorInvalidValue;
-  if (a.out_pieces) {
-    if (!attention_merge_cuts_pieces(a)) return cudaErrorInvalidValue;
-    const unsigned blocks = static_cast<unsigned>(a.n_heads * (a.head_dim / kMergeGroup));
-    return launch_kernel(attention_merge_pieces_kernel, blocks, kMergePiecesThreads, a.n_splits * sizeof(float),
-                         stream, a);
-  }
   const dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_heads),
                   static_cast<unsigned>((a.head_dim + kWarp - 1) / kWarp));
   return launch_kernel(attention_merge_kernel, grid, kMergeThreads, a.n_splits * sizeof(float), stream, a);

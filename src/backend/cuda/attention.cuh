@@ -45,11 +45,6 @@ struct AttentionArgs {
   // Device scratch of the bf16 prompt kernel (flash_bf16_scratch_bytes), else unused.
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
-  // With n_splits > 1: the merge also cuts out (one row of n_heads * head_dim) into the integer
-  // matvec's pieces for 256-weight groups, at `out_pieces` (hfq4_imma_scratch_bytes bytes), for the
-  // product right after (o_proj; BackendOptions::imma_ready_pieces). Only where
-  // attention_merge_cuts_pieces says so.
-  void* out_pieces = nullptr;
 };
 // Runs the decode kernel by KV head for by_kv_head (attention_decode.cu), the tensor-core kernel
 // (attention_mma.cu) for prefill-sized steps (flash_attention_applies, n_splits == 1) and for
@@ -58,9 +53,6 @@ struct AttentionArgs {
 cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream);
 // The merge alone (launch_attention runs it after split kernels): out from partial.
 cudaError_t launch_attention_merge(const AttentionArgs& args, cudaStream_t stream);
-// Whether the merge can cut its output into pieces for these arguments (AttentionArgs::out_pieces):
-// one token, split, whole 256-element groups per head; CUDA.
-bool attention_merge_cuts_pieces(const AttentionArgs& args);
 
 // The tensor-core kernel takes >= kFlashMinTokens queries and head dims that are multiples of 16
 // up to 512 (CUDA builds only; HIP keeps the SIMT kernel).

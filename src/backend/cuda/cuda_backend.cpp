@@ -820,23 +820,13 @@ class CudaBackend final : public Backend {
       a.scratch_bytes = cuda::flash_bf16_scratch_bytes(a);
       a.scratch = workspace_floats((a.scratch_bytes + 3) / 4);
     }
-    // One row: the merge also cuts the output, o_proj's input, into the integer pieces
-    // (BackendOptions::imma_ready_pieces), after the partials in the workspace.
-    const int64_t K = p.n_heads * D;
-    const bool cut = imma_ready_pieces_ && imma_products_seen_ && !row_tables && a.n_splits > 1 &&
-                     pieces_group_for(K) == 256 && cuda::attention_merge_cuts_pieces(a);
-    if (a.n_splits > 1) {
-      const size_t partial_floats = (static_cast<size_t>(T * p.n_heads) * a.n_splits * (D + 2) + 3) / 4 * 4;
-      a.partial = workspace_floats(partial_floats + (cut ? (cuda::hfq4_imma_scratch_bytes(K, 256) + 3) / 4 : 0));
-      if (cut) a.out_pieces = a.partial + partial_floats;
-    }
+    if (a.n_splits > 1) a.partial = workspace_floats(static_cast<size_t>(T * p.n_heads) * a.n_splits * (D + 2));
     // Bytes: the KV rows a step can read (the whole ring, or the whole linear cache: an upper
     // bound when the sequence is shorter than the cache), plus q and out; per sequence.
     const double kv_rows = static_cast<double>(std::min<int64_t>(max_keys, cache.n_rows())) * (row_tables ? T : 1);
     OpTimer timer(*this, "attention", 2.0 * kv_rows * p.n_kv_heads * a.cache_row_bytes + 8.0 * q.numel(),
                   a.n_splits > 1 || a.scratch ? 2 : 1);  // + the merge, or the bf16 kernel's gather
     check(cuda::launch_attention(a, stream_), "attention");
-    if (cut) ready_pieces_ = {a.out, K, 256, a.out_pieces, stream_, *ops_};
   }
 
   void kv_write(const KvView& cache, const Tensor& k, const Tensor& v, const Tensor& positions) override {
