@@ -452,8 +452,7 @@ struct BackendOptions {
   // the products before the split kernel, after the bulk-copy one (async_matvec).
   bool imma_matvec = true;
   // With imma_matvec: the kernels whose one-row output is such a product's next input (the
-  // residual update's first norm, the gated activation, the split decode attention's merge
-  // where heads are whole 256-element groups) also cut it into the integer pieces,
+  // residual update's first norm, the gated activation) also cut it into the integer pieces,
   // and the product leaves out its own pieces launch (the same bytes either way: GpuSwitches).
   // Knocking that launch out took decode 31B +5.3 -> +9.3 %, Qwen3.5-4B +0.1 -> +10.9 % (H100,
   // bench/RESULTS.md twenty-eighth session); these producers got the 4B +1.6 -> +2.3 %, the 31B
@@ -464,8 +463,11 @@ struct BackendOptions {
   // pieces) spread over a cluster of up to 8 blocks on as many SMs (sm_90), each lane holding 8
   // consecutive columns and the row's sums of squares added through distributed shared memory,
   // instead of one block on one SM (whose chain ncu timed at 9.2 us on the 31B). Only the order
-  // of the row's sums differs (CudaOps.ClusterResidualUpdateMatchesOneBlock). `fireline bench
-  // --cluster-update on|off`.
+  // of the row's sums differs (CudaOps.ClusterResidualUpdateMatchesOneBlock). On: H100 decode
+  // 31B +6.0 %, 26B-A4B +4.6 % (bench/RESULTS.md twenty-ninth session). Only updates with a
+  // normed term (Gemma 4's) take it: with Qwen3.5's raw terms the 4B lost 2.0 % (together with a
+  // merge change since reverted, and before the raw terms' barrier was taken out; not re-timed).
+  // `fireline bench --cluster-update on|off`.
   bool cluster_residual_update = true;
 };
 

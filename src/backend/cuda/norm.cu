@@ -460,12 +460,10 @@ __global__ void __launch_bounds__(kClusterMaxWarps* kWarp) residual_update_clust
 #pragma unroll
     for (int j = 0; j < 8; ++j) sq[t] += x[t][j] * x[t][j];
   cluster_wait();  // every block has started (the arrival at the top)
-  // (Raw terms, as Qwen3.5's branches are, need no sum: one cluster barrier fewer.)
-  const bool normed[kMaxResidualTerms] = {a.n_terms > 0 && a.terms[0].normed, a.n_terms > 1 && a.terms[1].normed};
-  const float2 term_sq = normed[0] || normed[1] ? cluster_sum(make_float2(sq[0], sq[1]), 0) : make_float2(0.0f, 0.0f);
+  const float2 term_sq = cluster_sum(make_float2(sq[0], sq[1]), 0);  // (a term is normed: cluster_update_fits)
   float inv[kMaxResidualTerms];
-  inv[0] = normed[0] ? rms_inverse_of_sum(term_sq.x, cols, a.eps) : 1.0f;
-  inv[1] = normed[1] ? rms_inverse_of_sum(term_sq.y, cols, a.eps) : 1.0f;
+  inv[0] = a.n_terms > 0 && a.terms[0].normed ? rms_inverse_of_sum(term_sq.x, cols, a.eps) : 1.0f;
+  inv[1] = a.n_terms > 1 && a.terms[1].normed ? rms_inverse_of_sum(term_sq.y, cols, a.eps) : 1.0f;
   float branch_sq = 0.0f;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
@@ -517,10 +515,15 @@ __global__ void __launch_bounds__(kClusterMaxWarps* kWarp) residual_update_clust
 std::atomic<int64_t> g_cluster_update_launches{0};  // residual_update_cluster_launches
 
 // Whether the cluster kernel takes these arguments (besides the device: launch_residual_update).
+// Only updates with a normed term (Gemma 4's) take it: timed there (H100: 31B +6.0 %, 26B-A4B
+// +4.6 %); with Qwen3.5's raw terms, whose one-block update has a single reduction, the 4B lost
+// 2.0 % (bench/RESULTS.md, twenty-ninth session).
 bool cluster_update_fits(const ResidualUpdateArgs& a) {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  bool ok = a.rows == 1 && a.cols > 0 && a.cols % 8 == 0 && a.cols <= kClusterRowMax && a.cols <= kRegisterRowMax &&
-            aligned(a.h) && register_gain_format(a, nullptr).has_value();
+  bool normed = false;
+  for (int t = 0; t < a.n_terms; ++t) normed = normed || a.terms[t].normed;
+  bool ok = normed && a.rows == 1 && a.cols > 0 && a.cols % 8 == 0 && a.cols <= kClusterRowMax &&
+            a.cols <= kRegisterRowMax && aligned(a.h) && register_gain_format(a, nullptr).has_value();
   for (int t = 0; t < a.n_terms; ++t) ok = ok && aligned(a.terms[t].x) && aligned(a.terms[t].weight);
   for (int n = 0; n < a.n_norms; ++n) ok = ok && aligned(a.norms[n].out) && aligned(a.norms[n].weight);
   return ok && aligned(a.merge_weight) && (!a.pieces || aligned(a.pieces));
