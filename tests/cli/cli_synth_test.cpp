@@ -234,8 +234,9 @@ TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
 }
 
 // --gated-matvec, --weight-prefetch, --hopper-experts, --group-gemm, --async-matvec, --split-matvec,
-// --imma-matvec, --imma-ready-pieces and --cluster-update: GPU switches for A/B timing. The CPU has neither (the JSON says false whatever
-// is asked); a value other than on or off is refused before anything loads.
+// --imma-matvec, --imma-ready-pieces and --cluster-update: GPU switches for A/B timing. The CPU
+// has neither (the JSON says false whatever is asked); a value other than on or off is refused
+// before anything loads.
 TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
   const std::string common = kTinyBench + " --backend cpu";
   for (const char* asked :

@@ -281,8 +281,8 @@ TEST_F(CudaOps, ClusterResidualUpdateMatchesOneBlock) {
     bool widest;
     DType gains;
   };
-  const Case cases[] = {{5376, 0, false, DType::bf16}, {5376, 0, true, DType::f32}, {2816, 0, false, DType::bf16},
-                        {2816, 0, true, DType::bf16},  {2560, 0, true, DType::f32}, {64, 0, false, DType::bf16},
+  const Case cases[] = {{5376, 0, false, DType::bf16}, {5376, 0, true, DType::f32},  {2816, 0, false, DType::bf16},
+                        {2816, 0, true, DType::bf16},  {2560, 0, true, DType::f32},  {64, 0, false, DType::bf16},
                         {1004, 0, false, DType::bf16}, {5376, 1, false, DType::bf16}};
   for (const Case& c : cases) {
     const int64_t cols = c.cols, n_terms = c.widest ? 2 : 1, n_norms = c.widest ? 2 : 1;

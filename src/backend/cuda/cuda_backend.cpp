@@ -496,11 +496,8 @@ class CudaBackend final : public Backend {
     F32Rows hr = f32_rows(h, "residual_update");
     OpTimer timer(*this, "residual_update", 4.0 * hr.rows * hr.cols * (2 + 2 * u.terms.size() + u.norms.size()));
     cuda::ResidualUpdateArgs a;
-    a.h = hr.data;
-    a.h_stride = hr.stride;
-    a.rows = hr.rows;
-    a.cols = hr.cols;
-    a.eps = u.eps;
+    a.h = hr.data, a.h_stride = hr.stride, a.rows = hr.rows, a.cols = hr.cols, a.eps = u.eps;
+    a.cluster = cluster_residual_update_;
     a.n_terms = static_cast<int>(u.terms.size());
     for (size_t i = 0; i < u.terms.size(); ++i) {
       const ResidualTerm& t = u.terms[i];
@@ -546,7 +543,6 @@ class CudaBackend final : public Backend {
       cut = other + hr.cols <= first || first + hr.cols <= other;
     }
     if (cut) a.pieces = workspace_floats((cuda::hfq4_imma_scratch_bytes(hr.cols, a.pieces_group) + 3) / 4);
-    a.cluster = cluster_residual_update_;
     check(cuda::launch_residual_update(a, stream_), "residual_update");
     if (cut) ready_pieces_ = {a.norms[0].out, hr.cols, a.pieces_group, a.pieces, stream_, *ops_};
   }
@@ -1449,8 +1445,8 @@ int64_t cuda_split_matvec_launches() { return cuda::split_matvec_launches(); }
 int64_t cuda_imma_matvec_launches() { return cuda::imma_matvec_launches(); }
 int64_t cuda_imma_pieces_launches() { return cuda::imma_pieces_launches(); }
 int64_t cuda_cluster_update_launches() { return cuda::residual_update_cluster_launches(); }
-bool cuda_cluster_update_available(Backend& backend) {
-  backend.bind_to_this_thread();  // the answer depends on the current device
+bool cuda_cluster_update_available(Backend& b) {
+  b.bind_to_this_thread();
   return cuda::residual_update_cluster_available();
 }
 void cuda_note_foreign_write(Backend& backend) { cuda_backend_of(backend).note_foreign_write(); }

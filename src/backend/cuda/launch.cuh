@@ -99,6 +99,36 @@ inline bool early_launch_enabled() {
 }
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
+#if !defined(FIRELINE_GPU_HIP)
+// launch_kernel below, with the grid's blocks in clusters of cluster_blocks along x where it is
+// not 0 (sm_90: the blocks of a cluster run at once, on SMs of one GPC, and reach each other's
+// shared memory; the caller checks that the device and the build have clusters). CUDA only.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                  unsigned cluster_blocks, Args... args) {
+  cudaLaunchAttribute attrs[2];
+  int n = 0;
+  if (cluster_blocks > 0) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = cluster_blocks;
+    attrs[n].val.clusterDim.y = 1;
+    attrs[n++].val.clusterDim.z = 1;
+  }
+  if (early_launch_enabled()) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attrs;
+  config.numAttrs = static_cast<unsigned>(n);
+  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+}
+#endif
+
 // kernel<<<grid, block, smem, stream>>>(args...), allowed to start before the previous kernel of
 // the stream completes where early_launch_enabled(). Returns the launch's error.
 template <typename... Params, typename... Args>
@@ -108,44 +138,9 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
   kernel<<<grid, block, smem, stream>>>(static_cast<Params>(args)...);
   return cudaGetLastError();
 #else
-  cudaLaunchAttribute early[1];
-  early[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early[0].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = early;
-  config.numAttrs = early_launch_enabled() ? 1 : 0;
-  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
+  return launch_kernel_cluster(kernel, grid, block, smem, stream, 0u, args...);
 #endif
 }
-
-#if !defined(FIRELINE_GPU_HIP)
-// launch_kernel with the grid's blocks in clusters of cluster_blocks along x (sm_90: the blocks
-// of a cluster run at once, on SMs of one GPC, and reach each other's shared memory). CUDA only;
-// the caller checks that the device and the build have clusters.
-template <typename... Params, typename... Args>
-cudaError_t launch_kernel_cluster(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                                  unsigned cluster_blocks, Args... args) {
-  cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeClusterDimension;
-  attrs[0].val.clusterDim.x = cluster_blocks;
-  attrs[0].val.clusterDim.y = 1;
-  attrs[0].val.clusterDim.z = 1;
-  attrs[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[1].val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = attrs;
-  config.numAttrs = early_launch_enabled() ? 2 : 1;
-  return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
-}
-#endif
 #endif
 
 }  // namespace fl::cuda
