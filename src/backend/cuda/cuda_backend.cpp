@@ -496,7 +496,11 @@ class CudaBackend final : public Backend {
     F32Rows hr = f32_rows(h, "residual_update");
     OpTimer timer(*this, "residual_update", 4.0 * hr.rows * hr.cols * (2 + 2 * u.terms.size() + u.norms.size()));
     cuda::ResidualUpdateArgs a;
-    a.h = hr.data, a.h_stride = hr.stride, a.rows = hr.rows, a.cols = hr.cols, a.eps = u.eps;
+    a.h = hr.data;
+    a.h_stride = hr.stride;
+    a.rows = hr.rows;
+    a.cols = hr.cols;
+    a.eps = u.eps;
     a.cluster = cluster_residual_update_;
     a.n_terms = static_cast<int>(u.terms.size());
     for (size_t i = 0; i < u.terms.size(); ++i) {
@@ -1445,20 +1449,15 @@ int64_t cuda_split_matvec_launches() { return cuda::split_matvec_launches(); }
 int64_t cuda_imma_matvec_launches() { return cuda::imma_matvec_launches(); }
 int64_t cuda_imma_pieces_launches() { return cuda::imma_pieces_launches(); }
 int64_t cuda_cluster_update_launches() { return cuda::residual_update_cluster_launches(); }
-bool cuda_cluster_update_available(Backend& b) {
-  b.bind_to_this_thread();
-  return cuda::residual_update_cluster_available();
-}
 void cuda_note_foreign_write(Backend& backend) { cuda_backend_of(backend).note_foreign_write(); }
-bool cuda_imma_matvec_available(Backend& backend) {
-  backend.bind_to_this_thread();  // the answer depends on the current device
-  return cuda::imma_matvec_available();
+// A kernel family's availability on the backend's GPU (the answer depends on the current device).
+static bool available_on(Backend& backend, bool (*available)()) {
+  backend.bind_to_this_thread();
+  return available();
 }
-
-bool cuda_async_matvec_available(Backend& backend) {
-  backend.bind_to_this_thread();  // the answer depends on the current device
-  return cuda::async_matvec_available();
-}
+bool cuda_cluster_update_available(Backend& b) { return available_on(b, cuda::residual_update_cluster_available); }
+bool cuda_imma_matvec_available(Backend& b) { return available_on(b, cuda::imma_matvec_available); }
+bool cuda_async_matvec_available(Backend& b) { return available_on(b, cuda::async_matvec_available); }
 size_t cuda_moe_experts_workspace_bytes(Backend& backend, int64_t T, int64_t k, int64_t E, int64_t H, int64_t I,
                                         DType type) {
   return cuda_backend_of(backend).moe_experts_workspace_bytes(T, k, E, H, I, type);

@@ -349,9 +349,10 @@ constexpr int64_t kRegisterRowMax = 12 * 448;
 // warps sit in up to 8 blocks of up to 4 warps, one block per SM. A row's sums of squares go
 // through distributed shared memory: each warp's total, written by its lanes into every block's
 // slot for that warp, then the cluster barrier, then each thread adds the slots in warp order
-// (the same bits in every block). Columns: a multiple of 8, at most kClusterRowMax.
+// (the same bits in every block). Columns: a multiple of 8, at most kRegisterRowMax.
 constexpr int kClusterMaxBlocks = 8, kClusterMaxWarps = 4, kClusterSpan = 8 * kWarp;
-constexpr int64_t kClusterRowMax = int64_t{kClusterMaxBlocks} * kClusterMaxWarps * kClusterSpan;
+// (it takes the rows the register kernel does, whose widest fits its slots)
+static_assert(kRegisterRowMax <= int64_t{kClusterMaxBlocks} * kClusterMaxWarps * kClusterSpan);
 
 #if FIRELINE_GPU_HOPPER
 // The cluster barrier in two halves, so that a block's arrival can go ahead of its wait.
@@ -514,7 +515,8 @@ __global__ void __launch_bounds__(kClusterMaxWarps* kWarp) residual_update_clust
 
 std::atomic<int64_t> g_cluster_update_launches{0};  // residual_update_cluster_launches
 
-// Whether the cluster kernel takes these arguments (besides the device: launch_residual_update).
+// Whether the cluster kernel takes these arguments (besides the device and the gains' format,
+// which launch_residual_update checks).
 // Only updates with a normed term (Gemma 4's) take it: timed there (H100: 31B +6.0 %, 26B-A4B
 // +4.6 %); with Qwen3.5's raw terms, whose one-block update has a single reduction, the 4B lost
 // 2.0 % (bench/RESULTS.md, twenty-ninth session).
@@ -522,8 +524,7 @@ bool cluster_update_fits(const ResidualUpdateArgs& a) {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   bool normed = false;
   for (int t = 0; t < a.n_terms; ++t) normed = normed || a.terms[t].normed;
-  bool ok = normed && a.rows == 1 && a.cols > 0 && a.cols % 8 == 0 && a.cols <= kClusterRowMax &&
-            a.cols <= kRegisterRowMax && aligned(a.h) && register_gain_format(a, nullptr).has_value();
+  bool ok = normed && a.rows == 1 && a.cols > 0 && a.cols % 8 == 0 && a.cols <= kRegisterRowMax && aligned(a.h);
   for (int t = 0; t < a.n_terms; ++t) ok = ok && aligned(a.terms[t].x) && aligned(a.terms[t].weight);
   for (int n = 0; n < a.n_norms; ++n) ok = ok && aligned(a.norms[n].out) && aligned(a.norms[n].weight);
   return ok && aligned(a.merge_weight) && (!a.pieces || aligned(a.pieces));

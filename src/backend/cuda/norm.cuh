@@ -74,7 +74,7 @@ struct ResidualUpdateArgs {
   // norms[0]'s output also cut into the integer matvec's pieces (imma_pieces.cuh) for
   // pieces_group-weight groups, at `pieces` (hfq4_imma_scratch_bytes(cols, pieces_group) bytes):
   // the next product's input cut where it is made (BackendOptions::imma_ready_pieces). Only where
-  // residual_update_cuts_pieces says so (one row, the register kernel; CUDA).
+  // residual_update_cuts_pieces says so (one row, the register or cluster kernel; CUDA).
   void* pieces = nullptr;
   int pieces_group = 0;
   // One row spread over a cluster of blocks (sm_90 devices, builds with sm_90a code; rows of
