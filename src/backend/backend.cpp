@@ -135,6 +135,56 @@ void Backend::gated_delta_rule_rows(Tensor out, const Tensor& q, const Tensor& k
                      beta.slice(i, i + 1), states[i], params);
 }
 
+namespace {
+// Columns [col0, col0 + heads * dim) of rows [R, C] as [R, heads, dim] (strided, no copy).
+Tensor head_columns(const Tensor& rows, int64_t col0, int64_t heads, int64_t dim) {
+  Tensor out = rows.narrow(1, col0, heads * dim);
+  const int64_t row_stride = out.stride[0], col_stride = out.stride[1];
+  out.ndim = 3;
+  out.shape = {out.shape[0], heads, dim, 0};
+  out.stride = {row_stride, dim * col_stride, col_stride, 0};
+  return out;
+}
+}  // namespace
+
+void Backend::gated_delta_net_rows(Tensor out, Tensor conv, const Tensor& qkv, const Tensor& z, Tensor a, Tensor b,
+                                   std::span<const Tensor> conv_states, std::span<const Tensor> delta_states,
+                                   const DeltaNetStep& step) {
+  const char* op = "gated_delta_net_rows";
+  const int64_t R = static_cast<int64_t>(conv_states.size());
+  if (!step.conv_taps || !step.a_log || !step.dt_bias || !step.norm) fail("{}: a weight of the step is missing", op);
+  if (R == 0 || static_cast<int64_t>(delta_states.size()) != R || delta_states[0].ndim != 3)
+    fail("{}: {} conv states and {} delta states (one of each per row, [nV, dk, dv] delta)", op, R,
+         delta_states.size());
+  const int64_t nV = delta_states[0].dim(0), dk = delta_states[0].dim(1), dv = delta_states[0].dim(2);
+  const int64_t C = qkv.ndim == 2 ? qkv.dim(1) : 0, qk_cols = C - nV * dv;
+  if (qkv.ndim != 2 || qkv.dim(0) != R || qk_cols <= 0 || qk_cols % (2 * dk) != 0)
+    fail("{}: qkv {} is not [{}, 2 nK x {} + {} x {}]", op, qkv.describe(), R, dk, nV, dv);
+  const int64_t nK = qk_cols / (2 * dk);
+  if (out.ndim != 3 || out.dim(0) != R || out.dim(1) != nV || out.dim(2) != dv)
+    fail("{}: out {} is not [{}, {}, {}]", op, out.describe(), R, nV, dv);
+  if (z.ndim != 2 || z.dim(0) != R || z.dim(1) != nV * dv)
+    fail("{}: z {} is not [{}, {}]", op, z.describe(), R, nV * dv);
+  const Tensor q = head_columns(conv, 0, nK, dk), k = head_columns(conv, nK * dk, nK, dk),
+               v = head_columns(conv, 2 * nK * dk, nV, dv);
+  if (R == 1) {
+    // One sequence: the decay and beta gates (from a and b) beside the convolution (of q, k, v),
+    // independent until the delta rule reads both.
+    run_side_by_side(
+        *this, [&] { delta_rule_gates(a, b, a, b, *step.a_log, *step.dt_bias); },
+        [&] { causal_conv1d(conv, qkv, *step.conv_taps, conv_states[0], Activation::silu); });
+    gated_delta_rule(out, q, k, v, a, b, delta_states[0], step.rule);
+  } else {
+    delta_rule_gates(a, b, a, b, *step.a_log, *step.dt_bias);  // (in order: the rows ops share one state table)
+    causal_conv1d_rows(conv, qkv, *step.conv_taps, conv_states, Activation::silu);
+    gated_delta_rule_rows(out, q, k, v, a, b, delta_states, step.rule);
+  }
+  // y = RMSNorm_w(o) * silu(z) per value head
+  Tensor heads = out.reshape({R * nV, dv});
+  rms_norm(heads, heads, step.norm, NormGain::weight, step.norm_eps);
+  gated_activation(heads, z.reshape({R * nV, dv}), heads, Activation::silu);
+}
+
 void Backend::check_sample_args(const Tensor& out_id, const Tensor& logits) {
   if (!logits.is_contiguous() || logits.dtype != DType::f32 || logits.numel() == 0 || out_id.dtype != DType::i32 ||
       out_id.numel() != 1)

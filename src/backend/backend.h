@@ -109,6 +109,16 @@ struct DeltaRuleParams {
   int chunk = 64;        // chunked form: tokens per chunk
 };
 
+// The weights and constants of a Gated DeltaNet mixer's decode step (Backend::gated_delta_net_rows).
+struct DeltaNetStep {
+  const Tensor* conv_taps = nullptr;  // [C, K]
+  const Tensor* a_log = nullptr;      // [nV]
+  const Tensor* dt_bias = nullptr;    // [nV]
+  const Tensor* norm = nullptr;       // [dv]: the output norm's gain, plain (w, not 1 + w)
+  float norm_eps = 1e-6f;
+  DeltaRuleParams rule;
+};
+
 // A recorded sequence of ops that can be relaunched as a whole (a CUDA graph).
 class CapturedSteps {
  public:
@@ -307,6 +317,21 @@ class Backend {
                                         const Tensor& g, const Tensor& beta, Tensor state,
                                         const DeltaRuleParams& params) = 0;
 
+  // One decode row per sequence through a Gated DeltaNet mixer's core, from its input projections
+  // to out_proj's input: row i continues conv_states[i] and delta_states[i] (as in
+  // causal_conv1d_rows and gated_delta_rule_rows; each row its own sequence), and
+  //   g, beta = delta_rule_gates(a, b);  conv = silu(causal_conv1d(qkv));
+  //   out = gated_delta_rule(q, k, v: conv's columns; g, beta);
+  //   out[i, n, :] = rms_norm(out[i, n, :]) * step.norm * silu(z[i, n, :])   (per value head n).
+  // out [R, nV, dv]; qkv, conv [R, C] with C = 2 nK dk + nV dv (q | k | v); z [R, nV dv]; a, b
+  // [R, nV]; the delta states give nV, dk, dv. conv, a and b are scratch: the default leaves the
+  // conv's output and g, beta there. The default runs those ops (one sequence: the gates beside
+  // the conv, as a concurrent branch); a GPU may run the whole step in one launch
+  // (BackendOptions::fused_delta_net).
+  virtual void gated_delta_net_rows(Tensor out, Tensor conv, const Tensor& qkv, const Tensor& z, Tensor a, Tensor b,
+                                    std::span<const Tensor> conv_states, std::span<const Tensor> delta_states,
+                                    const DeltaNetStep& step);
+
   // x *= sigmoid(gate), with gate [R, N] (elementwise) or [R, 1] (one gate per row).  x [R, N]
   virtual void sigmoid_gate(Tensor x, const Tensor& gate) = 0;
 
@@ -469,6 +494,11 @@ struct BackendOptions {
   // merge change since reverted, and before the raw terms' barrier was taken out; not re-timed).
   // `fireline bench --cluster-update on|off`.
   bool cluster_residual_update = true;
+  // Decode's Gated DeltaNet step (gated_delta_net_rows: gates, conv, delta rule, norm, silu gate)
+  // in one launch, a thread-block cluster per key head (sm_90 with sm_90a code), instead of six
+  // kernels. Only the output norm's sum goes in another order. `fireline bench --fused-delta-net
+  // on|off`.
+  bool fused_delta_net = true;
 };
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.

@@ -64,6 +64,10 @@ constexpr GpuSwitch kGpuSwitches[] = {
     {"--cluster-update", &BackendOptions::cluster_residual_update, "cluster_update",
      "on (default): decode's one-row residual update spread over a cluster of blocks on several SMs (sm_90); off: "
      "one block (results differ in the order of the row's sums; for A/B timing)"},
+    {"--fused-delta-net", &BackendOptions::fused_delta_net, "fused_delta_net",
+     "on (default): decode's Gated DeltaNet step (Qwen3.5: gates, conv, delta rule, output norm and gate) in one "
+     "launch on a cluster of blocks per key head (sm_90); off: six kernels (results differ in the order of the norm's "
+     "sum; for A/B timing)"},
 };
 
 struct BenchOptions {

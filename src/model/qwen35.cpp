@@ -311,35 +311,38 @@ class Qwen35Model final : public Model {
     const Tensor* projection_weights[] = {&layer.in_proj_qkv, &layer.in_proj_z, &layer.in_proj_b, &layer.in_proj_a};
     b.matmul_group(projections, x, projection_weights);
     Tensor conv = arena.alloc(DType::f32, {T, C});
-    auto gates = [&] { b.delta_rule_gates(g, beta, g, beta, layer.a_log, layer.dt_bias); };
-
     Tensor core = arena.alloc(DType::f32, {T, nV, dv});
     DeltaRuleParams params;
     params.q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
     params.chunk = kDeltaRuleChunk;
-    bool one_row_parts = parts.size() > 1;
+    bool one_row_parts = true;
     for (const SequenceRows& part : parts) one_row_parts = one_row_parts && part.n_rows == 1;
-    if (one_row_parts) {  // batched decode: every sequence's row in one launch per op
+    if (one_row_parts) {  // decode: every sequence's one row through the whole step (one launch on a GPU)
       std::vector<Tensor> conv_states, delta_states;
       for (const SequenceRows& part : parts) {
         conv_states.push_back(part.seq->recurrent[l].conv);
         delta_states.push_back(part.seq->recurrent[l].delta);
       }
-      gates();  // (in order: the row ops' state tables share one buffer, not for concurrent branches)
-      b.causal_conv1d_rows(conv, qkv, layer.conv_taps, conv_states, Activation::silu);
-      const Tensor q = head_view(conv, 0, nK, dk), k = head_view(conv, nK * dk, nK, dk),
-                   v = head_view(conv, 2 * nK * dk, nV, dv);
-      b.gated_delta_rule_rows(core, q, k, v, g, beta, delta_states, params);
+      DeltaNetStep step;
+      step.conv_taps = &layer.conv_taps;
+      step.a_log = &layer.a_log;
+      step.dt_bias = &layer.dt_bias;
+      step.norm = &layer.mixer_norm;  // (a plain gain here, unlike the model's 1 + w norms)
+      step.norm_eps = c_.rms_norm_eps;
+      step.rule = params;
+      b.gated_delta_net_rows(core, conv, qkv, z, g, beta, conv_states, delta_states, step);
     } else {
       // The decay and beta gates (from a and b) beside the convolution (of q, k, v): independent
       // until the delta rule reads both.
-      run_side_by_side(b, gates, [&] {
-        for (const SequenceRows& part : parts) {  // each sequence's rows continue its own states
-          const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
-          b.causal_conv1d(conv.slice(r0, r1), qkv.slice(r0, r1), layer.conv_taps, part.seq->recurrent[l].conv,
-                          Activation::silu);  // z, a, b skip it
-        }
-      });
+      run_side_by_side(
+          b, [&] { b.delta_rule_gates(g, beta, g, beta, layer.a_log, layer.dt_bias); },
+          [&] {
+            for (const SequenceRows& part : parts) {  // each sequence's rows continue its own states
+              const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
+              b.causal_conv1d(conv.slice(r0, r1), qkv.slice(r0, r1), layer.conv_taps, part.seq->recurrent[l].conv,
+                              Activation::silu);  // z, a, b skip it
+            }
+          });
       for (const SequenceRows& part : parts) {
         const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
         const Tensor part_conv = conv.slice(r0, r1);
@@ -351,12 +354,11 @@ class Qwen35Model final : public Model {
         else
           b.gated_delta_rule_chunked(core.slice(r0, r1), q, k, v, g.slice(r0, r1), beta.slice(r0, r1), delta, params);
       }
+      // y = RMSNorm_w(o) * silu(z) per value head (plain gain here, unlike the model's 1+w norms)
+      Tensor heads = core.reshape({T * nV, dv});
+      b.rms_norm(heads, heads, &layer.mixer_norm, NormGain::weight, c_.rms_norm_eps);
+      b.gated_activation(heads, z.reshape({T * nV, dv}), heads, Activation::silu);
     }
-
-    // y = RMSNorm_w(o) * silu(z) per value head (plain gain here, unlike the model's 1+w norms)
-    Tensor heads = core.reshape({T * nV, dv});
-    b.rms_norm(heads, heads, &layer.mixer_norm, NormGain::weight, c_.rms_norm_eps);
-    b.gated_activation(heads, z.reshape({T * nV, dv}), heads, Activation::silu);
     b.matmul(out, core.reshape({T, nV * dv}), layer.out_proj);
     if (comm_) comm_->all_reduce_sum(out);  // a rank's value heads' share of out_proj: the sum over ranks
   }

@@ -234,7 +234,7 @@ TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
 }
 
 // --gated-matvec, --weight-prefetch, --hopper-experts, --group-gemm, --async-matvec, --split-matvec,
-// --imma-matvec, --imma-ready-pieces and --cluster-update: GPU switches for A/B timing. The CPU
+// --imma-matvec, --imma-ready-pieces, --cluster-update and --fused-delta-net: GPU switches for A/B timing. The CPU
 // has neither (the JSON says false whatever is asked); a value other than on or off is refused
 // before anything loads.
 TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
@@ -242,9 +242,11 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
   for (const char* asked :
        {"",
         " --gated-matvec on --weight-prefetch on --hopper-experts on --group-gemm on --async-matvec on"
-        " --split-matvec on --imma-matvec on --imma-ready-pieces on --cluster-update on",
+        " --split-matvec on --imma-matvec on --imma-ready-pieces on --cluster-update on"
+        " --fused-delta-net on",
         " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
-        " --split-matvec off --imma-matvec off --imma-ready-pieces off --cluster-update off"}) {
+        " --split-matvec off --imma-matvec off --imma-ready-pieces off --cluster-update off"
+        " --fused-delta-net off"}) {
     auto r = fireline(common + asked + " --json");
     ASSERT_EQ(r.exit_code, 0) << asked << ": " << r.err;
     const json j = json::parse(r.out);
@@ -257,9 +259,11 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["imma_matvec"], false) << asked;
     EXPECT_EQ(j["imma_ready_pieces"], false) << asked;
     EXPECT_EQ(j["cluster_update"], false) << asked;
+    EXPECT_EQ(j["fused_delta_net"], false) << asked;
   }
-  for (const char* flag : {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm", "--async-matvec",
-                           "--split-matvec", "--imma-matvec", "--imma-ready-pieces", "--cluster-update"}) {
+  for (const char* flag :
+       {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm", "--async-matvec", "--split-matvec",
+        "--imma-matvec", "--imma-ready-pieces", "--cluster-update", "--fused-delta-net"}) {
     auto bad = fireline(common + " " + flag + " maybe");
     EXPECT_NE(bad.exit_code, 0) << flag;
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;

@@ -1017,6 +1017,123 @@ TEST_F(CudaOps, LinearAttentionDecodeStepReplaysAsAGraph) {
   expect_close(out, 2 * kSumBudget, "gated output");
 }
 
+// Backend::gated_delta_net_rows, decode's whole Gated DeltaNet step: with
+// BackendOptions::fused_delta_net on an sm_90 GPU one launch (a cluster per key head), off the
+// default's six kernels; both against the CPU's default over three steps in a row (the states
+// carried). Shapes: Qwen3.5-4B's heads (2 value heads per key head, dv 128: 8 blocks of 32
+// columns) with one and three sequences; 3 value heads per key head (blocks of 64 columns); a key
+// head per value head at dk = dv = 64 (16-column blocks); odd sizes (dk 36, dv 21: part tiles).
+// Taps bf16, f32 and Q8_0; qkv a strided view. dk = 200 is declined (the default runs: the
+// fused counter unmoved, the numbers within budget all the same). The conv window moves bit for
+// bit; the delta rule keeps its op's budget; the output adds the norm's sum order on top.
+// Then one sequence's step captured as a graph and replayed twice: the same as eager calls.
+TEST_F(CudaOps, FusedDeltaNetStepMatchesTheOps) {
+  BackendOptions on, off;
+  on.fused_delta_net = true;
+  off.fused_delta_net = false;
+  auto fused = make_backend("cuda", on), separate = make_backend("cuda", off);
+  const bool available = cuda_delta_net_step_available(*fused);
+  struct Case {
+    int64_t nK, nV, dk, dv, rows;
+    DType taps;
+  };
+  const Case cases[] = {{16, 32, 128, 128, 1, DType::bf16}, {16, 32, 128, 128, 3, DType::f32},
+                        {2, 6, 128, 128, 1, DType::bf16},   {4, 4, 64, 64, 2, DType::q8_0},
+                        {1, 3, 36, 21, 1, DType::f32},      {1, 2, 200, 40, 1, DType::bf16}};
+  const int64_t K = 4;
+  for (const Case& c : cases) {
+    const int64_t R = c.rows, C = 2 * c.nK * c.dk + c.nV * c.dv;
+    const bool fits = c.dk <= 128;
+    SCOPED_TRACE("nK=" + std::to_string(c.nK) + " nV=" + std::to_string(c.nV) + " dk=" + std::to_string(c.dk) + " dv=" +
+                 std::to_string(c.dv) + " rows=" + std::to_string(R) + " taps " + std::string(dtype_name(c.taps)));
+    Twin taps = twin_random(c.taps, {C, K}, 0.5f), a_log = twin_random(DType::bf16, {c.nV});
+    Twin dt_bias = twin_random(DType::bf16, {c.nV}), norm = twin_random(DType::bf16, {c.dv}, 0.5f);
+    std::vector<Twin> conv_states, delta_states;  // [backend: fused, separate][row], the CPU's in each
+    for (int64_t i = 0; i < 2 * R; ++i) {
+      if (i < R) {
+        conv_states.push_back(twin_random(DType::f32, {K - 1, C}));
+        delta_states.push_back(twin_random(DType::f32, {c.nV, c.dk, c.dv}, 0.3f));
+      } else {
+        conv_states.push_back(twin_bytes(DType::f32, {K - 1, C}, conv_states[i - R].host.data()));
+        delta_states.push_back(twin_bytes(DType::f32, {c.nV, c.dk, c.dv}, delta_states[i - R].host.data()));
+      }
+    }
+    DeltaNetStep step;
+    step.norm_eps = 1e-6f;
+    step.rule.q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.dk)));
+    for (int t = 0; t < 3; ++t) {
+      Twin qkv = twin_random(DType::f32, {R, C + 9}, 2.0f), z = twin_random(DType::f32, {R, c.nV * c.dv}, 2.0f);
+      Twin a_start = twin_random(DType::f32, {R, c.nV}, 8.0f), b_start = twin_random(DType::f32, {R, c.nV}, 4.0f);
+      for (int which = 0; which < 2; ++which) {
+        Backend& gpu = which == 0 ? *fused : *separate;
+        Twin out = twin_output(DType::f32, {R, c.nV, c.dv}), conv = twin_output(DType::f32, {R, C});
+        Twin a = twin_bytes(DType::f32, {R, c.nV}, a_start.host.data());
+        Twin b = twin_bytes(DType::f32, {R, c.nV}, b_start.host.data());
+        std::vector<Tensor> cpu_conv, cpu_delta, gpu_conv, gpu_delta;
+        for (int64_t i = 0; i < R; ++i) {
+          const Twin &cs = conv_states[which * R + i], &ds = delta_states[which * R + i];
+          cpu_conv.push_back(cs.cpu), cpu_delta.push_back(ds.cpu), gpu_conv.push_back(cs.gpu),
+              gpu_delta.push_back(ds.gpu);
+        }
+        auto run = [&](Backend& backend, bool on_gpu) {
+          DeltaNetStep s = step;
+          s.conv_taps = on_gpu ? &taps.gpu : &taps.cpu;
+          s.a_log = on_gpu ? &a_log.gpu : &a_log.cpu;
+          s.dt_bias = on_gpu ? &dt_bias.gpu : &dt_bias.cpu;
+          s.norm = on_gpu ? &norm.gpu : &norm.cpu;
+          backend.gated_delta_net_rows(on_gpu ? out.gpu : out.cpu, on_gpu ? conv.gpu : conv.cpu,
+                                       (on_gpu ? qkv.gpu : qkv.cpu).narrow(1, 4, C), on_gpu ? z.gpu : z.cpu,
+                                       on_gpu ? a.gpu : a.cpu, on_gpu ? b.gpu : b.cpu, on_gpu ? gpu_conv : cpu_conv,
+                                       on_gpu ? gpu_delta : cpu_delta, s);
+        };
+        run(*cpu_, false);
+        const int64_t before = cuda_delta_net_step_launches();
+        run(gpu, true);
+        gpu.synchronize();
+        const std::string what = std::string(which == 0 ? "fused" : "separate") + " step " + std::to_string(t);
+        EXPECT_EQ(cuda_delta_net_step_launches() - before, which == 0 && available && fits ? 1 : 0) << what;
+        expect_close(out, 4 * kSumBudget, what + " out");
+        for (int64_t i = 0; i < R; ++i) {
+          expect_identical(conv_states[which * R + i], what + " conv state " + std::to_string(i));
+          expect_close(delta_states[which * R + i], 2 * kSumBudget, what + " delta state " + std::to_string(i));
+        }
+      }
+    }
+  }
+  if (!available) GTEST_SKIP() << "checked the default only: no thread-block clusters (an sm_90 GPU, sm_90a code)";
+
+  // One sequence's step as a graph on the fused backend, replayed twice, against two eager steps
+  // on copies of the states: the same bytes.
+  const int64_t nK = 16, nV = 32, dk = 128, dv = 128, C = 2 * nK * dk + nV * dv;
+  Twin taps = twin_random(DType::bf16, {C, K}, 0.5f), a_log = twin_random(DType::bf16, {nV});
+  Twin dt_bias = twin_random(DType::bf16, {nV}), norm = twin_random(DType::bf16, {dv}, 0.5f);
+  Twin qkv = twin_random(DType::f32, {1, C}, 2.0f), z = twin_random(DType::f32, {1, nV * dv}, 2.0f);
+  Twin ab = twin_random(DType::f32, {1, 2 * nV}, 4.0f);
+  Twin window = twin_random(DType::f32, {K - 1, C}), state = twin_random(DType::f32, {nV, dk, dv}, 0.3f);
+  Twin window_eager = twin_bytes(DType::f32, {K - 1, C}, window.host.data());
+  Twin state_eager = twin_bytes(DType::f32, {nV, dk, dv}, state.host.data());
+  Twin out = twin_output(DType::f32, {1, nV, dv}), out_eager = twin_output(DType::f32, {1, nV, dv});
+  Twin conv = twin_output(DType::f32, {1, C}), scratch = twin_output(DType::f32, {1, 2 * nV});
+  DeltaNetStep s;
+  s.conv_taps = &taps.gpu, s.a_log = &a_log.gpu, s.dt_bias = &dt_bias.gpu, s.norm = &norm.gpu;
+  s.rule.q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dk)));
+  auto body = [&](Tensor o, Tensor win, Tensor st) {
+    fused->copy_on_device(scratch.gpu, ab.gpu);  // a and b are scratch: each step starts from the same inputs
+    const Tensor wins[] = {win}, sts[] = {st};
+    fused->gated_delta_net_rows(o, conv.gpu, qkv.gpu, z.gpu, scratch.gpu.narrow(1, 0, nV),
+                                scratch.gpu.narrow(1, nV, nV), wins, sts, s);
+  };
+  std::unique_ptr<CapturedSteps> graph = fused->capture([&] { body(out.gpu, window.gpu, state.gpu); });
+  for (int replay = 0; replay < 2; ++replay) {
+    graph->replay();
+    body(out_eager.gpu, window_eager.gpu, state_eager.gpu);
+  }
+  fused->synchronize();
+  EXPECT_EQ(gpu_bytes(out), gpu_bytes(out_eager)) << "graph replay vs eager: out";
+  EXPECT_EQ(gpu_bytes(window), gpu_bytes(window_eager)) << "graph replay vs eager: conv window";
+  EXPECT_EQ(gpu_bytes(state), gpu_bytes(state_eager)) << "graph replay vs eager: delta state";
+}
+
 // A captured graph keeps the workspace it was captured with: a longer call on the same backend
 // afterwards grows the workspace (a larger buffer replaces it), and the graph's replays must
 // neither read freed memory nor write into what the freed range is reused for. The graph is one

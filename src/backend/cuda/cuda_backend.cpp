@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/delta_net_step.h"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/gpu_runtime.h"
 #include "backend/cuda/linear_attention.cuh"
@@ -178,7 +179,8 @@ class CudaBackend final : public Backend {
         split_matvec_(options.split_matvec),
         imma_matvec_(options.imma_matvec),
         imma_ready_pieces_(options.imma_matvec && options.imma_ready_pieces),
-        cluster_residual_update_(options.cluster_residual_update) {
+        cluster_residual_update_(options.cluster_residual_update),
+        fused_delta_net_(options.fused_delta_net) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -1090,6 +1092,28 @@ class CudaBackend final : public Backend {
           op);
   }
 
+  // One launch (cuda::launch_delta_net_step) where the device, the build and the shapes allow; a
+  // cluster the GPU cannot place is refused at launch, and then the default's kernels run.
+  void gated_delta_net_rows(Tensor out, Tensor conv, const Tensor& qkv, const Tensor& z, Tensor a, Tensor b,
+                            std::span<const Tensor> conv_states, std::span<const Tensor> delta_states,
+                            const DeltaNetStep& step) override {
+    if (fused_delta_net_ && cuda::delta_net_step_available()) {
+      cuda::DeltaNetStepLaunch launch = cuda::delta_net_step_launch(out, qkv, z, a, b, conv_states, delta_states, step);
+      if (cuda::delta_net_step_fits(launch.args)) {
+        OpTimer timer(*this, "gated_delta_net", launch.bytes);
+        if (!launch.states.empty()) {  // several rows: their states' addresses, conv then delta
+          auto table = const_cast<float* const*>(
+              reinterpret_cast<const float* const*>(upload_pointer_table(launch.states, "gated_delta_net")));
+          launch.args.conv_table = table;
+          launch.args.delta_table = table + launch.args.n_rows;
+        }
+        if (cuda::launch_delta_net_step(launch.args, stream_) == cudaSuccess) return;
+        cudaGetLastError();  // (the refused launch's error, not left for the next check)
+      }
+    }
+    Backend::gated_delta_net_rows(out, conv, qkv, z, a, b, conv_states, delta_states, step);
+  }
+
   void gated_delta_rule(Tensor out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, Tensor state, const DeltaRuleParams& params) override {
     run_delta_rule("gated_delta_rule", out, q, k, v, g, beta, state, params);
@@ -1353,6 +1377,7 @@ class CudaBackend final : public Backend {
   bool imma_matvec_;         // BackendOptions::imma_matvec
   bool imma_ready_pieces_;   // BackendOptions::imma_ready_pieces (with imma_matvec)
   bool cluster_residual_update_;  // BackendOptions::cluster_residual_update
+  bool fused_delta_net_;          // BackendOptions::fused_delta_net
   // Ops issued so far (OpTimer, and the memory, capture, replay and branch calls and NCCL's
   // in-place all-reduce between them): a producer's pieces serve only the op right after it.
   // Shared with the captured graphs, whose replays count too.
@@ -1422,15 +1447,6 @@ std::unique_ptr<Backend> make_cuda_backend(int device_index, const BackendOption
   return std::make_unique<CudaBackend>(device_index, options);
 }
 
-bool cuda_device_available() { return cuda_device_count() > 0; }
-
-int cuda_device_count() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
-  cudaGetLastError();
-  return count;
-}
-
 namespace {
 CudaBackend& cuda_backend_of(Backend& backend) {
   auto* cuda = dynamic_cast<CudaBackend*>(&backend);
@@ -1442,34 +1458,12 @@ CudaBackend& cuda_backend_of(Backend& backend) {
 int cuda_device_index(Backend& backend) { return cuda_backend_of(backend).device_index(); }
 int64_t cuda_branch_forks(Backend& backend) { return cuda_backend_of(backend).branch_forks(); }
 int64_t cuda_workspace_growths(Backend& backend) { return cuda_backend_of(backend).workspace_growths(); }
-int64_t cuda_hopper_expert_gemm_launches() { return cuda::hopper_expert_gemm_launches(); }
-int64_t cuda_group_gemm_launches() { return cuda::segment_gemm_launches(); }
-int64_t cuda_async_matvec_launches() { return cuda::async_matvec_launches(); }
-int64_t cuda_split_matvec_launches() { return cuda::split_matvec_launches(); }
-int64_t cuda_imma_matvec_launches() { return cuda::imma_matvec_launches(); }
-int64_t cuda_imma_pieces_launches() { return cuda::imma_pieces_launches(); }
-int64_t cuda_cluster_update_launches() { return cuda::residual_update_cluster_launches(); }
 void cuda_note_foreign_write(Backend& backend) { cuda_backend_of(backend).note_foreign_write(); }
-// A kernel family's availability on the backend's GPU (the answer depends on the current device).
-static bool available_on(Backend& backend, bool (*available)()) {
-  backend.bind_to_this_thread();
-  return available();
-}
-bool cuda_cluster_update_available(Backend& b) { return available_on(b, cuda::residual_update_cluster_available); }
-bool cuda_imma_matvec_available(Backend& b) { return available_on(b, cuda::imma_matvec_available); }
-bool cuda_async_matvec_available(Backend& b) { return available_on(b, cuda::async_matvec_available); }
 size_t cuda_moe_experts_workspace_bytes(Backend& backend, int64_t T, int64_t k, int64_t E, int64_t H, int64_t I,
                                         DType type) {
   return cuda_backend_of(backend).moe_experts_workspace_bytes(T, k, E, H, I, type);
 }
 void* cuda_stream_of(Backend& backend) { return cuda_backend_of(backend).stream(); }
-
-void cuda_allow_hopper_gemm(bool allowed) { cuda::allow_hopper_gemm(allowed); }
-
-bool cuda_hopper_gemm_active(Backend& backend) {
-  backend.bind_to_this_thread();  // the answer depends on the current device
-  return cuda::hopper_gemm_active();
-}
 
 int cuda_sm_count(Backend& backend) {
   int sms = 0;
@@ -1482,15 +1476,6 @@ int cuda_max_block_shared_memory(Backend& backend) {
   check(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, cuda_device_index(backend)),
         "device attribute");
   return bytes;
-}
-
-bool cuda_bf16_prompt_attention_applies(Backend& backend, int64_t n_tokens, int head_dim) {
-  backend.bind_to_this_thread();  // flash_bf16_applies asks the current device
-  cuda::AttentionArgs a;
-  a.pieces = 1;
-  a.n_tokens = static_cast<int>(n_tokens);
-  a.head_dim = head_dim;
-  return cuda::flash_bf16_applies(a);
 }
 
 }  // namespace fl

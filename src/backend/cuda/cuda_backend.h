@@ -59,6 +59,10 @@ int64_t cuda_imma_pieces_launches();
 // cluster_residual_update), and whether the backend's GPU runs them (sm_90, a build with sm_90a code).
 int64_t cuda_cluster_update_launches();
 bool cuda_cluster_update_available(Backend& backend);
+// How many decode steps of a Gated DeltaNet mixer have run as one launch (BackendOptions::
+// fused_delta_net), and whether the backend's GPU runs that launch (sm_90, a build with sm_90a code).
+int64_t cuda_delta_net_step_launches();
+bool cuda_delta_net_step_available(Backend& backend);
 // A write on the backend's stream that is not one of its ops (NCCL's in-place all-reduce): the
 // integer matvec's input pieces cut before it serve no product after it.
 void cuda_note_foreign_write(Backend& backend);

@@ -9,6 +9,9 @@
 // Per token, the block normalises q_t and k_t of its key head into shared memory (every block
 // of the head recomputes them: dk values, cheaper than another launch), then each column
 // reduces S^T k and S^T q over its kSplit threads with warp shuffles.
+#include <atomic>
+
+#include "backend/cuda/cluster.cuh"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/linear_attention.cuh"
 #if !defined(FIRELINE_GPU_HIP)
@@ -593,6 +596,219 @@ __global__ void sigmoid_gate_kernel(float* x, int64_t x_stride, const float* gat
   }
 }
 
+
+// ---- the fused decode step (launch_delta_net_step) ----
+
+constexpr int kStepSplit = 4;                         // threads per state column, as kSplit = 4 above
+constexpr int kStepMaxDk = kStepSplit * kDeltaRows;   // 128
+constexpr int kStepMaxBlocks = 8;                     // a portable cluster
+constexpr int kStepWindow = static_cast<int>(kConvRowsMaxKernel);
+
+// The columns per block: the fewest of 16, 32, 64 that fit a key head's value heads in one
+// cluster (Qwen3.5-4B: 2 value heads per key head of dv = 128 -> 32 columns, 8 blocks of 128
+// threads, 128 blocks in all). Fewer columns, more blocks: the state's read is spread wider.
+int step_columns(int ratio, int dv) {
+  for (int cols : {16, 32, 64})
+    if (int64_t{ratio} * ((dv + cols - 1) / cols) <= kStepMaxBlocks) return cols;
+  return 0;
+}
+
+// Grid (ratio * tiles, nK, rows) in clusters of ratio * tiles blocks along x: the cluster of key
+// head m and row t holds every block that reads m's q and k, so the conv state's q/k channels can
+// move as soon as all of them have read their window (the cluster barrier), and a value head's
+// tiles add up its norm's sum of squares through distributed shared memory. Block (i, m, t):
+// value head n = m * ratio + i / tiles, columns (i % tiles) * kCols + [0, kCols); thread tid:
+// column tid / 4 and state rows tid % 4 + 4 r, as gated_delta_rule_kernel<4>.
+//
+// An exception to launch.cuh's rule: the block's state columns, its conv windows' state rows,
+// the taps and the gate weights are read BEFORE enter_kernel(), to overlap the projection that
+// runs before. Only this kernel (at the layer's previous step), prefill's kernels and copies
+// write those states, and each such write is at least two launches back: a launch starts early
+// only once the one before it has passed its own wait, i.e. once every launch before that one
+// has completed. The previous launch (the projections) writes neither state.
+template <DType F, int kCols>
+__global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(DeltaNetStepArgs a) {
+#if FIRELINE_GPU_HOPPER
+  constexpr int kThreads = kCols * kStepSplit;
+  constexpr int kQkPerThread = 2 * kStepMaxDk / kThreads;  // q and k channels of the key head per thread
+  __shared__ float s_qk[2 * kStepMaxDk];                   // q (normalised and scaled), then k (normalised)
+  __shared__ float s_v[kCols];                             // the conv's v for the block's columns
+  __shared__ float s_col_sq[kCols];                        // o^2 per column
+  __shared__ float s_tile_sq[kStepMaxBlocks];              // [block of the cluster]: its columns' o^2 summed
+  cluster_arrive_relaxed();  // this block has started: its s_tile_sq may be written (waited for below)
+  const int tid = threadIdx.x, s = tid % kStepSplit, col = tid / kStepSplit;
+  const int dk = a.dk, dv = a.dv, nK = a.n_k_heads, ratio = a.n_v_heads / a.n_k_heads, K = a.conv_kernel;
+  const int tiles = (dv + kCols - 1) / kCols, rank = static_cast<int>(blockIdx.x);
+  const int n_blocks = static_cast<int>(gridDim.x), first_of_head = rank - rank % tiles;
+  const int m = static_cast<int>(blockIdx.y), n = m * ratio + rank / tiles, col0 = (rank % tiles) * kCols;
+  const int j = col0 + col;
+  const bool has_col = j < dv;
+  const int64_t t = blockIdx.z;
+  float* S = (a.delta_table ? a.delta_table[t] : a.delta_state) + static_cast<int64_t>(n) * dk * dv;
+  float* conv_state = a.conv_table ? a.conv_table[t] : a.conv_state;
+  const float* x = a.qkv + t * a.qkv_stride;
+  const uint8_t* taps = static_cast<const uint8_t*>(a.conv_weight);
+  // Channel of the key head's q/k element e < 2 dk, and of the block's v column jv.
+  auto qk_channel = [&](int e) { return static_cast<int64_t>(e < dk ? m * dk + e : nK * dk + m * dk + (e - dk)); };
+  const int jv = col0 + tid;
+  const bool has_v = tid < kCols && jv < dv;
+  const int64_t v_channel = static_cast<int64_t>(2) * nK * dk + static_cast<int64_t>(n) * dv + jv;
+
+  // Before the wait: the state columns, windows and taps (the comment above says why).
+  float st[kDeltaRows];  // st[r] = S[s + 4 r][j]
+#pragma unroll
+  for (int r = 0; r < kDeltaRows; ++r) {
+    const int i = s + r * kStepSplit;
+    st[r] = has_col && i < dk ? S[static_cast<int64_t>(i) * dv + j] : 0.0f;
+  }
+  float qk_window[kQkPerThread][kStepWindow], qk_taps[kQkPerThread][kStepWindow];
+#pragma unroll
+  for (int p = 0; p < kQkPerThread; ++p) {
+    const int e = tid + p * kThreads;
+#pragma unroll
+    for (int w = 0; w < kStepWindow; ++w) {
+      const bool used = e < 2 * dk && w < K;
+      qk_window[p][w] = used && w < K - 1 ? conv_state[w * a.conv_state_stride + qk_channel(e)] : 0.0f;
+      qk_taps[p][w] = used ? load_weight_t<F>(taps + qk_channel(e) * a.conv_row_bytes, w) : 0.0f;
+    }
+  }
+  float v_window[kStepWindow], v_taps[kStepWindow];
+#pragma unroll
+  for (int w = 0; w < kStepWindow; ++w) {
+    const bool used = has_v && w < K;
+    v_window[w] = used && w < K - 1 ? conv_state[w * a.conv_state_stride + v_channel] : 0.0f;
+    v_taps[w] = used ? load_weight_t<F>(taps + v_channel * a.conv_row_bytes, w) : 0.0f;
+  }
+  const float dt_bias = weight_element(a.dt_bias, n), a_log = weight_element(a.a_log, n);
+  const float norm_gain = has_col ? weight_element(a.norm, j) : 0.0f;
+  enter_kernel();
+
+  // The conv (causal_conv1d_kernel's arithmetic): the key head's q and k, the block's v columns.
+  // The last window row is this token's input.
+  auto conv_silu = [&](const float (&window)[kStepWindow], const float (&tap)[kStepWindow], float in) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kStepWindow; ++w)
+      if (w < K) acc = gpu::mul_add_unfused(tap[w], w < K - 1 ? window[w] : in, acc);
+    return acc / (1.0f + expf(-acc));
+  };
+#pragma unroll
+  for (int p = 0; p < kQkPerThread; ++p) {
+    const int e = tid + p * kThreads;
+    if (e < 2 * dk) s_qk[e] = conv_silu(qk_window[p], qk_taps[p], x[qk_channel(e)]);
+  }
+  if (has_v) {
+    const float in = x[v_channel];
+    s_v[tid] = conv_silu(v_window, v_taps, in);
+    // This block alone reads this channel: its window moves on now.
+    for (int r = 0; r < K - 1; ++r) conv_state[r * a.conv_state_stride + v_channel] = r + 1 < K - 1 ? v_window[r + 1] : in;
+  } else if (tid < kCols) {
+    s_v[tid] = 0.0f;
+  }
+  // The gates (delta_rule_gates_kernel's arithmetic), then exp(g) as the delta rule takes it.
+  const float a_in = a.a[t * a.a_stride + n], b_in = a.b[t * a.b_stride + n];
+  const float gate_x = a_in + dt_bias;
+  const float softplus = gate_x > 20.0f ? gate_x : log1pf(expf(gate_x));
+  const float decay = expf(-expf(a_log) * softplus), beta = sigmoid(b_in);
+  __syncthreads();
+  if (tid < kWarp) {  // the l2 norms, in gated_delta_rule_kernel's order
+    float q_sq = 0.0f, k_sq = 0.0f;
+    for (int i = tid; i < dk; i += kWarp) {
+      q_sq += s_qk[i] * s_qk[i];
+      k_sq += s_qk[dk + i] * s_qk[dk + i];
+    }
+    q_sq = warp_sum(q_sq);
+    k_sq = warp_sum(k_sq);
+    const float q_inv = 1.0f / sqrtf(q_sq + a.l2_eps), k_inv = 1.0f / sqrtf(k_sq + a.l2_eps);
+    for (int i = tid; i < dk; i += kWarp) {
+      s_qk[i] = s_qk[i] * q_inv * a.q_scale;
+      s_qk[dk + i] = s_qk[dk + i] * k_inv;
+    }
+  }
+  __syncthreads();
+
+  // The delta rule for one token (gated_delta_rule_kernel's arithmetic).
+  const float* qs = s_qk;
+  const float* ks = s_qk + dk;
+  const float v = s_v[col];
+  float kv_mem = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kDeltaRows; ++r) {
+    const int i = s + r * kStepSplit;
+    if (i < dk) {
+      st[r] *= decay;
+      kv_mem += st[r] * ks[i];
+    }
+  }
+  kv_mem = column_sum<kStepSplit>(kv_mem);
+  const float delta = (v - kv_mem) * beta;
+  float o = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kDeltaRows; ++r) {
+    const int i = s + r * kStepSplit;
+    if (i < dk) {
+      st[r] += ks[i] * delta;
+      o += st[r] * qs[i];
+    }
+  }
+  o = column_sum<kStepSplit>(o);
+
+  // The value head's sum of o^2: the block's columns in order, then its tiles' sums in order
+  // (every block of the head adds the same slots: the same bits).
+  if (s == 0) s_col_sq[col] = has_col ? o * o : 0.0f;
+  __syncthreads();
+  cluster_wait();  // every block of the cluster has started (the arrival at the top)
+  if (tid < kWarp) {
+    float tile_sq = 0.0f;
+    for (int c = tid; c < kCols; c += kWarp) tile_sq += s_col_sq[c];
+    tile_sq = warp_sum(tile_sq);
+    if (tid < n_blocks) store_cluster_float(&s_tile_sq[rank], static_cast<uint32_t>(tid), tile_sq);
+  }
+  cluster_arrive();
+  cluster_wait();
+  float head_sq = 0.0f;
+  for (int i = 0; i < tiles; ++i) head_sq += s_tile_sq[first_of_head + i];
+  const float inv = powf(head_sq / static_cast<float>(dv) + a.norm_eps, -0.5f);  // as rms_norm's
+  if (has_col && s == 0) {
+    const float y = o * inv * norm_gain;
+    const float zj = a.z[t * a.z_stride + static_cast<int64_t>(n) * dv + j];
+    a.out[t * a.out_stride + static_cast<int64_t>(n) * dv + j] = zj / (1.0f + expf(-zj)) * y;  // silu(z) * y
+  }
+  // Every block of the cluster has read its q/k windows (the barrier): the key head's q/k channels
+  // move on, shared out over the blocks. Row r takes row r + 1, the last row this token's input.
+  for (int e = rank * kThreads + tid; e < 2 * dk; e += n_blocks * kThreads) {
+    const int64_t c = qk_channel(e);
+    for (int r = 0; r < K - 1; ++r)
+      conv_state[r * a.conv_state_stride + c] = r + 1 < K - 1 ? conv_state[(r + 1) * a.conv_state_stride + c] : x[c];
+  }
+#pragma unroll
+  for (int r = 0; r < kDeltaRows; ++r) {
+    const int i = s + r * kStepSplit;
+    if (has_col && i < dk) S[static_cast<int64_t>(i) * dv + j] = st[r];
+  }
+#else
+  (void)a;
+#if !defined(FIRELINE_GPU_HIP)
+  __trap();  // launched only on sm_90 devices from builds with sm_90a code
+#endif
+#endif
+}
+
+template <DType F, int kCols>
+cudaError_t launch_delta_net_step_cols(const DeltaNetStepArgs& a, cudaStream_t stream) {
+#if !defined(FIRELINE_GPU_HIP)
+  const int ratio = a.n_v_heads / a.n_k_heads, blocks = ratio * ((a.dv + kCols - 1) / kCols);
+  return launch_kernel_cluster(delta_net_step_kernel<F, kCols>,
+                               dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(a.n_k_heads),
+                                    static_cast<unsigned>(a.n_rows)),
+                               dim3(kCols * kStepSplit), 0, stream, static_cast<unsigned>(blocks), a);
+#else
+  (void)a, (void)stream;
+  return cudaErrorInvalidValue;
+#endif
+}
+
+std::atomic<int64_t> g_delta_net_step_launches{0};
 }  // namespace
 
 cudaError_t launch_causal_conv1d(float* out, int64_t out_stride, const float* x, int64_t x_stride, float* state,
@@ -719,5 +935,38 @@ cudaError_t launch_sigmoid_gate(float* x, int64_t x_stride, const float* gate, i
   return launch_kernel(sigmoid_gate_kernel, blocks_for(rows * cols), kThreads, 0, stream, x, x_stride, gate,
                        gate_stride, per_row, rows, cols);
 }
+
+bool delta_net_step_available() {
+#if defined(FIRELINE_CUDA_SM90A)
+  return current_device_traits().major == 9;
+#else
+  return false;
+#endif
+}
+
+bool delta_net_step_fits(const DeltaNetStepArgs& a) {
+  if (a.n_k_heads <= 0 || a.n_v_heads <= 0 || a.n_v_heads % a.n_k_heads || a.n_k_heads > 65535) return false;
+  if (a.dk < 1 || a.dk > kStepMaxDk || a.dv < 1 || a.n_rows < 0 || a.n_rows > 65535) return false;
+  if (a.conv_kernel < 2 || a.conv_kernel > kStepWindow || !is_weight_format(a.conv_type)) return false;
+  if (a.n_rows > 1 && (!a.conv_table || !a.delta_table)) return false;
+  return step_columns(a.n_v_heads / a.n_k_heads, a.dv) != 0;
+}
+
+cudaError_t launch_delta_net_step(const DeltaNetStepArgs& a, cudaStream_t stream) {
+  if (!delta_net_step_available() || !delta_net_step_fits(a)) return cudaErrorInvalidValue;
+  if (a.n_rows == 0) return cudaSuccess;
+  const int cols = step_columns(a.n_v_heads / a.n_k_heads, a.dv);
+  cudaError_t err = cudaErrorInvalidValue;
+  dispatch_weight_format(a.conv_type, [&](auto format) {
+    constexpr DType F = decltype(format)::value;
+    err = cols == 16   ? launch_delta_net_step_cols<F, 16>(a, stream)
+          : cols == 32 ? launch_delta_net_step_cols<F, 32>(a, stream)
+                       : launch_delta_net_step_cols<F, 64>(a, stream);
+  });
+  if (err == cudaSuccess) g_delta_net_step_launches.fetch_add(1, std::memory_order_relaxed);
+  return err;
+}
+
+int64_t delta_net_step_launches() { return g_delta_net_step_launches.load(std::memory_order_relaxed); }
 
 }  // namespace fl::cuda

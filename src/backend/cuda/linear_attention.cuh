@@ -91,6 +91,45 @@ DeltaChunkPlan plan_delta_rule_chunked(const DeltaRuleArgs& args, int chunk);
 cudaError_t launch_gated_delta_rule_chunked(const DeltaRuleArgs& args, int chunk, const DeltaChunkPlan& plan,
                                             float* scratch, cudaStream_t stream);
 
+// The decode step of a Gated DeltaNet mixer's core in one launch (Backend::gated_delta_net_rows):
+// for each row t, one token of its own sequence, the gates from a and b, the causal conv (silu)
+// of the qkv row over the conv state's window, the delta rule, then per value head the RMS norm
+// with a plain gain and the silu(z) gate: out[t, n, :] = rms(o) * norm * silu(z[t, n, :]). Each
+// step is the arithmetic of the separate kernels (launch_delta_rule_gates, causal_conv1d,
+// gated_delta_rule, rms_norm, gated_activation); only the norm's sum of squares goes in another
+// order. The states move as those kernels move them.
+struct DeltaNetStepArgs {
+  float* out = nullptr;  // [R, nV * dv]
+  const float* qkv = nullptr;  // [R, C]: q [nK * dk] | k [nK * dk] | v [nV * dv], before the conv
+  const float* z = nullptr;    // [R, nV * dv]
+  const float* a = nullptr;    // [R, nV]: the decay's input
+  const float* b = nullptr;    // [R, nV]: beta's input
+  int64_t out_stride = 0, qkv_stride = 0, z_stride = 0, a_stride = 0, b_stride = 0;
+  const void* conv_weight = nullptr;  // [C, K]
+  DType conv_type = DType::f32;
+  int64_t conv_row_bytes = 0;
+  int conv_kernel = 0;                  // K
+  WeightVector a_log, dt_bias, norm;  // [nV], [nV], [dv]
+  // One row: its states. Several rows: device arrays of row t's states (`*_state` unused).
+  float* conv_state = nullptr;   // [K - 1, C], rows conv_state_stride apart
+  float* delta_state = nullptr;  // [nV, dk, dv], contiguous
+  float* const* conv_table = nullptr;
+  float* const* delta_table = nullptr;
+  int64_t conv_state_stride = 0;
+  int64_t n_rows = 0;
+  int n_k_heads = 0, n_v_heads = 0, dk = 0, dv = 0;
+  float q_scale = 1.0f, l2_eps = 1e-6f, norm_eps = 1e-6f;
+};
+// Whether this device and build run the fused step (sm_90 and sm_90a code: it is a cluster of
+// blocks per key head), and whether the fused kernel takes these shapes (dk <= 128, conv kernel
+// <= kConvRowsMaxKernel, a key head's value heads' columns in at most 8 blocks of <= 64).
+bool delta_net_step_available();
+bool delta_net_step_fits(const DeltaNetStepArgs& args);
+// cudaErrorInvalidValue where it does not fit or is not available; a refused cluster launch
+// returns its error too (the caller then runs the separate kernels).
+cudaError_t launch_delta_net_step(const DeltaNetStepArgs& args, cudaStream_t stream);
+int64_t delta_net_step_launches();  // fused launches so far (tests)
+
 // x *= sigmoid(gate): gate [R, N] (per_row false) or [R, 1] (per_row true); element strides.
 cudaError_t launch_sigmoid_gate(float* x, int64_t x_stride, const float* gate, int64_t gate_stride, bool per_row,
                                 int64_t rows, int64_t cols, cudaStream_t stream);

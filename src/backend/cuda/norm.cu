@@ -4,6 +4,7 @@
 #include <atomic>
 #include <optional>
 
+#include "backend/cuda/cluster.cuh"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/imma_pieces.cuh"
 #include "backend/cuda/norm.cuh"
@@ -355,20 +356,6 @@ constexpr int kClusterMaxBlocks = 8, kClusterMaxWarps = 4, kClusterSpan = 8 * kW
 static_assert(kRegisterRowMax <= int64_t{kClusterMaxBlocks} * kClusterMaxWarps * kClusterSpan);
 
 #if FIRELINE_GPU_HOPPER
-// The cluster barrier in two halves, so that a block's arrival can go ahead of its wait.
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory"); }
-// v into the shared-memory word at `local`'s address in block `rank` of the cluster.
-__device__ __forceinline__ void store_cluster_float2(float2* local, uint32_t rank, float2 v) {
-  const uint32_t address = static_cast<uint32_t>(__cvta_generic_to_shared(local));
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(address), "r"(rank));
-  asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};\n" ::"r"(remote), "f"(v.x), "f"(v.y) : "memory");
-}
-
 // 8 consecutive gain factors from column `col` of a row of G (16-byte aligned): 1 without a gain.
 template <typename G>
 __device__ __forceinline__ void load_gain_8(float (&f)[8], bool used, const void* weight, Gain gain, int col,
