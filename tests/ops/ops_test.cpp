@@ -1025,8 +1025,9 @@ TEST_F(CudaOps, LinearAttentionDecodeStepReplaysAsAGraph) {
 // head per value head at dk = dv = 64 (16-column blocks); odd sizes (dk 36, dv 21: part tiles).
 // Taps bf16, f32 and Q8_0; qkv a strided view. dk = 200 is declined (the default runs: the
 // fused counter unmoved, the numbers within budget all the same). The conv window moves bit for
-// bit; the delta rule keeps its op's budget; the output adds the norm's sum order on top.
-// Then one sequence's step captured as a graph and replayed twice: the same as eager calls.
+// bit; the delta rule keeps its op's budget; the output adds the norm's sum order on top. Then
+// the pieces it cuts for out_proj (below), and one sequence's step captured as a graph and
+// replayed twice: the same as eager calls.
 TEST_F(CudaOps, FusedDeltaNetStepMatchesTheOps) {
   BackendOptions on, off;
   on.fused_delta_net = true;
@@ -1101,6 +1102,63 @@ TEST_F(CudaOps, FusedDeltaNetStepMatchesTheOps) {
     }
   }
   if (!available) GTEST_SKIP() << "checked the default only: no thread-block clusters (an sm_90 GPU, sm_90a code)";
+
+  // Its pieces (the integer matvec on): out_proj right after the step takes them (no pieces
+  // launch) and gives the bytes of a product that cuts its own from the step's output. A key
+  // head's value heads as one G256 group (the 4B's heads) and one G128 group (6 x 64 columns, so
+  // G128 weights); 8 x 64 columns are G256 weights over two key heads: not cut, the product cuts.
+  BackendOptions ready_options = on;
+  ready_options.imma_matvec = true;
+  BackendOptions apart_options = ready_options;
+  apart_options.imma_ready_pieces = false;
+  auto ready = make_backend("cuda", ready_options), apart = make_backend("cuda", apart_options);
+  if (cuda_imma_matvec_available(*ready)) {
+    for (Backend* b : {ready.get(), apart.get()}) {  // producers cut once an integer product has run
+      Twin w = twin_random(DType::hfq4_g256, {16, 256}), x = twin_random(DType::f32, {1, 256});
+      Twin out = twin_output(DType::f32, {1, 16});
+      b->matmul(out.gpu, x.gpu, w.gpu);
+    }
+    struct PiecesCase {
+      int64_t nK, nV, dk, dv;
+      bool cut;
+    };
+    for (const PiecesCase& c :
+         {PiecesCase{16, 32, 128, 128, true}, PiecesCase{3, 6, 64, 64, true}, PiecesCase{4, 8, 64, 64, false}}) {
+      const int64_t C = 2 * c.nK * c.dk + c.nV * c.dv, width = c.nV * c.dv;
+      const std::string what = "pieces nK=" + std::to_string(c.nK) + " nV=" + std::to_string(c.nV);
+      Twin taps = twin_random(DType::bf16, {C, K}, 0.5f), a_log = twin_random(DType::bf16, {c.nV});
+      Twin dt_bias = twin_random(DType::bf16, {c.nV}), norm = twin_random(DType::bf16, {c.dv}, 0.5f);
+      Twin qkv = twin_random(DType::f32, {1, C}, 2.0f), z = twin_random(DType::f32, {1, width}, 2.0f);
+      Twin ab = twin_random(DType::f32, {1, 2 * c.nV}, 4.0f), window = twin_random(DType::f32, {K - 1, C});
+      Twin state = twin_random(DType::f32, {c.nV, c.dk, c.dv}, 0.3f);
+      Twin w = twin_random(width % 256 == 0 ? DType::hfq4_g256 : DType::hfq4_g128, {300, width}, 0.5f);
+      DeltaNetStep s;
+      s.conv_taps = &taps.gpu, s.a_log = &a_log.gpu, s.dt_bias = &dt_bias.gpu, s.norm = &norm.gpu;
+      s.rule.q_scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.dk)));
+      std::vector<uint8_t> product[2];
+      int64_t pieces[2];
+      for (int i = 0; i < 2; ++i) {
+        Backend& b = i == 0 ? *ready : *apart;
+        Twin win = twin_bytes(DType::f32, {K - 1, C}, window.host.data());
+        Twin st = twin_bytes(DType::f32, {c.nV, c.dk, c.dv}, state.host.data());
+        Twin scratch = twin_bytes(DType::f32, {1, 2 * c.nV}, ab.host.data());
+        Twin core = twin_output(DType::f32, {1, c.nV, c.dv}), conv = twin_output(DType::f32, {1, C});
+        Twin out = twin_output(DType::f32, {1, 300});
+        const Tensor wins[] = {win.gpu}, sts[] = {st.gpu};
+        const int64_t pieces_before = cuda_imma_pieces_launches(), steps_before = cuda_delta_net_step_launches();
+        b.gated_delta_net_rows(core.gpu, conv.gpu, qkv.gpu, z.gpu, scratch.gpu.narrow(1, 0, c.nV),
+                               scratch.gpu.narrow(1, c.nV, c.nV), wins, sts, s);
+        b.matmul(out.gpu, core.gpu.reshape({1, width}), w.gpu);
+        b.synchronize();
+        EXPECT_EQ(cuda_delta_net_step_launches() - steps_before, 1) << what;
+        pieces[i] = cuda_imma_pieces_launches() - pieces_before;
+        product[i] = gpu_bytes(out);
+      }
+      EXPECT_EQ(pieces[0], c.cut ? 0 : 1) << what << (c.cut ? ": the product cut its own pieces" : "");
+      EXPECT_EQ(pieces[1], 1) << what;
+      EXPECT_EQ(product[0], product[1]) << what << ": the step's pieces against the product's own";
+    }
+  }
 
   // One sequence's step as a graph on the fused backend, replayed twice, against two eager steps
   // on copies of the states: the same bytes.

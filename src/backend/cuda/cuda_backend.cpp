@@ -1107,7 +1107,15 @@ class CudaBackend final : public Backend {
           launch.args.conv_table = table;
           launch.args.delta_table = table + launch.args.n_rows;
         }
-        if (cuda::launch_delta_net_step(launch.args, stream_) == cudaSuccess) return;
+        cuda::DeltaNetStepArgs& args = launch.args;
+        const int64_t width = int64_t{args.n_v_heads} * args.dv;  // out_proj's input: its pieces cut here too
+        args.pieces_group = pieces_group_for(width);
+        const bool cut = imma_ready_pieces_ && imma_products_seen_ && cuda::delta_net_step_cuts_pieces(args);
+        if (cut) args.pieces = workspace_floats((cuda::hfq4_imma_scratch_bytes(width, args.pieces_group) + 3) / 4);
+        if (cuda::launch_delta_net_step(args, stream_) == cudaSuccess) {
+          if (cut) ready_pieces_ = {args.out, width, args.pieces_group, args.pieces, stream_, *ops_};
+          return;
+        }
         cudaGetLastError();  // (the refused launch's error, not left for the next check)
       }
     }

@@ -13,6 +13,7 @@
 
 #include "backend/cuda/cluster.cuh"
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/imma_pieces.cuh"
 #include "backend/cuda/linear_attention.cuh"
 #if !defined(FIRELINE_GPU_HIP)
 #include "backend/cuda/mma_sync.cuh"  // cp.async
@@ -635,6 +636,7 @@ __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(Delta
   __shared__ float s_v[kCols];                             // the conv's v for the block's columns
   __shared__ float s_col_sq[kCols];                        // o^2 per column
   __shared__ float s_tile_sq[kStepMaxBlocks];              // [block of the cluster]: its columns' o^2 summed
+  __shared__ __align__(16) float s_group[256];             // block 0, with pieces: the key head's outputs
   cluster_arrive_relaxed();  // this block has started: its s_tile_sq may be written (waited for below)
   const int tid = threadIdx.x, s = tid % kStepSplit, col = tid / kStepSplit;
   const int dk = a.dk, dv = a.dv, nK = a.n_k_heads, ratio = a.n_v_heads / a.n_k_heads, K = a.conv_kernel;
@@ -772,7 +774,10 @@ __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(Delta
   if (has_col && s == 0) {
     const float y = o * inv * norm_gain;
     const float zj = a.z[t * a.z_stride + static_cast<int64_t>(n) * dv + j];
-    a.out[t * a.out_stride + static_cast<int64_t>(n) * dv + j] = zj / (1.0f + expf(-zj)) * y;  // silu(z) * y
+    const float gated = zj / (1.0f + expf(-zj)) * y;  // silu(z) * y
+    a.out[t * a.out_stride + static_cast<int64_t>(n) * dv + j] = gated;
+    // the key head's value heads are one weight group of out_proj: gathered in block 0 to be cut
+    if (a.pieces) store_cluster_float(&s_group[(rank / tiles) * dv + j], 0, gated);
   }
   // Every block of the cluster has read its q/k windows (the barrier): the key head's q/k channels
   // move on, shared out over the blocks. Row r takes row r + 1, the last row this token's input.
@@ -786,6 +791,26 @@ __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(Delta
     const int i = s + r * kStepSplit;
     if (has_col && i < dk) S[static_cast<int64_t>(i) * dv + j] = st[r];
   }
+  if (!a.pieces) return;
+  // Block 0 cuts group m once every block's outputs are in its s_group (the barrier), in one warp
+  // (8 consecutive elements a lane): cut_imma_group's bytes, whichever kernel cuts the values.
+  cluster_arrive();
+  cluster_wait();
+  if (rank != 0 || tid >= kWarp) return;
+  uint8_t* pieces = static_cast<uint8_t*>(a.pieces);
+  const int64_t width = static_cast<int64_t>(a.n_v_heads) * dv;  // out_proj's input
+  auto cut = [&](auto group_size) {
+    constexpr int kGroup = decltype(group_size)::value, kLanes = ImmaGroup<kGroup>::kLanesPerGroup;
+    const int l = tid % kLanes;
+    float v[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) v[e] = tid < kLanes ? s_group[8 * l + e] : 0.0f;
+    cut_imma_group<kGroup>(v, l, m, tid < kLanes, pieces, imma_group_scales<kGroup>(pieces, width));
+  };
+  if (a.pieces_group == 256)
+    cut(std::integral_constant<int, 256>{});
+  else
+    cut(std::integral_constant<int, 128>{});
 #else
   (void)a;
 #if !defined(FIRELINE_GPU_HIP)
@@ -948,12 +973,18 @@ bool delta_net_step_fits(const DeltaNetStepArgs& a) {
   if (a.n_k_heads <= 0 || a.n_v_heads <= 0 || a.n_v_heads % a.n_k_heads || a.n_k_heads > 65535) return false;
   if (a.dk < 1 || a.dk > kStepMaxDk || a.dv < 1 || a.n_rows < 0 || a.n_rows > 65535) return false;
   if (a.conv_kernel < 2 || a.conv_kernel > kStepWindow || !is_weight_format(a.conv_type)) return false;
-  if (a.n_rows > 1 && (!a.conv_table || !a.delta_table)) return false;
   return step_columns(a.n_v_heads / a.n_k_heads, a.dv) != 0;
+}
+
+bool delta_net_step_cuts_pieces(const DeltaNetStepArgs& a) {
+  return a.n_rows == 1 && (a.pieces_group == 128 || a.pieces_group == 256) && a.n_k_heads > 0 &&
+         a.n_v_heads % a.n_k_heads == 0 && (a.n_v_heads / a.n_k_heads) * a.dv == a.pieces_group;
 }
 
 cudaError_t launch_delta_net_step(const DeltaNetStepArgs& a, cudaStream_t stream) {
   if (!delta_net_step_available() || !delta_net_step_fits(a)) return cudaErrorInvalidValue;
+  if (a.pieces && !delta_net_step_cuts_pieces(a)) return cudaErrorInvalidValue;
+  if (a.n_rows > 1 && (!a.conv_table || !a.delta_table)) return cudaErrorInvalidValue;  // several rows: tables
   if (a.n_rows == 0) return cudaSuccess;
   const int cols = step_columns(a.n_v_heads / a.n_k_heads, a.dv);
   cudaError_t err = cudaErrorInvalidValue;

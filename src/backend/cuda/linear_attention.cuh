@@ -119,12 +119,18 @@ struct DeltaNetStepArgs {
   int64_t n_rows = 0;
   int n_k_heads = 0, n_v_heads = 0, dk = 0, dv = 0;
   float q_scale = 1.0f, l2_eps = 1e-6f, norm_eps = 1e-6f;
+  // One row: also cut out into the integer matvec's pieces for out_proj's `pieces_group`-wide
+  // weight groups (imma_pieces.cuh), where a key head's value heads are one such group
+  // (delta_net_step_cuts_pieces). Null: no pieces.
+  void* pieces = nullptr;
+  int pieces_group = 0;
 };
 // Whether this device and build run the fused step (sm_90 and sm_90a code: it is a cluster of
 // blocks per key head), and whether the fused kernel takes these shapes (dk <= 128, conv kernel
 // <= kConvRowsMaxKernel, a key head's value heads' columns in at most 8 blocks of <= 64).
 bool delta_net_step_available();
 bool delta_net_step_fits(const DeltaNetStepArgs& args);
+bool delta_net_step_cuts_pieces(const DeltaNetStepArgs& args);
 // cudaErrorInvalidValue where it does not fit or is not available; a refused cluster launch
 // returns its error too (the caller then runs the separate kernels).
 cudaError_t launch_delta_net_step(const DeltaNetStepArgs& args, cudaStream_t stream);
