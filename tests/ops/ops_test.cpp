@@ -1099,6 +1099,10 @@ TEST_F(CudaOps, FusedDeltaNetStepMatchesTheOps) {
           expect_close(delta_states[which * R + i], 2 * kSumBudget, what + " delta state " + std::to_string(i));
         }
       }
+      // The delta rule is the separate kernel's arithmetic: the states' bytes agree.
+      for (int64_t i = 0; i < R; ++i)
+        EXPECT_EQ(gpu_bytes(delta_states[i]), gpu_bytes(delta_states[R + i]))
+            << "step " << t << ": fused and separate delta state " << i << " differ";
     }
   }
   if (!available) GTEST_SKIP() << "checked the default only: no thread-block clusters (an sm_90 GPU, sm_90a code)";
@@ -1181,15 +1185,38 @@ TEST_F(CudaOps, FusedDeltaNetStepMatchesTheOps) {
     fused->gated_delta_net_rows(o, conv.gpu, qkv.gpu, z.gpu, scratch.gpu.narrow(1, 0, nV),
                                 scratch.gpu.narrow(1, nV, nV), wins, sts, s);
   };
+  const int64_t launches_before = cuda_delta_net_step_launches();
   std::unique_ptr<CapturedSteps> graph = fused->capture([&] { body(out.gpu, window.gpu, state.gpu); });
   for (int replay = 0; replay < 2; ++replay) {
     graph->replay();
     body(out_eager.gpu, window_eager.gpu, state_eager.gpu);
   }
   fused->synchronize();
+  EXPECT_EQ(cuda_delta_net_step_launches() - launches_before, 3) << "the capture and both eager steps fused";
   EXPECT_EQ(gpu_bytes(out), gpu_bytes(out_eager)) << "graph replay vs eager: out";
   EXPECT_EQ(gpu_bytes(window), gpu_bytes(window_eager)) << "graph replay vs eager: conv window";
   EXPECT_EQ(gpu_bytes(state), gpu_bytes(state_eager)) << "graph replay vs eager: delta state";
+
+  // Two steps with no op between on the same states: the second runs the separate kernels (the
+  // fused kernel reads the states before its launch waits for the launch before it to finish).
+  // The states come out as from two fused steps with a copy between (a and b are read, not
+  // written, by the fused step, so both steps see the same inputs either way).
+  const Tensor wins[] = {window.gpu}, sts[] = {state.gpu}, wins_eager[] = {window_eager.gpu},
+               sts_eager[] = {state_eager.gpu};
+  const Tensor a_in = scratch.gpu.narrow(1, 0, nV), b_in = scratch.gpu.narrow(1, nV, nV);
+  const int64_t back_to_back = cuda_delta_net_step_launches();
+  fused->copy_on_device(scratch.gpu, ab.gpu);
+  fused->gated_delta_net_rows(out.gpu, conv.gpu, qkv.gpu, z.gpu, a_in, b_in, wins, sts, s);
+  fused->gated_delta_net_rows(out.gpu, conv.gpu, qkv.gpu, z.gpu, a_in, b_in, wins, sts, s);
+  fused->synchronize();
+  EXPECT_EQ(cuda_delta_net_step_launches() - back_to_back, 1) << "a step right after a step fused";
+  for (int step = 0; step < 2; ++step) {
+    fused->copy_on_device(scratch.gpu, ab.gpu);
+    fused->gated_delta_net_rows(out_eager.gpu, conv.gpu, qkv.gpu, z.gpu, a_in, b_in, wins_eager, sts_eager, s);
+  }
+  fused->synchronize();
+  EXPECT_EQ(gpu_bytes(window), gpu_bytes(window_eager)) << "back to back: conv window";
+  EXPECT_EQ(gpu_bytes(state), gpu_bytes(state_eager)) << "back to back: delta state";
 }
 
 // A captured graph keeps the workspace it was captured with: a longer call on the same backend

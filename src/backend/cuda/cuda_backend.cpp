@@ -1097,10 +1097,14 @@ class CudaBackend final : public Backend {
   void gated_delta_net_rows(Tensor out, Tensor conv, const Tensor& qkv, const Tensor& z, Tensor a, Tensor b,
                             std::span<const Tensor> conv_states, std::span<const Tensor> delta_states,
                             const DeltaNetStep& step) override {
-    if (fused_delta_net_ && cuda::delta_net_step_available()) {
+    // (the fused kernel reads the states before the programmatic-launch wait: the launch right
+    // before it must not be a step, which may have written them)
+    const bool follows_step = delta_step_op_ != 0 && delta_step_op_ == *ops_;
+    if (fused_delta_net_ && !follows_step && cuda::delta_net_step_available()) {
       cuda::DeltaNetStepLaunch launch = cuda::delta_net_step_launch(out, qkv, z, a, b, conv_states, delta_states, step);
       if (cuda::delta_net_step_fits(launch.args)) {
         OpTimer timer(*this, "gated_delta_net", launch.bytes);
+        delta_step_op_ = *ops_;
         if (!launch.states.empty()) {  // several rows: their states' addresses, conv then delta
           auto table = const_cast<float* const*>(
               reinterpret_cast<const float* const*>(upload_pointer_table(launch.states, "gated_delta_net")));
@@ -1386,6 +1390,7 @@ class CudaBackend final : public Backend {
   bool imma_ready_pieces_;   // BackendOptions::imma_ready_pieces (with imma_matvec)
   bool cluster_residual_update_;  // BackendOptions::cluster_residual_update
   bool fused_delta_net_;          // BackendOptions::fused_delta_net
+  uint64_t delta_step_op_ = 0;    // the op count (ops_) of the last fused DeltaNet step
   // Ops issued so far (OpTimer, and the memory, capture, replay and branch calls and NCCL's
   // in-place all-reduce between them): a producer's pieces serve only the op right after it.
   // Shared with the captured graphs, whose replays count too.

@@ -626,7 +626,9 @@ int step_columns(int ratio, int dv) {
 // runs before. Only this kernel (at the layer's previous step), prefill's kernels and copies
 // write those states, and each such write is at least two launches back: a launch starts early
 // only once the one before it has passed its own wait, i.e. once every launch before that one
-// has completed. The previous launch (the projections) writes neither state.
+// has completed. The previous launch (the projections) writes neither state; the backend never
+// launches two steps back to back (CudaBackend::gated_delta_net_rows runs the separate kernels for
+// a step that follows a step with no other op between).
 template <DType F, int kCols>
 __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(DeltaNetStepArgs a) {
 #if FIRELINE_GPU_HOPPER
@@ -703,7 +705,9 @@ __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(Delta
     const float in = x[v_channel];
     s_v[tid] = conv_silu(v_window, v_taps, in);
     // This block alone reads this channel: its window moves on now.
-    for (int r = 0; r < K - 1; ++r) conv_state[r * a.conv_state_stride + v_channel] = r + 1 < K - 1 ? v_window[r + 1] : in;
+#pragma unroll
+    for (int r = 0; r + 1 < kStepWindow; ++r)  // (constant indices: the window stays in registers)
+      if (r < K - 1) conv_state[r * a.conv_state_stride + v_channel] = r + 1 < K - 1 ? v_window[r + 1] : in;
   } else if (tid < kCols) {
     s_v[tid] = 0.0f;
   }
@@ -766,6 +770,7 @@ __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(Delta
     tile_sq = warp_sum(tile_sq);
     if (tid < n_blocks) store_cluster_float(&s_tile_sq[rank], static_cast<uint32_t>(tid), tile_sq);
   }
+  __syncwarp();  // (the barrier is .aligned: every lane of a warp at it together)
   cluster_arrive();
   cluster_wait();
   float head_sq = 0.0f;
@@ -794,6 +799,7 @@ __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(Delta
   if (!a.pieces) return;
   // Block 0 cuts group m once every block's outputs are in its s_group (the barrier), in one warp
   // (8 consecutive elements a lane): cut_imma_group's bytes, whichever kernel cuts the values.
+  __syncwarp();
   cluster_arrive();
   cluster_wait();
   if (rank != 0 || tid >= kWarp) return;

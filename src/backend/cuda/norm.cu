@@ -595,7 +595,7 @@ cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t str
       g_cluster_update_launches.fetch_add(1, std::memory_order_relaxed);
       return cudaSuccess;
     }
-    cudaGetLastError();  // (the refused launch's error, not left for the next check)
+    (void)cudaGetLastError();  // (the refused launch's error, not left for the next check)
   }
   if (gain_type && a.cols <= kRegisterRowMax) {
     if (a.cols <= 4 * 128) return launch_residual_update_registers<4, 128>(a, *gain_type, gains, stream);
