@@ -134,6 +134,38 @@ __device__ __forceinline__ float column_sum(float v) {
   return v;
 }
 
+// One token of the delta rule for one state column held by kSplit threads (st[r] = S[s + r kSplit]
+// [j]; qs, ks the token's normalised q and k; v the column's value): the state moves on and the
+// column's output o = S^T q comes back in every thread of the column. Both delta rule kernels
+// run it, so they agree bit for bit.
+template <int kSplit>
+__device__ __forceinline__ float delta_rule_token(float (&st)[kDeltaRows], const float* qs, const float* ks,
+                                                  float decay, float beta, float v, int s, int dk) {
+  // S <- exp(g) S;  kv_mem = S^T k
+  float kv_mem = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kDeltaRows; ++r) {
+    const int i = s + r * kSplit;
+    if (i < dk) {
+      st[r] *= decay;
+      kv_mem += st[r] * ks[i];
+    }
+  }
+  kv_mem = column_sum<kSplit>(kv_mem);
+  // e = beta (v - S^T k);  S <- S + k e^T;  o = S^T q
+  const float delta = (v - kv_mem) * beta;
+  float o = 0.0f;
+#pragma unroll
+  for (int r = 0; r < kDeltaRows; ++r) {
+    const int i = s + r * kSplit;
+    if (i < dk) {
+      st[r] += ks[i] * delta;
+      o += st[r] * qs[i];
+    }
+  }
+  return column_sum<kSplit>(o);
+}
+
 // Grid (ceil(dv / kCols), nV, 1 or one per state-table row), kDeltaThreads threads: thread tid
 // serves column j = blockIdx.x * kCols + tid / kSplit and rows i = tid % kSplit + r * kSplit,
 // r < kDeltaRows.
@@ -208,30 +240,7 @@ __global__ void __launch_bounds__(kDeltaThreads) gated_delta_rule_kernel(DeltaRu
     for (int u = 0; u < n_stage; ++u) {
       const float* qs = s_qk + u * 2 * dk;
       const float* ks = qs + dk;
-      const float decay = s_decay[u], b = s_beta[u], v = s_v[u * kCols + col];
-      // S <- exp(g) S;  kv_mem = S^T k
-      float kv_mem = 0.0f;
-#pragma unroll
-      for (int r = 0; r < kDeltaRows; ++r) {
-        const int i = s + r * kSplit;
-        if (i < dk) {
-          st[r] *= decay;
-          kv_mem += st[r] * ks[i];
-        }
-      }
-      kv_mem = column_sum<kSplit>(kv_mem);
-      // e = beta (v - S^T k);  S <- S + k e^T;  o = S^T q
-      const float delta = (v - kv_mem) * b;
-      float o = 0.0f;
-#pragma unroll
-      for (int r = 0; r < kDeltaRows; ++r) {
-        const int i = s + r * kSplit;
-        if (i < dk) {
-          st[r] += ks[i] * delta;
-          o += st[r] * qs[i];
-        }
-      }
-      o = column_sum<kSplit>(o);
+      const float o = delta_rule_token<kSplit>(st, qs, ks, s_decay[u], s_beta[u], s_v[u * kCols + col], s, dk);
       const int64_t t = t0 + u;
       if (has_col && s == 0) a.out.data[t * a.out.token_stride + static_cast<int64_t>(n) * a.out.head_stride + j] = o;
     }
@@ -734,30 +743,7 @@ __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(Delta
   __syncthreads();
 
   // The delta rule for one token (gated_delta_rule_kernel's arithmetic).
-  const float* qs = s_qk;
-  const float* ks = s_qk + dk;
-  const float v = s_v[col];
-  float kv_mem = 0.0f;
-#pragma unroll
-  for (int r = 0; r < kDeltaRows; ++r) {
-    const int i = s + r * kStepSplit;
-    if (i < dk) {
-      st[r] *= decay;
-      kv_mem += st[r] * ks[i];
-    }
-  }
-  kv_mem = column_sum<kStepSplit>(kv_mem);
-  const float delta = (v - kv_mem) * beta;
-  float o = 0.0f;
-#pragma unroll
-  for (int r = 0; r < kDeltaRows; ++r) {
-    const int i = s + r * kStepSplit;
-    if (i < dk) {
-      st[r] += ks[i] * delta;
-      o += st[r] * qs[i];
-    }
-  }
-  o = column_sum<kStepSplit>(o);
+  const float o = delta_rule_token<kStepSplit>(st, s_qk, s_qk + dk, decay, beta, s_v[col], s, dk);
 
   // The value head's sum of o^2: the block's columns in order, then its tiles' sums in order
   // (every block of the head adds the same slots: the same bits).
