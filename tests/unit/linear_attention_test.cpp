@@ -4,8 +4,11 @@
 // rule in its closed form S_t = a_t (I - b_t k k^T) S_{t-1} + b_t k v^T. And the two forms of the
 // delta rule against each other: chunked (prompts) and recurrent (decode) must leave the same
 // state and outputs, whatever the chunk length and however the tokens are split across calls.
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <string>
+#include <span>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -266,6 +269,91 @@ TEST_F(LinearAttentionOps, DeltaRuleRejectsMismatchedShapes) {
   EXPECT_THROW(cpu_->gated_delta_rule_chunked(view(out, {4, 2, 8}), q, k, v, view(ok.g, {4, 2}), view(ok.beta, {4, 2}),
                                               view(state2, {2, 8, 8}), no_chunk),
                Error);
+}
+
+// ---- the decode step (gated_delta_net_rows) ----
+
+// The default's contract: for each row its own states, the gates, the conv (silu), the delta rule,
+// then per value head the RMS norm with a plain gain and silu(z). Against those ops called one row
+// at a time on copies of the states: the same floats (the CPU default is the ops themselves). Two
+// sequences (the rows form) and one (the gates beside the conv), 2 value heads per key head.
+TEST_F(LinearAttentionOps, DecodeStepIsTheOpsInTurnForEachRow) {
+  const int64_t nK = 2, nV = 4, dk = 8, dv = 6, K = 4, C = 2 * nK * dk + nV * dv;
+  std::vector<float> taps = randn(C * K, rng_, 0.5f), a_log = randn(nV, rng_), dt_bias = randn(nV, rng_);
+  std::vector<float> norm = randn(dv, rng_, 0.5f);
+  DeltaNetStep step;
+  Tensor taps_t = view(taps, {C, K}), a_log_t = view(a_log, {nV}), dt_t = view(dt_bias, {nV}),
+         norm_t = view(norm, {dv});
+  step.conv_taps = &taps_t, step.a_log = &a_log_t, step.dt_bias = &dt_t, step.norm = &norm_t;
+  step.rule.q_scale = 1.0f / std::sqrt(static_cast<float>(dk));
+  for (int64_t R : {2, 1}) {
+    SCOPED_TRACE("rows=" + std::to_string(R));
+    std::vector<float> qkv = randn(R * C, rng_, 2.0f), z = randn(R * nV * dv, rng_, 2.0f);
+    std::vector<float> ab = randn(R * 2 * nV, rng_, 3.0f);
+    std::vector<std::vector<float>> conv_states, delta_states;
+    for (int64_t i = 0; i < R; ++i) {
+      conv_states.push_back(randn((K - 1) * C, rng_));
+      delta_states.push_back(randn(nV * dk * dv, rng_, 0.3f));
+    }
+    std::vector<std::vector<float>> conv_ref = conv_states, delta_ref = delta_states;
+    // the op
+    std::vector<float> out(R * nV * dv), conv(R * C), a(R * nV), b(R * nV);
+    for (int64_t i = 0; i < R; ++i)
+      for (int64_t n = 0; n < nV; ++n) a[i * nV + n] = ab[i * 2 * nV + n], b[i * nV + n] = ab[i * 2 * nV + nV + n];
+    std::vector<Tensor> conv_t, delta_t;
+    for (int64_t i = 0; i < R; ++i) {
+      conv_t.push_back(view(conv_states[i], {K - 1, C}));
+      delta_t.push_back(view(delta_states[i], {nV, dk, dv}));
+    }
+    cpu_->gated_delta_net_rows(view(out, {R, nV, dv}), view(conv, {R, C}), view(qkv, {R, C}), view(z, {R, nV * dv}),
+                               view(a, {R, nV}), view(b, {R, nV}), conv_t, delta_t, step);
+    // the ops, a row at a time
+    std::vector<float> want(R * nV * dv);
+    for (int64_t i = 0; i < R; ++i) {
+      std::vector<float> row(qkv.begin() + i * C, qkv.begin() + (i + 1) * C), conv_row(C), g(nV), beta(nV);
+      std::vector<float> a_row(a.size()), b_row(nV), o(nV * dv),
+          z_row(z.begin() + i * nV * dv, z.begin() + (i + 1) * nV * dv);
+      for (int64_t n = 0; n < nV; ++n) a_row[n] = ab[i * 2 * nV + n], b_row[n] = ab[i * 2 * nV + nV + n];
+      cpu_->causal_conv1d(view(conv_row, {1, C}), view(row, {1, C}), taps_t, view(conv_ref[i], {K - 1, C}),
+                          Activation::silu);
+      cpu_->delta_rule_gates(view(g, {1, nV}), view(beta, {1, nV}), view(a_row, {1, nV}), view(b_row, {1, nV}), a_log_t,
+                             dt_t);
+      cpu_->gated_delta_rule(view(o, {1, nV, dv}), heads_of(conv_row, 1, C, 0, nK, dk),
+                             heads_of(conv_row, 1, C, nK * dk, nK, dk), heads_of(conv_row, 1, C, 2 * nK * dk, nV, dv),
+                             view(g, {1, nV}), view(beta, {1, nV}), view(delta_ref[i], {nV, dk, dv}), step.rule);
+      cpu_->rms_norm(view(o, {nV, dv}), view(o, {nV, dv}), &norm_t, NormGain::weight, step.norm_eps);
+      cpu_->gated_activation(view(o, {nV, dv}), view(z_row, {nV, dv}), view(o, {nV, dv}), Activation::silu);
+      std::copy(o.begin(), o.end(), want.begin() + i * nV * dv);
+    }
+    EXPECT_EQ(out, want);
+    EXPECT_EQ(conv_states, conv_ref);
+    EXPECT_EQ(delta_states, delta_ref);
+    EXPECT_GT(max_abs(out), 0.0f);
+  }
+}
+
+TEST_F(LinearAttentionOps, DecodeStepRejectsMismatchedShapes) {
+  const int64_t nK = 1, nV = 2, dk = 4, dv = 4, K = 4, C = 2 * nK * dk + nV * dv;
+  std::vector<float> taps(C * K), a_log(nV), dt_bias(nV), norm(dv), qkv(C), z(nV * dv), a(nV), b(nV);
+  std::vector<float> out(nV * dv), conv(C), conv_state((K - 1) * C), delta_state(nV * dk * dv), wide(C + 2);
+  Tensor taps_t = view(taps, {C, K}), a_log_t = view(a_log, {nV}), dt_t = view(dt_bias, {nV}),
+         norm_t = view(norm, {dv});
+  DeltaNetStep step;
+  step.conv_taps = &taps_t, step.a_log = &a_log_t, step.dt_bias = &dt_t, step.norm = &norm_t;
+  const Tensor conv_states[] = {view(conv_state, {K - 1, C})}, delta_states[] = {view(delta_state, {nV, dk, dv})};
+  auto run = [&](const Tensor& qkv_t, const Tensor& out_t, std::span<const Tensor> cs, std::span<const Tensor> ds,
+                 const DeltaNetStep& s) {
+    cpu_->gated_delta_net_rows(out_t, view(conv, {1, C}), qkv_t, view(z, {1, nV * dv}), view(a, {1, nV}),
+                               view(b, {1, nV}), cs, ds, s);
+  };
+  EXPECT_NO_THROW(run(view(qkv, {1, C}), view(out, {1, nV, dv}), conv_states, delta_states, step));
+  // qkv not 2 nK dk + nV dv wide; out of another shape; a conv state without its delta state
+  EXPECT_THROW(run(view(wide, {1, C + 2}), view(out, {1, nV, dv}), conv_states, delta_states, step), Error);
+  EXPECT_THROW(run(view(qkv, {1, C}), view(out, {1, dv, nV}), conv_states, delta_states, step), Error);
+  EXPECT_THROW(run(view(qkv, {1, C}), view(out, {1, nV, dv}), conv_states, {}, step), Error);
+  DeltaNetStep no_norm = step;
+  no_norm.norm = nullptr;
+  EXPECT_THROW(run(view(qkv, {1, C}), view(out, {1, nV, dv}), conv_states, delta_states, no_norm), Error);
 }
 
 // ---- sigmoid gate ----
