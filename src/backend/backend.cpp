@@ -135,8 +135,6 @@ void Backend::gated_delta_rule_rows(Tensor out, const Tensor& q, const Tensor& k
                      beta.slice(i, i + 1), states[i], params);
 }
 
-namespace {
-// Columns [col0, col0 + heads * dim) of rows [R, C] as [R, heads, dim] (strided, no copy).
 Tensor head_columns(const Tensor& rows, int64_t col0, int64_t heads, int64_t dim) {
   Tensor out = rows.narrow(1, col0, heads * dim);
   const int64_t row_stride = out.stride[0], col_stride = out.stride[1];
@@ -145,7 +143,6 @@ Tensor head_columns(const Tensor& rows, int64_t col0, int64_t heads, int64_t dim
   out.stride = {row_stride, dim * col_stride, col_stride, 0};
   return out;
 }
-}  // namespace
 
 void Backend::gated_delta_net_rows(Tensor out, Tensor conv, const Tensor& qkv, const Tensor& z, Tensor a, Tensor b,
                                    std::span<const Tensor> conv_states, std::span<const Tensor> delta_states,

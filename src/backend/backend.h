@@ -109,6 +109,10 @@ struct DeltaRuleParams {
   int chunk = 64;        // chunked form: tokens per chunk
 };
 
+// Columns [col0, col0 + heads * dim) of rows [R, C] as [R, heads, dim] (a strided view, no copy):
+// q, k and v of a Gated DeltaNet mixer's convolved projection.
+Tensor head_columns(const Tensor& rows, int64_t col0, int64_t heads, int64_t dim);
+
 // The weights and constants of a Gated DeltaNet mixer's decode step (Backend::gated_delta_net_rows).
 struct DeltaNetStep {
   const Tensor* conv_taps = nullptr;  // [C, K]

@@ -40,17 +40,6 @@ struct Qwen35Layer {
   Tensor shared_gate_proj, shared_up_proj, shared_down_proj, shared_expert_gate;
 };
 
-// Columns [col0, col0 + heads * dim) of an f32 [T, width] activation, seen as [T, heads, dim]
-// (a strided view: rows stay width apart).
-Tensor head_view(const Tensor& rows, int64_t col0, int64_t heads, int64_t dim) {
-  Tensor cols = rows.narrow(1, col0, heads * dim);
-  Tensor out = cols;
-  out.ndim = 3;
-  out.shape = {cols.shape[0], heads, dim, 0};
-  out.stride = {cols.stride[0], dim * cols.stride[1], cols.stride[1], 0};
-  return out;
-}
-
 std::string layer_prefix(int64_t l) { return "layers." + std::to_string(l) + "."; }
 
 class Qwen35Model final : public Model {
@@ -346,8 +335,8 @@ class Qwen35Model final : public Model {
       for (const SequenceRows& part : parts) {
         const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
         const Tensor part_conv = conv.slice(r0, r1);
-        const Tensor q = head_view(part_conv, 0, nK, dk), k = head_view(part_conv, nK * dk, nK, dk),
-                     v = head_view(part_conv, 2 * nK * dk, nV, dv);
+        const Tensor q = head_columns(part_conv, 0, nK, dk), k = head_columns(part_conv, nK * dk, nK, dk),
+                     v = head_columns(part_conv, 2 * nK * dk, nV, dv);
         Tensor& delta = part.seq->recurrent[l].delta;
         if (part.n_rows == 1)
           b.gated_delta_rule(core.slice(r0, r1), q, k, v, g.slice(r0, r1), beta.slice(r0, r1), delta, params);

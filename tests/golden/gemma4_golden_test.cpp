@@ -59,12 +59,13 @@ class Gemma4Golden : public ::testing::TestWithParam<std::tuple<std::string, std
     ASSERT_EQ(golden_.logits_prefill.size(), static_cast<size_t>(T_ * V_));
   }
 
-  std::unique_ptr<Sequence> sequence(bool ring = true, DType kv = DType::f32) {
+  std::unique_ptr<Sequence> sequence(bool ring = true, DType kv = DType::f32) { return sequence_of(*model_, ring, kv); }
+  std::unique_ptr<Sequence> sequence_of(Model& model, bool ring = true, DType kv = DType::f32) {
     SequenceOptions opt;
     opt.max_seq = T_ + 16;
     opt.sliding_ring = ring;
     opt.kv_dtype = kv;
-    return model_->new_sequence(opt);
+    return model.new_sequence(opt);
   }
 
   // Feeds the prompt in chunks of the given sizes (summing to T), returning all logits [T, V].
@@ -175,15 +176,9 @@ TEST_P(Gemma4Golden, BatchedDecodeEqualsSeparateSequences) {
     one_block_model = load_model(*source_, *one_block_backend);
     model = one_block_model.get();
   }
-  auto new_sequence = [&] {
-    SequenceOptions opt;
-    opt.max_seq = T_ + 16;  // (as sequence() makes them)
-    opt.sliding_ring = true;
-    opt.kv_dtype = DType::f32;
-    return model->new_sequence(opt);
-  };
   const int64_t prompts[] = {7, 19, 31};
-  auto [alone, batched] = test::prefilled_twins(*model, golden_.input_ids, prompts, new_sequence);
+  auto [alone, batched] =
+      test::prefilled_twins(*model, golden_.input_ids, prompts, [&] { return sequence_of(*model); });
   for (int step = 0; step < 14; ++step) {
     // steps 0-5: all three; 6-9: the middle one has left; 10-13: it is back
     std::vector<int> members = step >= 6 && step < 10 ? std::vector<int>{0, 2} : std::vector<int>{0, 1, 2};

@@ -1102,16 +1102,19 @@ class CudaBackend final : public Backend {
     const bool follows_step = delta_step_op_ != 0 && delta_step_op_ == *ops_;
     if (fused_delta_net_ && !follows_step && cuda::delta_net_step_available()) {
       cuda::DeltaNetStepLaunch launch = cuda::delta_net_step_launch(out, qkv, z, a, b, conv_states, delta_states, step);
-      if (cuda::delta_net_step_fits(launch.args)) {
+      cuda::DeltaNetStepArgs& args = launch.args;
+      if (cuda::delta_net_step_fits(args)) {
+        const auto first_delta = launch.states.begin() + args.n_rows;
+        require_distinct({launch.states.begin(), first_delta}, "gated_delta_net");
+        require_distinct({first_delta, launch.states.end()}, "gated_delta_net");
         OpTimer timer(*this, "gated_delta_net", launch.bytes);
         delta_step_op_ = *ops_;
-        if (!launch.states.empty()) {  // several rows: their states' addresses, conv then delta
+        if (args.n_rows > 1) {  // several rows: their states' addresses, conv then delta
           auto table = const_cast<float* const*>(
               reinterpret_cast<const float* const*>(upload_pointer_table(launch.states, "gated_delta_net")));
-          launch.args.conv_table = table;
-          launch.args.delta_table = table + launch.args.n_rows;
+          args.conv_table = table;
+          args.delta_table = table + args.n_rows;
         }
-        cuda::DeltaNetStepArgs& args = launch.args;
         const int64_t width = int64_t{args.n_v_heads} * args.dv;  // out_proj's input: its pieces cut here too
         args.pieces_group = pieces_group_for(width);
         const bool cut = imma_ready_pieces_ && imma_products_seen_ && cuda::delta_net_step_cuts_pieces(args);

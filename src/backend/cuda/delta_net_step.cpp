@@ -1,8 +1,6 @@
 // The fused Gated DeltaNet decode step's arguments (delta_net_step.h).
 #include "backend/cuda/delta_net_step.h"
 
-#include <algorithm>
-
 #include "core/error.h"
 
 namespace fl::cuda {
@@ -23,12 +21,6 @@ WeightVector weight_vector(const Tensor* w, int64_t elements, const char* what) 
   if (!w || w->device != Device::cuda || !w->is_contiguous() || w->numel() != elements)
     fail("{}: {} {} must be {} contiguous elements in GPU memory", kOp, what, w ? w->describe() : "(none)", elements);
   return WeightVector{w->data, w->dtype, w->cols(), w->row_bytes()};
-}
-
-void require_distinct(std::vector<const void*> addresses) {
-  std::sort(addresses.begin(), addresses.end());
-  if (std::adjacent_find(addresses.begin(), addresses.end()) != addresses.end())
-    fail("{}: two rows share one state (each row must continue its own sequence)", kOp);
 }
 
 }  // namespace
@@ -86,12 +78,9 @@ DeltaNetStepLaunch delta_net_step_launch(const Tensor& out, const Tensor& qkv, c
     launch.states.push_back(conv.data);
   }
   for (const Tensor& delta : delta_states) launch.states.push_back(delta.data);
-  require_distinct({launch.states.begin(), launch.states.begin() + R});
-  require_distinct({launch.states.begin() + R, launch.states.end()});
   if (R == 1) {
     s.conv_state = static_cast<float*>(conv_states[0].data);
     s.delta_state = static_cast<float*>(delta_states[0].data);
-    launch.states.clear();
   }
   s.n_rows = R;
   s.n_k_heads = static_cast<int>(nK);

@@ -12,7 +12,7 @@ namespace fl::cuda {
 
 struct DeltaNetStepLaunch {
   DeltaNetStepArgs args;            // one row: its states set; several: the tables left to fill
-  std::vector<const void*> states;  // several rows: every conv state, then every delta state
+  std::vector<const void*> states;  // every row's conv state, then every row's delta state
   double bytes = 0;                 // what the step moves (OpTimer)
 };
 DeltaNetStepLaunch delta_net_step_launch(const Tensor& out, const Tensor& qkv, const Tensor& z, const Tensor& a,

@@ -43,6 +43,12 @@ __device__ __forceinline__ float gated_value(float gate, float up, Act act) {
   return a * up;
 }
 
+// transformers' RMSNorm factor pow(mean(x^2) + eps, -0.5) from a row's sum of squares (the norm
+// kernels and the fused DeltaNet step's output norm).
+__device__ __forceinline__ float rms_inverse_of_sum(float sum_sq, int64_t cols, float eps) {
+  return powf(sum_sq / static_cast<float>(cols) + eps, -0.5f);
+}
+
 // Sum over the whole block (blockDim.x a multiple of kWarp, at most 1024); every thread gets it.
 __device__ __forceinline__ float block_sum(float v) {
   __shared__ float partial[1024 / kWarp];

@@ -89,6 +89,16 @@ struct DeviceTraits {
 };
 DeviceTraits current_device_traits();
 
+// Whether the current device runs the kernels that exist only in sm_90a code (thread-block
+// clusters, bulk copies): a 9.0 device, and a build that carries sm_90a code.
+inline bool sm90a_kernels_available() {
+#if defined(FIRELINE_CUDA_SM90A)
+  return current_device_traits().major == 9;
+#else
+  return false;
+#endif
+}
+
 // Whether launches on the current device may start early (PDL: sm_90 and later, CUDA only).
 inline bool early_launch_enabled() {
 #if defined(FIRELINE_GPU_HIP) || !FIRELINE_GPU_PDL

@@ -108,6 +108,13 @@ __device__ __forceinline__ float weight_element(const WeightVector& w, int64_t n
   return load_weight(static_cast<const uint8_t*>(w.data) + (n / w.cols) * w.row_bytes, n % w.cols, w.type);
 }
 
+// g = -exp(a_log) * softplus(a + dt_bias), the delta rule's log-decay (both kernels that make it).
+__device__ __forceinline__ float delta_rule_log_decay(float a, float dt_bias, float a_log) {
+  const float x = a + dt_bias;
+  const float softplus = x > 20.0f ? x : log1pf(expf(x));  // torch's softplus (threshold 20)
+  return -expf(a_log) * softplus;
+}
+
 __global__ void delta_rule_gates_kernel(float* g, int64_t g_stride, float* beta, int64_t beta_stride, const float* a,
                                         int64_t a_stride, const float* b, int64_t b_stride, WeightVector a_log,
                                         WeightVector dt_bias, int64_t n_tokens, int64_t n_v_heads) {
@@ -117,9 +124,7 @@ __global__ void delta_rule_gates_kernel(float* g, int64_t g_stride, float* beta,
     const int64_t t = i / n_v_heads, n = i % n_v_heads;
     // both inputs are read before either output is written: g may alias a, beta may alias b
     const float a_tn = a[t * a_stride + n], b_tn = b[t * b_stride + n];
-    const float x = a_tn + weight_element(dt_bias, n);
-    const float softplus = x > 20.0f ? x : log1pf(expf(x));  // torch's softplus (threshold 20)
-    g[t * g_stride + n] = -expf(weight_element(a_log, n)) * softplus;
+    g[t * g_stride + n] = delta_rule_log_decay(a_tn, weight_element(dt_bias, n), weight_element(a_log, n));
     beta[t * beta_stride + n] = sigmoid(b_tn);
   }
 }
@@ -132,6 +137,24 @@ __device__ __forceinline__ float column_sum(float v) {
 #pragma unroll
   for (int offset = kSplit / 2; offset > 0; offset /= 2) v += gpu::shfl_xor(v, offset);
   return v;
+}
+
+// transformers' l2norm of one token's q and k rows (dk each, in shared memory, in place), by one
+// warp: x * rsqrt(sum(x^2) + eps), then (queries only) * scale. Each lane sums and rescales the
+// elements i = lane, lane + 32, ... (those it wrote: no barrier needed before).
+__device__ __forceinline__ void l2_normalise_qk(float* qs, float* ks, int dk, int lane, float q_scale, float l2_eps) {
+  float q_sq = 0.0f, k_sq = 0.0f;
+  for (int i = lane; i < dk; i += kWarp) {
+    q_sq += qs[i] * qs[i];
+    k_sq += ks[i] * ks[i];
+  }
+  q_sq = warp_sum(q_sq);
+  k_sq = warp_sum(k_sq);
+  const float q_inv = 1.0f / sqrtf(q_sq + l2_eps), k_inv = 1.0f / sqrtf(k_sq + l2_eps);
+  for (int i = lane; i < dk; i += kWarp) {
+    qs[i] = qs[i] * q_inv * q_scale;
+    ks[i] = ks[i] * k_inv;
+  }
 }
 
 // One token of the delta rule for one state column held by kSplit threads (st[r] = S[s + r kSplit]
@@ -213,22 +236,8 @@ __global__ void __launch_bounds__(kDeltaThreads) gated_delta_rule_kernel(DeltaRu
       const float* kt = a.k.data + t * a.k.token_stride + m * a.k.head_stride;
       float* qs = s_qk + u * 2 * dk;
       float* ks = qs + dk;
-      float q_sq = 0.0f, k_sq = 0.0f;
-      for (int i = lane; i < dk; i += kWarp) {
-        const float qv = qt[i], kv = kt[i];
-        qs[i] = qv;
-        ks[i] = kv;
-        q_sq += qv * qv;
-        k_sq += kv * kv;
-      }
-      q_sq = warp_sum(q_sq);
-      k_sq = warp_sum(k_sq);
-      // transformers' l2norm: x * rsqrt(sum(x^2) + eps), then (queries only) * scale
-      const float q_inv = 1.0f / sqrtf(q_sq + a.l2_eps), k_inv = 1.0f / sqrtf(k_sq + a.l2_eps);
-      for (int i = lane; i < dk; i += kWarp) {  // each lane rescales the elements it stored
-        qs[i] = qs[i] * q_inv * a.q_scale;
-        ks[i] = ks[i] * k_inv;
-      }
+      for (int i = lane; i < dk; i += kWarp) qs[i] = qt[i], ks[i] = kt[i];
+      l2_normalise_qk(qs, ks, dk, lane, a.q_scale, a.l2_eps);
       if (lane == 0) s_decay[u] = expf(a.g[t * a.g_stride + n]), s_beta[u] = a.beta[t * a.beta_stride + n];
     }
     for (int e = tid; e < n_stage * kCols; e += kDeltaThreads) {
@@ -606,13 +615,13 @@ __global__ void sigmoid_gate_kernel(float* x, int64_t x_stride, const float* gat
   }
 }
 
-
 // ---- the fused decode step (launch_delta_net_step) ----
 
 constexpr int kStepSplit = 4;                         // threads per state column, as kSplit = 4 above
 constexpr int kStepMaxDk = kStepSplit * kDeltaRows;   // 128
 constexpr int kStepMaxBlocks = 8;                     // a portable cluster
 constexpr int kStepWindow = static_cast<int>(kConvRowsMaxKernel);
+constexpr int kStepMaxGroup = 256;  // out_proj's weight group the step cuts pieces for (128 or 256)
 
 // The columns per block: the fewest of 16, 32, 64 that fit a key head's value heads in one
 // cluster (Qwen3.5-4B: 2 value heads per key head of dv = 128 -> 32 columns, 8 blocks of 128
@@ -647,7 +656,7 @@ __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(Delta
   __shared__ float s_v[kCols];                             // the conv's v for the block's columns
   __shared__ float s_col_sq[kCols];                        // o^2 per column
   __shared__ float s_tile_sq[kStepMaxBlocks];              // [block of the cluster]: its columns' o^2 summed
-  __shared__ __align__(16) float s_group[256];             // block 0, with pieces: the key head's outputs
+  __shared__ __align__(16) float s_group[kStepMaxGroup];   // block 0, with pieces: the key head's outputs
   cluster_arrive_relaxed();  // this block has started: its s_tile_sq may be written (waited for below)
   const int tid = threadIdx.x, s = tid % kStepSplit, col = tid / kStepSplit;
   const int dk = a.dk, dv = a.dv, nK = a.n_k_heads, ratio = a.n_v_heads / a.n_k_heads, K = a.conv_kernel;
@@ -721,25 +730,10 @@ __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(Delta
     s_v[tid] = 0.0f;
   }
   // The gates (delta_rule_gates_kernel's arithmetic), then exp(g) as the delta rule takes it.
-  const float a_in = a.a[t * a.a_stride + n], b_in = a.b[t * a.b_stride + n];
-  const float gate_x = a_in + dt_bias;
-  const float softplus = gate_x > 20.0f ? gate_x : log1pf(expf(gate_x));
-  const float decay = expf(-expf(a_log) * softplus), beta = sigmoid(b_in);
+  const float decay = expf(delta_rule_log_decay(a.a[t * a.a_stride + n], dt_bias, a_log));
+  const float beta = sigmoid(a.b[t * a.b_stride + n]);
   __syncthreads();
-  if (tid < kWarp) {  // the l2 norms, in gated_delta_rule_kernel's order
-    float q_sq = 0.0f, k_sq = 0.0f;
-    for (int i = tid; i < dk; i += kWarp) {
-      q_sq += s_qk[i] * s_qk[i];
-      k_sq += s_qk[dk + i] * s_qk[dk + i];
-    }
-    q_sq = warp_sum(q_sq);
-    k_sq = warp_sum(k_sq);
-    const float q_inv = 1.0f / sqrtf(q_sq + a.l2_eps), k_inv = 1.0f / sqrtf(k_sq + a.l2_eps);
-    for (int i = tid; i < dk; i += kWarp) {
-      s_qk[i] = s_qk[i] * q_inv * a.q_scale;
-      s_qk[dk + i] = s_qk[dk + i] * k_inv;
-    }
-  }
+  if (tid < kWarp) l2_normalise_qk(s_qk, s_qk + dk, dk, tid, a.q_scale, a.l2_eps);
   __syncthreads();
 
   // The delta rule for one token (gated_delta_rule_kernel's arithmetic).
@@ -761,11 +755,11 @@ __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(Delta
   cluster_wait();
   float head_sq = 0.0f;
   for (int i = 0; i < tiles; ++i) head_sq += s_tile_sq[first_of_head + i];
-  const float inv = powf(head_sq / static_cast<float>(dv) + a.norm_eps, -0.5f);  // as rms_norm's
+  const float inv = rms_inverse_of_sum(head_sq, dv, a.norm_eps);
   if (has_col && s == 0) {
     const float y = o * inv * norm_gain;
     const float zj = a.z[t * a.z_stride + static_cast<int64_t>(n) * dv + j];
-    const float gated = zj / (1.0f + expf(-zj)) * y;  // silu(z) * y
+    const float gated = gated_value(zj, y, Act::silu);  // silu(z) * y, as gated_activation
     a.out[t * a.out_stride + static_cast<int64_t>(n) * dv + j] = gated;
     // the key head's value heads are one weight group of out_proj: gathered in block 0 to be cut
     if (a.pieces) store_cluster_float(&s_group[(rank / tiles) * dv + j], 0, gated);
@@ -953,13 +947,7 @@ cudaError_t launch_sigmoid_gate(float* x, int64_t x_stride, const float* gate, i
                        gate_stride, per_row, rows, cols);
 }
 
-bool delta_net_step_available() {
-#if defined(FIRELINE_CUDA_SM90A)
-  return current_device_traits().major == 9;
-#else
-  return false;
-#endif
-}
+bool delta_net_step_available() { return sm90a_kernels_available(); }
 
 bool delta_net_step_fits(const DeltaNetStepArgs& a) {
   if (a.n_k_heads <= 0 || a.n_v_heads <= 0 || a.n_v_heads % a.n_k_heads || a.n_k_heads > 65535) return false;
@@ -969,7 +957,7 @@ bool delta_net_step_fits(const DeltaNetStepArgs& a) {
 }
 
 bool delta_net_step_cuts_pieces(const DeltaNetStepArgs& a) {
-  return a.n_rows == 1 && (a.pieces_group == 128 || a.pieces_group == 256) && a.n_k_heads > 0 &&
+  return a.n_rows == 1 && (a.pieces_group == 128 || a.pieces_group == kStepMaxGroup) && a.n_k_heads > 0 &&
          a.n_v_heads % a.n_k_heads == 0 && (a.n_v_heads / a.n_k_heads) * a.dv == a.pieces_group;
 }
 

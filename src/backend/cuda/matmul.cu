@@ -842,13 +842,7 @@ size_t matvec_scratch_bytes(const MatvecArgs& a) {
 int64_t async_matvec_launches() { return g_async_matvec_launches.load(std::memory_order_relaxed); }
 int64_t split_matvec_launches() { return g_split_matvec_launches.load(std::memory_order_relaxed); }
 
-bool async_matvec_available() {
-#if defined(FIRELINE_CUDA_SM90A)
-  return current_device_traits().major == 9;
-#else
-  return false;
-#endif
-}
+bool async_matvec_available() { return sm90a_kernels_available(); }
 
 cudaError_t launch_matvec(const MatvecArgs& a, cudaStream_t stream) {
   if (a.n_segments != 0) return cudaErrorInvalidValue;  // launch_matvec_group

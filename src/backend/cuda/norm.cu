@@ -12,12 +12,8 @@
 namespace fl::cuda {
 namespace {
 
-// transformers: x * pow(mean(x^2) + eps, -0.5), then * gain. The factor from a row's sum of
-// squares:
-__device__ __forceinline__ float rms_inverse_of_sum(float sum_sq, int64_t cols, float eps) {
-  return powf(sum_sq / static_cast<float>(cols) + eps, -0.5f);
-}
-// ... and from the row, its squares summed across the block.
+// transformers: x * pow(mean(x^2) + eps, -0.5), then * gain (rms_inverse_of_sum,
+// device_common.cuh). The factor from the row, its squares summed across the block:
 __device__ __forceinline__ float rms_inverse(const float* src, int64_t cols, float eps) {
   float sum_sq = 0.0f;
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) sum_sq += src[i] * src[i];
@@ -607,13 +603,7 @@ cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t str
 
 int64_t residual_update_cluster_launches() { return g_cluster_update_launches.load(std::memory_order_relaxed); }
 
-bool residual_update_cluster_available() {
-#if defined(FIRELINE_CUDA_SM90A)
-  return current_device_traits().major == 9;
-#else
-  return false;
-#endif
-}
+bool residual_update_cluster_available() { return sm90a_kernels_available(); }
 
 bool residual_update_cuts_pieces(const ResidualUpdateArgs& a) {
 #if defined(FIRELINE_GPU_HIP)
