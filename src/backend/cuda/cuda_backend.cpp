@@ -171,16 +171,7 @@ class CudaBackend final : public Backend {
   CudaBackend(int device_index, const BackendOptions& options)
       : device_(device_index),
         act_pieces_(options.tensor_core_precision == TensorCorePrecision::bf16 ? 1 : cuda::kMmaExactParts),
-        gated_matvec_(options.gated_matvec),
-        weight_prefetch_(options.weight_prefetch),
-        hopper_expert_gemm_(options.hopper_expert_gemm),
-        group_gemm_(options.group_gemm),
-        async_matvec_(options.async_matvec),
-        split_matvec_(options.split_matvec),
-        imma_matvec_(options.imma_matvec),
-        imma_ready_pieces_(options.imma_matvec && options.imma_ready_pieces),
-        cluster_residual_update_(options.cluster_residual_update),
-        fused_delta_net_(options.fused_delta_net) {
+        options_(switches_of(options)) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -207,7 +198,7 @@ class CudaBackend final : public Backend {
         memory_khz > 0 && bus_bits > 0)
       memory_peak_ = MemoryPeak{name_, 2.0 * memory_khz * 1e3 * (bus_bits / 8.0) / 1e9};
     cudaGetLastError();  // a device that reports neither leaves no error behind
-    imma_ready_pieces_ = imma_ready_pieces_ && cuda::imma_matvec_available();
+    options_.imma_ready_pieces = options_.imma_ready_pieces && cuda::imma_matvec_available();
     check(cudaMalloc(&error_flag_, sizeof(int32_t)), "malloc");
     check(cudaMemsetAsync(error_flag_, 0, sizeof(int32_t), stream_), "memset");
     check(cudaStreamSynchronize(stream_), "memset");
@@ -295,6 +286,7 @@ class CudaBackend final : public Backend {
   void synchronize() override {
     require_no_branch("synchronize");  // (so the side stream's work is joined into the main one)
     check(cudaStreamSynchronize(stream_), "synchronize");
+    delta_step_op_ = 0;  // (nothing in flight: the next fused step overlaps no kernel)
     int32_t flag = 0;
     check(cudaMemcpyAsync(&flag, error_flag_, sizeof flag, cudaMemcpyDeviceToHost, stream_), "error flag");
     check(cudaStreamSynchronize(stream_), "error flag");
@@ -434,6 +426,7 @@ class CudaBackend final : public Backend {
     a.n_inputs = in.rows;
     a.scratch_bytes = cuda::matvec_scratch_bytes(a);
     if (a.scratch_bytes > 0) take_scratch_or_ready_pieces(a);
+    note_one_input_product(a);
     check(cuda::launch_matvec(a, stream_), "matmul");
   }
 
@@ -503,7 +496,7 @@ class CudaBackend final : public Backend {
     a.rows = hr.rows;
     a.cols = hr.cols;
     a.eps = u.eps;
-    a.cluster = cluster_residual_update_;
+    a.cluster = options_.cluster_residual_update;
     a.n_terms = static_cast<int>(u.terms.size());
     for (size_t i = 0; i < u.terms.size(); ++i) {
       const ResidualTerm& t = u.terms[i];
@@ -543,7 +536,7 @@ class CudaBackend final : public Backend {
     // One row: the first norm's output is the next product's input; cut it here
     // (BackendOptions::imma_ready_pieces).
     a.pieces_group = pieces_group_for(hr.cols);
-    bool cut = imma_ready_pieces_ && imma_products_seen_ && cuda::residual_update_cuts_pieces(a);
+    bool cut = options_.imma_ready_pieces && imma_products_seen_ && cuda::residual_update_cuts_pieces(a);
     for (int i = 1; i < a.n_norms && cut; ++i) {  // (another norm writing over norm 0's row: its bytes win)
       const float *first = a.norms[0].out, *other = a.norms[i].out;
       cut = other + hr.cols <= first || first + hr.cols <= other;
@@ -558,7 +551,7 @@ class CudaBackend final : public Backend {
     // BackendOptions::group_gemm, one split of the inputs and one GEMM launch for many inputs where
     // the GEMM takes segments (Hopper); anything else, one matmul each.
     bool grouped = outs.size() == weights.size() && !outs.empty() && outs.size() <= cuda::kMaxMatvecSegments &&
-                   x.ndim == 2 && x.dim(0) >= 1 && (x.dim(0) == 1 || group_gemm_);
+                   x.ndim == 2 && x.dim(0) >= 1 && (x.dim(0) == 1 || options_.group_gemm);
     for (size_t i = 0; grouped && i < weights.size(); ++i)
       grouped = weights[i]->ndim == 2 && weights[i]->dtype == weights[0]->dtype && weights[i]->dim(1) == x.dim(1) &&
                 outs[i].ndim == 2 && outs[i].dim(0) == x.dim(0) && outs[i].dim(1) == weights[i]->dim(0) &&
@@ -589,6 +582,7 @@ class CudaBackend final : public Backend {
     if (T == 1) {
       a.scratch_bytes = cuda::matvec_scratch_bytes(a);  // (the integer matvec's input pieces)
       if (a.scratch_bytes > 0) take_scratch_or_ready_pieces(a);
+      note_one_input_product(a);
       return check(cuda::launch_matvec_group(a, stream_), "matmul_group");
     }
     a.scratch_bytes = cuda::matmul_mma_scratch_bytes(a, act_pieces_);
@@ -604,7 +598,7 @@ class CudaBackend final : public Backend {
     a.weight_type = gate_w.dtype;
     a.n_inputs = x.ndim == 2 ? x.dim(0) : 0;
     a.gated = true;
-    const bool fused = gated_matvec_ && a.n_inputs == 1 && cuda::matvec_gated_supported(a) &&
+    const bool fused = options_.gated_matvec && a.n_inputs == 1 && cuda::matvec_gated_supported(a) &&
                        up_w.dtype == gate_w.dtype && gate_w.ndim == 2 && up_w.ndim == 2 &&
                        gate_w.dim(0) == up_w.dim(0) && gate_w.dim(1) == up_w.dim(1) &&
                        gate_w.stride[0] == up_w.stride[0] && x.dim(1) == gate_w.dim(1) && out.ndim == 2 &&
@@ -641,7 +635,7 @@ class CudaBackend final : public Backend {
     F32Rows o = f32_rows(out, "gated_activation"), g = f32_rows(gate, "gated_activation"), u = f32_rows(up, "gated_activation");
     same_shape(o, g, "gated_activation");
     same_shape(o, u, "gated_activation");
-    if (imma_ready_pieces_ && imma_products_seen_ && o.rows == 1) {  // a down projection's input: cut it here too
+    if (options_.imma_ready_pieces && imma_products_seen_ && o.rows == 1) {  // a down projection's input: cut it here too
       const int group = pieces_group_for(o.cols);
       void* pieces = workspace_floats((cuda::hfq4_imma_scratch_bytes(o.cols, group) + 3) / 4);
       check(cuda::launch_gated_activation_imma_pieces(o.data, g.data, u.data, o.cols, static_cast<cuda::Act>(act),
@@ -896,8 +890,8 @@ class CudaBackend final : public Backend {
     const size_t sort_floats = s.mma ? static_cast<size_t>(s.max_items * 4 + 1 + pairs) : 0;
     // and the GEMM's split inputs (x for gate_up, then the activations for down), 16-byte aligned
     s.split_bytes =
-        s.mma ? std::max(cuda::mma_grouped_scratch_bytes(T, pairs, E, H, gate_up, act_pieces_, hopper_expert_gemm_),
-                         cuda::mma_grouped_scratch_bytes(pairs, pairs, E, I, down, act_pieces_, hopper_expert_gemm_))
+        s.mma ? std::max(cuda::mma_grouped_scratch_bytes(T, pairs, E, H, gate_up, act_pieces_, options_.hopper_expert_gemm),
+                         cuda::mma_grouped_scratch_bytes(pairs, pairs, E, I, down, act_pieces_, options_.hopper_expert_gemm))
               : 0;
     s.head_floats = (static_cast<size_t>(pairs) * (3 * I + H) + sort_floats + 3) / 4 * 4;
     return s;
@@ -929,7 +923,7 @@ class CudaBackend final : public Backend {
     gated_probe.weight_type = gate_up.dtype;
     gated_probe.expert_ids = ids.ptr<int32_t>();
     gated_probe.gated = true;
-    const bool gated = gated_matvec_ && !mma && cuda::matvec_gated_supported(gated_probe);
+    const bool gated = options_.gated_matvec && !mma && cuda::matvec_gated_supported(gated_probe);
     const double expert_bytes = static_cast<double>(gate_up.stride[0] + down.stride[0]);
     const int kernels = mma ? 5 : gated ? 3 : 4;
     OpTimer timer(*this, "moe_experts", expert_bytes * (mma ? static_cast<double>(std::min(pairs, E)) : pairs),
@@ -947,7 +941,7 @@ class CudaBackend final : public Backend {
       auto* n_items = reinterpret_cast<int32_t*>(items + max_items);
       check(cuda::launch_moe_sort_pairs(grouped, items, n_items, n_items + 1, ids.ptr<int32_t>(), pairs, E, stream_),
             "moe_experts sort");
-      grouped.hopper = hopper_expert_gemm_;
+      grouped.hopper = options_.hopper_expert_gemm;
     }
     auto expert_product = [&](const cuda::MatvecArgs& args, const char* what) {
       check(mma ? cuda::launch_matmul_mma(args, args.act_pieces, stream_, &grouped) : cuda::launch_matvec(args, stream_),
@@ -1100,7 +1094,7 @@ class CudaBackend final : public Backend {
     // (the fused kernel reads the states before the programmatic-launch wait: the launch right
     // before it must not be a step, which may have written them)
     const bool follows_step = delta_step_op_ != 0 && delta_step_op_ == *ops_;
-    if (fused_delta_net_ && !follows_step && cuda::delta_net_step_available()) {
+    if (options_.fused_delta_net && !follows_step && cuda::delta_net_step_available()) {
       cuda::DeltaNetStepLaunch launch = cuda::delta_net_step_launch(out, qkv, z, a, b, conv_states, delta_states, step);
       cuda::DeltaNetStepArgs& args = launch.args;
       if (cuda::delta_net_step_fits(args)) {
@@ -1117,7 +1111,7 @@ class CudaBackend final : public Backend {
         }
         const int64_t width = int64_t{args.n_v_heads} * args.dv;  // out_proj's input: its pieces cut here too
         args.pieces_group = pieces_group_for(width);
-        const bool cut = imma_ready_pieces_ && imma_products_seen_ && cuda::delta_net_step_cuts_pieces(args);
+        const bool cut = options_.imma_ready_pieces && imma_products_seen_ && cuda::delta_net_step_cuts_pieces(args);
         if (cut) args.pieces = workspace_floats((cuda::hfq4_imma_scratch_bytes(width, args.pieces_group) + 3) / 4);
         if (cuda::launch_delta_net_step(args, stream_) == cudaSuccess) {
           if (cut) ready_pieces_ = {args.out, width, args.pieces_group, args.pieces, stream_, *ops_};
@@ -1368,31 +1362,37 @@ class CudaBackend final : public Backend {
     if (a.n_inputs == 1) imma_products_seen_ = true;
   }
 
+  // Called by each product after its OpTimer. BackendOptions::idle_prefetch: a one-input product
+  // prefetches its rows unless the op right before it on this stream was a product too.
+  void note_one_input_product(cuda::MatvecArgs& a) {
+    if (a.n_inputs != 1) return;
+    const bool after_product = last_product_op_ + 1 == *ops_ && last_product_stream_ == stream_;
+    a.weight_prefetch = options_.weight_prefetch || (options_.idle_prefetch && !after_product);
+    last_product_op_ = *ops_, last_product_stream_ = stream_;
+  }
+
   // MatvecArgs with this backend's switches (tensor-core pieces, prefetch, bulk copies, split
   // steps, integer tensor cores).
   cuda::MatvecArgs matvec_args() const {
     cuda::MatvecArgs a;
     a.act_pieces = act_pieces_;
-    a.weight_prefetch = weight_prefetch_;
-    a.async_rows = async_matvec_ ? -1 : 0;
-    a.split_rows = split_matvec_ ? 1 : 0;
-    a.imma_rows = imma_matvec_ ? -1 : 0;
+    a.weight_prefetch = options_.weight_prefetch;
+    a.async_rows = options_.async_matvec ? -1 : 0;
+    a.split_rows = options_.split_matvec ? 1 : 0;
+    a.imma_rows = options_.imma_matvec ? -1 : 0;
     return a;
+  }
+
+  // The options as this backend reads them: ready pieces only with the integer matvec.
+  static BackendOptions switches_of(BackendOptions o) {
+    o.imma_ready_pieces = o.imma_matvec && o.imma_ready_pieces;
+    return o;
   }
 
   int device_;
   // bf16 pieces per activation in the tensor-core products of many tokens (BackendOptions).
   int act_pieces_;
-  bool gated_matvec_;     // BackendOptions::gated_matvec
-  bool weight_prefetch_;  // BackendOptions::weight_prefetch
-  bool hopper_expert_gemm_;  // BackendOptions::hopper_expert_gemm
-  bool group_gemm_;          // BackendOptions::group_gemm
-  bool async_matvec_;        // BackendOptions::async_matvec
-  bool split_matvec_;        // BackendOptions::split_matvec
-  bool imma_matvec_;         // BackendOptions::imma_matvec
-  bool imma_ready_pieces_;   // BackendOptions::imma_ready_pieces (with imma_matvec)
-  bool cluster_residual_update_;  // BackendOptions::cluster_residual_update
-  bool fused_delta_net_;          // BackendOptions::fused_delta_net
+  BackendOptions options_;  // the switches (switches_of)
   uint64_t delta_step_op_ = 0;    // the op count (ops_) of the last fused DeltaNet step
   // Ops issued so far (OpTimer, and the memory, capture, replay and branch calls and NCCL's
   // in-place all-reduce between them): a producer's pieces serve only the op right after it.
@@ -1410,6 +1410,8 @@ class CudaBackend final : public Backend {
     uint64_t op = 0;
   };
   ReadyPieces ready_pieces_;
+  uint64_t last_product_op_ = 0;  // the op count (ops_) and stream of the last one-input product
+  cudaStream_t last_product_stream_ = nullptr;
   // Ops go to stream_: the main stream, or the side stream inside a branch's side line.
   cudaStream_t stream_ = nullptr;
   cudaStream_t main_stream_ = nullptr;

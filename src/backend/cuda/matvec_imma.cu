@@ -104,9 +104,10 @@ struct ImmaStage {
   uint4 piece[ImmaGroup<kGroup>::kLanePieceBytes / 16];  // this lane's column (piece g; zero for g >= 4)
 };
 
+// prefetch: the block's rows are pulled into L2 before enter_kernel() (MatvecArgs::weight_prefetch).
 template <int kGroup, int kSplit>
 __global__ void __launch_bounds__(256, 2)
-    matvec_hfq4_imma_kernel(MatvecArgs a, const uint8_t* pieces, const float2* group_scales) {
+    matvec_hfq4_imma_kernel(MatvecArgs a, const uint8_t* pieces, const float2* group_scales, bool prefetch) {
   using G = ImmaGroup<kGroup>;
   constexpr int kTiles = 8 / kSplit;
   __shared__ float partial[8][16];  // [warp][row of its tile]
@@ -137,6 +138,8 @@ __global__ void __launch_bounds__(256, 2)
   float acc_a = 0.0f, acc_b = 0.0f;
   ImmaStage<kGroup> stage;
   if (split < n_groups) load_codes(split, stage);
+  // After this warp's first codes, so that they are asked for first.
+  if (prefetch) prefetch_block_rows_l2(target, target.block * kTiles * 16, kTiles * 16);
   enter_kernel();
   if (split < n_groups) load_pieces(split, stage);
   for (int64_t group = split; group < n_groups; group += kSplit) {
@@ -188,7 +191,7 @@ cudaError_t launch_imma_split(MatvecArgs a, const uint8_t* pieces, const float2*
   const int64_t blocks = number_row_blocks(a, 16 * (8 / kSplit));  // (segments: each one's first block)
   if (blocks == 0) return cudaSuccess;
   return launch_kernel(matvec_hfq4_imma_kernel<kGroup, kSplit>, dim3(static_cast<unsigned>(blocks)), 256, 0, stream, a,
-                       pieces, scales);
+                       pieces, scales, a.weight_prefetch);
 }
 
 // Cuts x [K] into its pieces at `pieces` (hfq4_imma_scratch_bytes); kGated: x is act(gate) * up,

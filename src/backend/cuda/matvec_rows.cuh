@@ -38,4 +38,17 @@ inline int64_t number_row_blocks(MatvecArgs& a, int64_t rows_per_block) {
   return blocks;
 }
 
+#if defined(__CUDACC__) || defined(__HIPCC__)
+// Pulls rows m_first .. m_first + n_rows - 1 of the target (clamped to its M) into L2, the
+// block's threads taking the span's 128-byte lines in turn. Rows lie back to back, so a block's
+// rows are one span. Called before enter_kernel(): weights are never written by a kernel.
+__device__ __forceinline__ void prefetch_block_rows_l2(const RowsTarget& t, int64_t m_first, int64_t n_rows) {
+  const int64_t rows = m_first + n_rows <= t.M ? n_rows : t.M - m_first;
+  if (rows <= 0) return;
+  const uint8_t* first = t.matrix + m_first * t.row_bytes;
+  const int64_t lines = (rows * t.row_bytes + 127) / 128;
+  for (int64_t i = threadIdx.x; i < lines; i += blockDim.x) prefetch_l2(first + i * 128);
+}
+#endif
+
 }  // namespace fl::cuda
