@@ -704,6 +704,16 @@ __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(Delta
   const float dt_bias = weight_element(a.dt_bias, n), a_log = weight_element(a.a_log, n);
   const float norm_gain = has_col ? weight_element(a.norm, j) : 0.0f;
   enter_kernel();
+  // What the projection wrote, asked for all at once: one L2 round trip, not one per use.
+  float qk_in[kQkPerThread];
+#pragma unroll
+  for (int p = 0; p < kQkPerThread; ++p) {
+    const int e = tid + p * kThreads;
+    qk_in[p] = e < 2 * dk ? x[qk_channel(e)] : 0.0f;
+  }
+  const float v_in = has_v ? x[v_channel] : 0.0f;
+  const float a_in = a.a[t * a.a_stride + n], b_in = a.b[t * a.b_stride + n];
+  const float zj = has_col && s == 0 ? a.z[t * a.z_stride + static_cast<int64_t>(n) * dv + j] : 0.0f;
 
   // The conv (causal_conv1d_kernel's arithmetic): the key head's q and k, the block's v columns.
   // The last window row is this token's input.
@@ -717,10 +727,10 @@ __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(Delta
 #pragma unroll
   for (int p = 0; p < kQkPerThread; ++p) {
     const int e = tid + p * kThreads;
-    if (e < 2 * dk) s_qk[e] = conv_silu(qk_window[p], qk_taps[p], x[qk_channel(e)]);
+    if (e < 2 * dk) s_qk[e] = conv_silu(qk_window[p], qk_taps[p], qk_in[p]);
   }
   if (has_v) {
-    const float in = x[v_channel];
+    const float in = v_in;
     s_v[tid] = conv_silu(v_window, v_taps, in);
     // This block alone reads this channel: its window moves on now.
 #pragma unroll
@@ -730,8 +740,8 @@ __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(Delta
     s_v[tid] = 0.0f;
   }
   // The gates (delta_rule_gates_kernel's arithmetic), then exp(g) as the delta rule takes it.
-  const float decay = expf(delta_rule_log_decay(a.a[t * a.a_stride + n], dt_bias, a_log));
-  const float beta = sigmoid(a.b[t * a.b_stride + n]);
+  const float decay = expf(delta_rule_log_decay(a_in, dt_bias, a_log));
+  const float beta = sigmoid(b_in);
   __syncthreads();
   if (tid < kWarp) l2_normalise_qk(s_qk, s_qk + dk, dk, tid, a.q_scale, a.l2_eps);
   __syncthreads();
@@ -758,18 +768,22 @@ __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(Delta
   const float inv = rms_inverse_of_sum(head_sq, dv, a.norm_eps);
   if (has_col && s == 0) {
     const float y = o * inv * norm_gain;
-    const float zj = a.z[t * a.z_stride + static_cast<int64_t>(n) * dv + j];
     const float gated = gated_value(zj, y, Act::silu);  // silu(z) * y, as gated_activation
     a.out[t * a.out_stride + static_cast<int64_t>(n) * dv + j] = gated;
     // the key head's value heads are one weight group of out_proj: gathered in block 0 to be cut
     if (a.pieces) store_cluster_float(&s_group[(rank / tiles) * dv + j], 0, gated);
   }
   // Every block of the cluster has read its q/k windows (the barrier): the key head's q/k channels
-  // move on, shared out over the blocks. Row r takes row r + 1, the last row this token's input.
-  for (int e = rank * kThreads + tid; e < 2 * dk; e += n_blocks * kThreads) {
+  // move on, from the windows every block holds in registers, slot p written by block p (modulo
+  // the cluster's blocks). Row r takes row r + 1, the last row this token's input.
+#pragma unroll
+  for (int p = 0; p < kQkPerThread; ++p) {
+    const int e = tid + p * kThreads;
+    if (p % n_blocks != rank || e >= 2 * dk) continue;
     const int64_t c = qk_channel(e);
-    for (int r = 0; r < K - 1; ++r)
-      conv_state[r * a.conv_state_stride + c] = r + 1 < K - 1 ? conv_state[(r + 1) * a.conv_state_stride + c] : x[c];
+#pragma unroll
+    for (int r = 0; r + 1 < kStepWindow; ++r)  // (constant indices: the window stays in registers)
+      if (r < K - 1) conv_state[r * a.conv_state_stride + c] = r + 1 < K - 1 ? qk_window[p][r + 1] : qk_in[p];
   }
 #pragma unroll
   for (int r = 0; r < kDeltaRows; ++r) {
