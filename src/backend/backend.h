@@ -435,12 +435,6 @@ struct BackendOptions {
   // ran 31B +4.6 %, 4B +1.1 %, 26B-A4B +0.4 %, 35B-A3B -0.7 % (H100, interleaved A/B,
   // bench/RESULTS.md twenty-fourth session; `fireline bench --weight-prefetch on|off`).
   bool weight_prefetch = false;
-  // The same prefetch (the integer matvec: each block's rows, whatever the grid) only for a
-  // product whose previous op on the stream was not a product: a norm, a residual update, the
-  // DeltaNet step or attention, latency-bound work beside which DRAM idles, so the weights
-  // stream in time otherwise lost and never beside another product's own loads (what cost
-  // weight_prefetch). Same numbers either way. `fireline bench --idle-prefetch on|off`.
-  bool idle_prefetch = false;
   // Mixture-of-experts GEMMs (prefill, long batches: 64-pair work items) on the Hopper wgmma
   // kernel, as plain products already are, instead of mma.sync; one-piece (bf16) tensor-core
   // precision on an sm_90 GPU only. The inputs of each item are gathered into a tile of its own

@@ -40,10 +40,6 @@ constexpr GpuSwitch kGpuSwitches[] = {
     {"--weight-prefetch", &BackendOptions::weight_prefetch, "weight_prefetch",
      "on: decode's small matrix-vector products pull their rows into L2 while the previous kernel finishes; off "
      "(default): they do not (identical results; for A/B timing)"},
-    {"--idle-prefetch", &BackendOptions::idle_prefetch, "idle_prefetch",
-     "on: decode's matrix-vector products that follow an op other than a product (a norm, attention) pull their "
-     "rows into L2 while that op runs; off (default): only as --weight-prefetch says (identical results; for A/B "
-     "timing)"},
     {"--hopper-experts", &BackendOptions::hopper_expert_gemm, "hopper_experts",
      "on: a mixture-of-experts model's expert GEMMs (prefill, long batches) on the Hopper wgmma kernel (sm_90, "
      "--precision bf16); off (default): on mma.sync (identical results; for A/B timing)"},

@@ -233,7 +233,7 @@ TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
   EXPECT_EQ(bad.out, "");
 }
 
-// --gated-matvec, --weight-prefetch, --idle-prefetch, --hopper-experts, --group-gemm, --async-matvec, --split-matvec,
+// --gated-matvec, --weight-prefetch, --hopper-experts, --group-gemm, --async-matvec, --split-matvec,
 // --imma-matvec, --imma-ready-pieces, --cluster-update and --fused-delta-net: GPU switches for A/B timing. The CPU
 // has neither (the JSON says false whatever is asked); a value other than on or off is refused
 // before anything loads.
@@ -241,10 +241,10 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
   const std::string common = kTinyBench + " --backend cpu";
   for (const char* asked :
        {"",
-        " --gated-matvec on --weight-prefetch on --idle-prefetch on --hopper-experts on --group-gemm on --async-matvec on"
+        " --gated-matvec on --weight-prefetch on --hopper-experts on --group-gemm on --async-matvec on"
         " --split-matvec on --imma-matvec on --imma-ready-pieces on --cluster-update on"
         " --fused-delta-net on",
-        " --gated-matvec off --weight-prefetch off --idle-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
+        " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
         " --split-matvec off --imma-matvec off --imma-ready-pieces off --cluster-update off"
         " --fused-delta-net off"}) {
     auto r = fireline(common + asked + " --json");
@@ -252,7 +252,6 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     const json j = json::parse(r.out);
     EXPECT_EQ(j["gated_matvec"], false) << asked;
     EXPECT_EQ(j["weight_prefetch"], false) << asked;
-    EXPECT_EQ(j["idle_prefetch"], false) << asked;
     EXPECT_EQ(j["hopper_experts"], false) << asked;
     EXPECT_EQ(j["group_gemm"], false) << asked;
     EXPECT_EQ(j["async_matvec"], false) << asked;

@@ -150,7 +150,7 @@ INSTANTIATE_TEST_SUITE_P(DenseFixtures, ConcurrentBranches,
                                             ::testing::Values("hf4")),
                          branch_case_name);
 
-// The GPU's switches for A/B timing (BackendOptions::gated_matvec on, weight_prefetch and idle_prefetch on,
+// The GPU's switches for A/B timing (BackendOptions::gated_matvec on, weight_prefetch on,
 // hopper_expert_gemm on; each the other way from its default; imma_ready_pieces against the integer
 // matvec's own pieces) move no numbers in the whole model either: the same bytes
 // as the defaults on every path above, at both tensor-core precisions (the Hopper expert GEMM takes one-piece products
@@ -176,7 +176,6 @@ TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
     BackendOptions switched = defaults;
     switched.gated_matvec = true;
     switched.weight_prefetch = true;
-    switched.idle_prefetch = true;
     switched.hopper_expert_gemm = true;
     TwoWays w = load_two_ways(fire, switched, defaults);
     expect_identical_paths(w, ids);

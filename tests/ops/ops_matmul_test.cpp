@@ -201,13 +201,12 @@ TEST_F(CudaOps, MatmulGatedMatchesTheTwoProductsAndTheActivation) {
     }
 }
 
-// Decode's early L2 prefetch of a matvec's rows (BackendOptions::weight_prefetch, idle_prefetch;
-// HFQ4 on the integer matvec) moves no numbers: on and off (the default) give the same bits, for
+// Decode's early L2 prefetch of a matvec's rows (BackendOptions::weight_prefetch; HFQ4 on the
+// integer matvec) moves no numbers: on and off (the default) give the same bits, for
 // one matrix and a group of them.
 TEST_F(CudaOps, WeightPrefetchGivesTheSameBits) {
   BackendOptions options;
   options.weight_prefetch = !BackendOptions{}.weight_prefetch;  // the other way from gpu_
-  options.idle_prefetch = !BackendOptions{}.idle_prefetch;
   auto plain = make_backend("cuda", options);
   for (DType type : {DType::hfq4_g256, DType::q8_0, DType::bf16}) {
     if (!has_quant_format(type)) continue;

@@ -426,7 +426,6 @@ class CudaBackend final : public Backend {
     a.n_inputs = in.rows;
     a.scratch_bytes = cuda::matvec_scratch_bytes(a);
     if (a.scratch_bytes > 0) take_scratch_or_ready_pieces(a);
-    note_one_input_product(a);
     check(cuda::launch_matvec(a, stream_), "matmul");
   }
 
@@ -582,7 +581,6 @@ class CudaBackend final : public Backend {
     if (T == 1) {
       a.scratch_bytes = cuda::matvec_scratch_bytes(a);  // (the integer matvec's input pieces)
       if (a.scratch_bytes > 0) take_scratch_or_ready_pieces(a);
-      note_one_input_product(a);
       return check(cuda::launch_matvec_group(a, stream_), "matmul_group");
     }
     a.scratch_bytes = cuda::matmul_mma_scratch_bytes(a, act_pieces_);
@@ -1362,15 +1360,6 @@ class CudaBackend final : public Backend {
     if (a.n_inputs == 1) imma_products_seen_ = true;
   }
 
-  // Called by each product after its OpTimer. BackendOptions::idle_prefetch: a one-input product
-  // prefetches its rows unless the op right before it on this stream was a product too.
-  void note_one_input_product(cuda::MatvecArgs& a) {
-    if (a.n_inputs != 1) return;
-    const bool after_product = last_product_op_ + 1 == *ops_ && last_product_stream_ == stream_;
-    a.weight_prefetch = options_.weight_prefetch || (options_.idle_prefetch && !after_product);
-    last_product_op_ = *ops_, last_product_stream_ = stream_;
-  }
-
   // MatvecArgs with this backend's switches (tensor-core pieces, prefetch, bulk copies, split
   // steps, integer tensor cores).
   cuda::MatvecArgs matvec_args() const {
@@ -1410,8 +1399,6 @@ class CudaBackend final : public Backend {
     uint64_t op = 0;
   };
   ReadyPieces ready_pieces_;
-  uint64_t last_product_op_ = 0;  // the op count (ops_) and stream of the last one-input product
-  cudaStream_t last_product_stream_ = nullptr;
   // Ops go to stream_: the main stream, or the side stream inside a branch's side line.
   cudaStream_t stream_ = nullptr;
   cudaStream_t main_stream_ = nullptr;

@@ -68,9 +68,8 @@ struct MatvecArgs {
   bool gated = false;
   Act act = Act::gelu_tanh;
   const uint8_t* up_weight = nullptr;
-  // The matvec kernels may pull a one-wave grid's rows (the integer matvec: each block's, any
-  // grid) into L2 before waiting for the previous kernel (BackendOptions::weight_prefetch and
-  // idle_prefetch); false: never.
+  // The matvec kernels may pull a one-wave grid's rows into L2 before waiting for the previous
+  // kernel (BackendOptions::weight_prefetch); false: never.
   bool weight_prefetch = true;
   // One input per matrix on HFQ4 rows of 8+ blocks (plain, grouped, gated, expert pairs), sm_90:
   // the bulk-copy kernel (BackendOptions::async_matvec) with 2 or 4 rows per warp, or -1

@@ -190,8 +190,11 @@ template <int kGroup, int kSplit>
 cudaError_t launch_imma_split(MatvecArgs a, const uint8_t* pieces, const float2* scales, cudaStream_t stream) {
   const int64_t blocks = number_row_blocks(a, 16 * (8 / kSplit));  // (segments: each one's first block)
   if (blocks == 0) return cudaSuccess;
+  // (the prefetch only where the grid is about one wave, as the rows kernels': a larger matrix's
+  // prefetched rows outnumber what L2 keeps until its blocks read them)
+  const bool prefetch = a.weight_prefetch && blocks <= 2 * static_cast<int64_t>(current_device_traits().sm_count);
   return launch_kernel(matvec_hfq4_imma_kernel<kGroup, kSplit>, dim3(static_cast<unsigned>(blocks)), 256, 0, stream, a,
-                       pieces, scales, a.weight_prefetch);
+                       pieces, scales, prefetch);
 }
 
 // Cuts x [K] into its pieces at `pieces` (hfq4_imma_scratch_bytes); kGated: x is act(gate) * up,
