@@ -633,7 +633,8 @@ class CudaBackend final : public Backend {
     F32Rows o = f32_rows(out, "gated_activation"), g = f32_rows(gate, "gated_activation"), u = f32_rows(up, "gated_activation");
     same_shape(o, g, "gated_activation");
     same_shape(o, u, "gated_activation");
-    if (options_.imma_ready_pieces && imma_products_seen_ && o.rows == 1) {  // a down projection's input: cut it here too
+    // a down projection's input: cut it here too
+    if (options_.imma_ready_pieces && imma_products_seen_ && o.rows == 1) {
       const int group = pieces_group_for(o.cols);
       void* pieces = workspace_floats((cuda::hfq4_imma_scratch_bytes(o.cols, group) + 3) / 4);
       check(cuda::launch_gated_activation_imma_pieces(o.data, g.data, u.data, o.cols, static_cast<cuda::Act>(act),
@@ -888,8 +889,9 @@ class CudaBackend final : public Backend {
     const size_t sort_floats = s.mma ? static_cast<size_t>(s.max_items * 4 + 1 + pairs) : 0;
     // and the GEMM's split inputs (x for gate_up, then the activations for down), 16-byte aligned
     s.split_bytes =
-        s.mma ? std::max(cuda::mma_grouped_scratch_bytes(T, pairs, E, H, gate_up, act_pieces_, options_.hopper_expert_gemm),
-                         cuda::mma_grouped_scratch_bytes(pairs, pairs, E, I, down, act_pieces_, options_.hopper_expert_gemm))
+        s.mma ? std::max(
+                    cuda::mma_grouped_scratch_bytes(T, pairs, E, H, gate_up, act_pieces_, options_.hopper_expert_gemm),
+                    cuda::mma_grouped_scratch_bytes(pairs, pairs, E, I, down, act_pieces_, options_.hopper_expert_gemm))
               : 0;
     s.head_floats = (static_cast<size_t>(pairs) * (3 * I + H) + sort_floats + 3) / 4 * 4;
     return s;
@@ -1381,7 +1383,7 @@ class CudaBackend final : public Backend {
   int device_;
   // bf16 pieces per activation in the tensor-core products of many tokens (BackendOptions).
   int act_pieces_;
-  BackendOptions options_;  // the switches (switches_of)
+  BackendOptions options_;        // the switches (switches_of)
   uint64_t delta_step_op_ = 0;    // the op count (ops_) of the last fused DeltaNet step
   // Ops issued so far (OpTimer, and the memory, capture, replay and branch calls and NCCL's
   // in-place all-reduce between them): a producer's pieces serve only the op right after it.
