@@ -488,6 +488,13 @@ struct BackendOptions {
   // nothing more at first (a cut on the update's one SM costs about a launch), and with the cheaper
   // cut 31B +6.5 %, 4B +4.0 % in all. `fireline bench --imma-ready-pieces on|off`.
   bool imma_ready_pieces = true;
+  // With imma_matvec: where the launcher's warps per row tile make just over one wave (two
+  // blocks per SM) and half as many make one, half as many (the Qwen3.5-4B gate_up: 1 warp per
+  // tile, 144 blocks, instead of 2 and 288 for 264 places, whose second wave of 24 the ncu
+  // profile showed; faster alone in the twenty-seventh session's matmul_bench, 15.9 against 17.2
+  // us). Sums in another order (one warp's, not two added). Off until timed in the replayed
+  // step. `fireline bench --imma-one-wave on|off`.
+  bool imma_one_wave = false;
   // Decode's one-row residual update (h += the normed branch, then the next norms and their
   // pieces) spread over a cluster of up to 8 blocks on as many SMs (sm_90), each lane holding 8
   // consecutive columns and the row's sums of squares added through distributed shared memory,

@@ -61,6 +61,10 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "on (default): with --imma-matvec on, the residual update and the gated activation also cut their output into "
      "the next product's int8 pieces; off: every product cuts its input in a launch of its own (identical results; "
      "for A/B timing)"},
+    {"--imma-one-wave", &BackendOptions::imma_one_wave, "imma_one_wave",
+     "on: with --imma-matvec on, a product whose warps would take just over one wave of blocks takes half as many "
+     "warps per row tile, in one wave; off (default): the launcher's rule (results differ in the order of "
+     "additions; for A/B timing)"},
     {"--cluster-update", &BackendOptions::cluster_residual_update, "cluster_update",
      "on (default): decode's one-row residual update spread over a cluster of blocks on several SMs (sm_90); off: "
      "one block (results differ in the order of the row's sums; for A/B timing)"},
