@@ -22,17 +22,22 @@ void CUPTIAPI buffer_requested(uint8_t** buffer, size_t* size, size_t* max_recor
   *max_records = 0;
 }
 
-void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t valid) {
+void CUPTIAPI buffer_completed(CUcontext context, uint32_t stream, uint8_t* buffer, size_t, size_t valid) {
   CUpti_Activity* record = nullptr;
   while (g_out && cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
     if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && record->kind != CUPTI_ACTIVITY_KIND_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
+    const char* name = k->name ? k->name : "?";
     int status = 0;
-    char* readable = abi::__cxa_demangle(k->name, nullptr, nullptr, &status);
+    char* readable = abi::__cxa_demangle(name, nullptr, nullptr, &status);
     std::fprintf(g_out, "%llu,%llu,%u,\"%s\"\n", static_cast<unsigned long long>(k->start),
-                 static_cast<unsigned long long>(k->end), k->streamId, status == 0 && readable ? readable : k->name);
+                 static_cast<unsigned long long>(k->end), k->streamId, status == 0 && readable ? readable : name);
     std::free(readable);
   }
+  // A step that lost a kernel falls out of step-timeline's count of steps: say so.
+  size_t dropped = 0;
+  if (cuptiActivityGetNumDroppedRecords(context, stream, &dropped) == CUPTI_SUCCESS && dropped > 0)
+    std::fprintf(stderr, "kernel_trace: CUPTI dropped %zu kernel records\n", dropped);
   std::free(buffer);
 }
 
