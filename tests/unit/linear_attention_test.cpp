@@ -311,7 +311,7 @@ TEST_F(LinearAttentionOps, DecodeStepIsTheOpsInTurnForEachRow) {
     std::vector<float> want(R * nV * dv);
     for (int64_t i = 0; i < R; ++i) {
       std::vector<float> row(qkv.begin() + i * C, qkv.begin() + (i + 1) * C), conv_row(C), g(nV), beta(nV);
-      std::vector<float> a_row(a.size()), b_row(nV), o(nV * dv),
+      std::vector<float> a_row(nV), b_row(nV), o(nV * dv),
           z_row(z.begin() + i * nV * dv, z.begin() + (i + 1) * nV * dv);
       for (int64_t n = 0; n < nV; ++n) a_row[n] = ab[i * 2 * nV + n], b_row[n] = ab[i * 2 * nV + nV + n];
       cpu_->causal_conv1d(view(conv_row, {1, C}), view(row, {1, C}), taps_t, view(conv_ref[i], {K - 1, C}),

@@ -171,7 +171,7 @@ class CudaBackend final : public Backend {
   CudaBackend(int device_index, const BackendOptions& options)
       : device_(device_index),
         act_pieces_(options.tensor_core_precision == TensorCorePrecision::bf16 ? 1 : cuda::kMmaExactParts),
-        options_(switches_of(options)) {
+        options_(options) {
     int count = 0;
     if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
       cudaGetLastError();
@@ -198,7 +198,8 @@ class CudaBackend final : public Backend {
         memory_khz > 0 && bus_bits > 0)
       memory_peak_ = MemoryPeak{name_, 2.0 * memory_khz * 1e3 * (bus_bits / 8.0) / 1e9};
     cudaGetLastError();  // a device that reports neither leaves no error behind
-    options_.imma_ready_pieces = options_.imma_ready_pieces && cuda::imma_matvec_available();
+    // (ready pieces only for the integer matvec, where it runs)
+    options_.imma_ready_pieces = options_.imma_matvec && options_.imma_ready_pieces && cuda::imma_matvec_available();
     check(cudaMalloc(&error_flag_, sizeof(int32_t)), "malloc");
     check(cudaMemsetAsync(error_flag_, 0, sizeof(int32_t), stream_), "memset");
     check(cudaStreamSynchronize(stream_), "memset");
@@ -1374,16 +1375,10 @@ class CudaBackend final : public Backend {
     return a;
   }
 
-  // The options as this backend reads them: ready pieces only with the integer matvec.
-  static BackendOptions switches_of(BackendOptions o) {
-    o.imma_ready_pieces = o.imma_matvec && o.imma_ready_pieces;
-    return o;
-  }
-
   int device_;
   // bf16 pieces per activation in the tensor-core products of many tokens (BackendOptions).
   int act_pieces_;
-  BackendOptions options_;        // the switches (switches_of)
+  BackendOptions options_;        // the switches, as this backend reads them (the constructor)
   uint64_t delta_step_op_ = 0;    // the op count (ops_) of the last fused DeltaNet step
   // Ops issued so far (OpTimer, and the memory, capture, replay and branch calls and NCCL's
   // in-place all-reduce between them): a producer's pieces serve only the op right after it.

@@ -730,12 +730,11 @@ __global__ void __launch_bounds__(kCols* kStepSplit) delta_net_step_kernel(Delta
     if (e < 2 * dk) s_qk[e] = conv_silu(qk_window[p], qk_taps[p], qk_in[p]);
   }
   if (has_v) {
-    const float in = v_in;
-    s_v[tid] = conv_silu(v_window, v_taps, in);
+    s_v[tid] = conv_silu(v_window, v_taps, v_in);
     // This block alone reads this channel: its window moves on now.
 #pragma unroll
     for (int r = 0; r + 1 < kStepWindow; ++r)  // (constant indices: the window stays in registers)
-      if (r < K - 1) conv_state[r * a.conv_state_stride + v_channel] = r + 1 < K - 1 ? v_window[r + 1] : in;
+      if (r < K - 1) conv_state[r * a.conv_state_stride + v_channel] = r + 1 < K - 1 ? v_window[r + 1] : v_in;
   } else if (tid < kCols) {
     s_v[tid] = 0.0f;
   }
