@@ -495,6 +495,11 @@ struct BackendOptions {
   // us). Sums in another order (one warp's, not two added). Off until timed in the replayed
   // step. `fireline bench --imma-one-wave on|off`.
   bool imma_one_wave = false;
+  // With imma_matvec: each warp also pulls into L2 the codes of the group this many of its
+  // iterations past the one it loads into registers (a prefetch holds no register; at 110 per
+  // thread a warp holds one group's loads). 0 (default): none, until timed in the replayed step.
+  // Identical results. `fireline bench --imma-l2-ahead N`.
+  int imma_l2_ahead = 0;
   // Decode's one-row residual update (h += the normed branch, then the next norms and their
   // pieces) spread over a cluster of up to 8 blocks on as many SMs (sm_90), each lane holding 8
   // consecutive columns and the row's sums of squares added through distributed shared memory,

@@ -95,6 +95,7 @@ struct BenchOptions {
   // The GPU switches of kGpuSwitches below, as asked (on|off; empty: the default), in its order.
   std::string gpu_switches[std::size(kGpuSwitches)];
   std::string profiler_region = "none";  // --profiler-region: what an external profiler records
+  int imma_l2_ahead = 0;  // --imma-l2-ahead (BackendOptions::imma_l2_ahead)
 };
 
 // Per-op device time of `steps` units (decode tokens, or one prefill), as table rows and JSON.
@@ -177,6 +178,7 @@ void run_bench(const BenchOptions& opt) {
   if (!opt.branches.empty()) backend_options.concurrent_branches = opt.branches == "on";
   for (size_t i = 0; i < std::size(kGpuSwitches); ++i)
     if (!opt.gpu_switches[i].empty()) backend_options.*kGpuSwitches[i].option = opt.gpu_switches[i] == "on";
+  backend_options.imma_l2_ahead = opt.imma_l2_ahead;
   auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend, backend_options);
   const auto probe_start = std::chrono::steady_clock::now();
   const RooflineBandwidth bandwidth = roofline_bandwidth(opt, *backend);  // before the model fills memory
@@ -348,6 +350,7 @@ void run_bench(const BenchOptions& opt) {
     // What the GPU switches did: as asked on a GPU (whether it has the Hopper kernel is the
     // backend's to say; docs/cli.md), false on the CPU, which has none of them.
     for (const GpuSwitch& s : kGpuSwitches) j[s.json] = backend->device() != Device::cpu && backend_options.*s.option;
+    j["imma_l2_ahead"] = backend->device() != Device::cpu ? backend_options.imma_l2_ahead : 0;
     if (opt.batch > 1) j["batch"] = {{"sequences", opt.batch}, {"decode_tok_s_total", decode_batch}};
     if (opt.profile) {
       j["profile"] = {{"prefill", prefill_profile.json}, {"decode_per_token", decode_profile.json}};
@@ -429,6 +432,11 @@ void add_bench_command(CLI::App& app) {
   for (size_t i = 0; i < std::size(kGpuSwitches); ++i)
     cmd->add_option(kGpuSwitches[i].flag, opt->gpu_switches[i], kGpuSwitches[i].help)
         ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--imma-l2-ahead", opt->imma_l2_ahead,
+                  "N > 0: with --imma-matvec on, each warp of the integer matvec also pulls into L2 the weights of the "
+                  "group N of its iterations past the one it loads; 0 (default): none (identical results; for A/B "
+                  "timing)")
+      ->check(CLI::Range(0, 16));
   cmd->add_option("--profiler-region", opt->profiler_region,
                   "batch: turn the GPU runtime's profiler on for the last run's batched steps only, for a profiler "
                   "started with recording off (scripts/kernel-times --batch); none (default)")

@@ -234,8 +234,8 @@ TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
 }
 
 // --gated-matvec, --weight-prefetch, --hopper-experts, --group-gemm, --async-matvec, --split-matvec,
-// --imma-matvec, --imma-ready-pieces, --imma-one-wave, --cluster-update and --fused-delta-net: GPU switches for A/B
-// timing. The CPU has neither (the JSON says false whatever is asked); a value other than on or off is refused before
+// --imma-matvec, --imma-ready-pieces, --imma-one-wave, --cluster-update, --fused-delta-net and --imma-l2-ahead: GPU
+// switches for A/B timing. The CPU has neither (the JSON says false whatever is asked); a value other than on or off is refused before
 // anything loads.
 TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
   const std::string common = kTinyBench + " --backend cpu";
@@ -243,7 +243,7 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
        {"",
         " --gated-matvec on --weight-prefetch on --hopper-experts on --group-gemm on --async-matvec on"
         " --split-matvec on --imma-matvec on --imma-ready-pieces on --imma-one-wave on --cluster-update on"
-        " --fused-delta-net on",
+        " --fused-delta-net on --imma-l2-ahead 2",
         " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
         " --split-matvec off --imma-matvec off --imma-ready-pieces off --imma-one-wave off --cluster-update off"
         " --fused-delta-net off"}) {
@@ -261,14 +261,22 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["imma_one_wave"], false) << asked;
     EXPECT_EQ(j["cluster_update"], false) << asked;
     EXPECT_EQ(j["fused_delta_net"], false) << asked;
+    EXPECT_EQ(j["imma_l2_ahead"], 0) << asked;
   }
   for (const char* flag :
        {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm", "--async-matvec", "--split-matvec",
-        "--imma-matvec", "--imma-ready-pieces", "--cluster-update", "--fused-delta-net"}) {
+        "--imma-matvec", "--imma-ready-pieces", "--imma-one-wave", "--cluster-update", "--fused-delta-net",
+        "--imma-l2-ahead"}) {
     auto bad = fireline(common + " " + flag + " maybe");
     EXPECT_NE(bad.exit_code, 0) << flag;
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;
     EXPECT_EQ(bad.out, "") << flag;
+  }
+  for (const char* ahead : {"-1", "17"}) {  // a distance outside 0..16
+    auto bad = fireline(common + " --imma-l2-ahead " + ahead);
+    EXPECT_NE(bad.exit_code, 0) << ahead;
+    EXPECT_NE(bad.err.find("--imma-l2-ahead"), std::string::npos) << bad.err;
+    EXPECT_EQ(bad.out, "") << ahead;
   }
 }
 

@@ -439,6 +439,25 @@ TEST_F(CudaOps, ImmaMatvecMatchesTheOracle) {
     Twin w = twin_random(type, {18432, 512}, 0.5f), x = twin_bytes(DType::f32, {1, 512}, xs.data());
     expect_counted_matvec(*one_wave, cuda_imma_matvec_launches, x, w, std::string(dtype_name(type)) + " one wave");
   }
+  // BackendOptions::imma_l2_ahead: a prefetch changes no number, so the same bytes as without one,
+  // at 1, 2 and 8 warps per tile (4100 x 8192 on 132 SMs, 64 x 21504, 33 x 768) and distances that
+  // reach past the row's last group (3 groups of a 768-long row).
+  for (int ahead : {1, 4}) {
+    BackendOptions ahead_options = options;
+    ahead_options.imma_l2_ahead = ahead;
+    auto with_ahead = make_backend("cuda", ahead_options);
+    for (auto [M, K] : {std::pair<int64_t, int64_t>{4100, 8192}, {64, 21504}, {33, 768}}) {
+      const std::string what = "l2 ahead " + std::to_string(ahead) + " M=" + std::to_string(M) + " K=" +
+                               std::to_string(K);
+      const std::vector<float> xs = input(K);
+      Twin w = twin_random(DType::hfq4_g256, {M, K}, 0.5f), x = twin_bytes(DType::f32, {1, K}, xs.data());
+      Twin out = twin_output(DType::f32, {1, M});
+      const std::vector<uint8_t> plain = matmul_over_nan(*imma, out, x, w);
+      const int64_t launches = cuda_imma_matvec_launches();
+      EXPECT_EQ(matmul_over_nan(*with_ahead, out, x, w), plain) << what;
+      EXPECT_EQ(cuda_imma_matvec_launches(), launches + 1) << what << ": the integer kernel ran";
+    }
+  }
   // Grouped (q/k/v of one input: one pieces launch, one product launch over the segments' tiles),
   // with 132 SMs at 4, 8, 2 and 1 (G256) warps per tile; segments whose last block of tiles ends
   // inside them (heights not multiples of 128), a part-used last group (K = 2856)

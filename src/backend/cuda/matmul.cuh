@@ -92,6 +92,9 @@ struct MatvecArgs {
   // The integer matvec's scratch already holds x's pieces, cut by the kernel that wrote x
   // (imma_pieces.cuh; BackendOptions::imma_ready_pieces): its own pieces launch is left out.
   bool imma_pieces_ready = false;
+  // The integer matvec's warps also pull into L2 the codes of the group this many of their
+  // iterations past the one they load into registers (BackendOptions::imma_l2_ahead); 0: none.
+  int imma_l2_ahead = 0;
 };
 // With n_inputs >= kMmaMinInputs (and no expert ids) on a format the tensor-core GEMM takes, the
 // product runs there; otherwise on the matvec kernels.

@@ -110,9 +110,14 @@ struct ImmaStage {
 };
 
 // prefetch: the block's rows are pulled into L2 before enter_kernel() (MatvecArgs::weight_prefetch).
+// l2_ahead > 0 (MatvecArgs::imma_l2_ahead): each warp also asks L2 for the codes of the group
+// l2_ahead iterations past the one its registers are loading. Why: with 110 registers a warp holds
+// one group's loads in flight (two blocks per SM), and a prefetch holds no register, so more of
+// the rows' bytes are on their way from DRAM while the warps wait on the loads they hold.
 template <int kGroup, int kSplit>
 __global__ void __launch_bounds__(256, 2)
-    matvec_hfq4_imma_kernel(MatvecArgs a, const uint8_t* pieces, const float2* group_scales, bool prefetch) {
+    matvec_hfq4_imma_kernel(MatvecArgs a, const uint8_t* pieces, const float2* group_scales, bool prefetch,
+                            int l2_ahead) {
   using G = ImmaGroup<kGroup>;
   constexpr int kTiles = 8 / kSplit;
   __shared__ float partial[8][16];  // [warp][row of its tile]
@@ -143,11 +148,21 @@ __global__ void __launch_bounds__(256, 2)
     for (int i = 0; i < G::kLanePieceBytes / 16; ++i) s.piece[i] = g < 4 ? p[i] : make_uint4(0, 0, 0, 0);
     s.xs = group_scales[group];
   };
+  // A group's (scale, min) and codes on one row are kBlockBytes (136 or 72) from byte
+  // group * kBlockBytes: at most two 128-byte lines, the first and the last byte's. Lanes t = 0, 1
+  // take row g's two, t = 2, 3 row g + 8's.
+  auto prefetch_codes_l2 = [&](int64_t group) {
+    if (group >= n_groups) return;
+    const uint8_t* row = t < 2 ? row_a : row_b;
+    prefetch_l2(row + group * G::kBlockBytes + (t % 2) * (G::kBlockBytes - 1));
+  };
   float acc_a = 0.0f, acc_b = 0.0f;
   ImmaStage<kGroup> stage;
   if (split < n_groups) load_codes(split, stage);
   // After this warp's first codes, so that they are asked for first.
   if (prefetch) prefetch_block_rows_l2(target, target.block * kTiles * 16, kTiles * 16);
+  // The groups the loop's first prefetches would have covered (weights: before the wait too).
+  for (int i = 2; i <= l2_ahead; ++i) prefetch_codes_l2(split + i * kSplit);
   enter_kernel();
   if (split < n_groups) load_pieces(split, stage);
   for (int64_t group = split; group < n_groups; group += kSplit) {
@@ -157,6 +172,7 @@ __global__ void __launch_bounds__(256, 2)
       load_codes(group + kSplit, next);
       load_pieces(group + kSplit, next);
     }
+    if (l2_ahead > 0) prefetch_codes_l2(group + (l2_ahead + 1) * kSplit);
     int c[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int j = 0; j < G::kMmas; ++j) {
@@ -200,7 +216,7 @@ cudaError_t launch_imma_split(MatvecArgs a, const uint8_t* pieces, const float2*
   // prefetched rows outnumber what L2 keeps until its blocks read them)
   const bool prefetch = a.weight_prefetch && blocks <= 2 * static_cast<int64_t>(current_device_traits().sm_count);
   return launch_kernel(matvec_hfq4_imma_kernel<kGroup, kSplit>, dim3(static_cast<unsigned>(blocks)), 256, 0, stream, a,
-                       pieces, scales, prefetch);
+                       pieces, scales, prefetch, a.imma_l2_ahead);
 }
 
 // Cuts x [K] into its pieces at `pieces` (hfq4_imma_scratch_bytes); kGated: x is act(gate) * up,
