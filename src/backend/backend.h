@@ -500,6 +500,13 @@ struct BackendOptions {
   // thread a warp holds one group's loads). 0 (default): none, until timed in the replayed step.
   // Identical results. `fireline bench --imma-l2-ahead N`.
   int imma_l2_ahead = 0;
+  // With imma_matvec: decode's routed expert products (moe_experts on the per-pair matvec path,
+  // HFQ4 G256/G128 stacks) on the integer matvec too: the input cut once, gate_up per pair, the
+  // gated activation cutting its rows into the down products' pieces, down per pair. The f32
+  // rows kernels ran the 26B-A4B's experts at ~30 % of the bandwidth (gate_up 18.6 us for 17.8
+  // MB on the H100; bench/RESULTS.md thirty-second session). Results differ within the op
+  // harness's budget. `fireline bench --imma-experts on|off`.
+  bool imma_experts = false;
   // Decode's one-row residual update (h += the normed branch, then the next norms and their
   // pieces) spread over a cluster of up to 8 blocks on as many SMs (sm_90), each lane holding 8
   // consecutive columns and the row's sums of squares added through distributed shared memory,

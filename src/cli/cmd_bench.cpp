@@ -65,6 +65,9 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "on: with --imma-matvec on, a product whose warps would take just over one wave of blocks takes half as many "
      "warps per row tile, in one wave; off (default): the launcher's rule (results differ in the order of "
      "additions; for A/B timing)"},
+    {"--imma-experts", &BackendOptions::imma_experts, "imma_experts",
+     "on: with --imma-matvec on, decode's routed expert products (gate_up and down per pair) on the integer tensor "
+     "cores too; off (default): the f32 kernels (results differ within the op harness's budget; for A/B timing)"},
     {"--cluster-update", &BackendOptions::cluster_residual_update, "cluster_update",
      "on (default): decode's one-row residual update spread over a cluster of blocks on several SMs (sm_90); off: "
      "one block (results differ in the order of the row's sums; for A/B timing)"},

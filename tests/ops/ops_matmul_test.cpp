@@ -716,6 +716,52 @@ TEST_F(CudaOps, MoeRouteAndExperts) {
   }
 }
 
+// BackendOptions::imma_experts: decode's routed expert products on the integer matvec (x cut
+// once, gate_up per pair, the activation cutting the down products' pieces per pair, down per
+// pair), against the CPU oracle: G256 and G128 stacks, one token and three (8 and 24 pairs, still
+// the per-pair path), the 26B-A4B's shape (H 2816, I 704: down rows of 5.5 G128 groups) and a
+// small one with a part-used last group (I 176), GELU and SiLU, and --ep's pairs of id -1 (not
+// run). Two integer launches per call (the counter says the kernels ran).
+TEST_F(CudaOps, ImmaExpertsMatchTheOracle) {
+  BackendOptions options;
+  options.imma_matvec = true;
+  options.imma_experts = true;
+  auto imma = make_backend("cuda", options);
+  if (!cuda_imma_matvec_available(*imma)) GTEST_SKIP() << "no integer mma on this GPU (sm_80 and later)";
+  const int64_t E = 128, K = 8;
+  for (auto [H, I] : {std::pair<int64_t, int64_t>{2816, 704}, {512, 176}})
+    for (int64_t T : {1, 3})
+      for (DType type : {DType::hfq4_g256, DType::hfq4_g128}) {
+        const std::string what = std::string(dtype_name(type)) + " H=" + std::to_string(H) + " I=" + std::to_string(I) +
+                                 " T=" + std::to_string(T);
+        Twin logits = twin_random(DType::f32, {T, E}, 2.0f), scale = twin_random(DType::bf16, {E});
+        Twin w = twin_output(DType::f32, {T, K}), ids = twin_output(DType::i32, {T, K});
+        cpu_->moe_route(w.cpu, ids.cpu, logits.cpu, &scale.cpu);
+        imma->copy_to_device(ids.gpu, ids.host.data());
+        imma->copy_to_device(w.gpu, w.host.data());
+        Twin gate_up = twin_random(type, {E, 2 * I, H}, 0.3f), down = twin_random(type, {E, H, I}, 0.3f);
+        Twin x = twin_random(DType::f32, {T, H});
+        for (Activation act : {Activation::gelu_tanh, Activation::silu}) {
+          Twin out = twin_output(DType::f32, {T, H});
+          const int64_t launches = cuda_imma_matvec_launches();
+          cpu_->moe_experts(out.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, act);
+          imma->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, act);
+          imma->synchronize();
+          EXPECT_EQ(cuda_imma_matvec_launches(), launches + 2) << what << ": the integer kernels did not run";
+          expect_close(out, dot_budget(std::max(H, I)), "imma experts " + what);
+        }
+        Twin kept_ids = twin_bytes(DType::i32, {T, K}, ids.host.data());
+        Twin kept_w = twin_bytes(DType::f32, {T, K}, w.host.data());
+        cpu_->moe_keep_experts(kept_ids.cpu, kept_w.cpu, E / 4, E / 2);
+        imma->moe_keep_experts(kept_ids.gpu, kept_w.gpu, E / 4, E / 2);
+        Twin kept_out = twin_output(DType::f32, {T, H});
+        cpu_->moe_experts(kept_out.cpu, x.cpu, gate_up.cpu, down.cpu, kept_ids.cpu, kept_w.cpu, Activation::gelu_tanh);
+        imma->moe_experts(kept_out.gpu, x.gpu, gate_up.gpu, down.gpu, kept_ids.gpu, kept_w.gpu, Activation::gelu_tanh);
+        imma->synchronize();
+        expect_close(kept_out, dot_budget(std::max(H, I)), "imma experts --ep " + what);
+      }
+}
+
 // Expert parallelism's filter (--ep): the kernel against the CPU's host default, bit for bit, on
 // routed ids of 128 experts with ranges at the start, the middle and the end of the stack; a
 // pair's weight is kept exactly or zeroed.

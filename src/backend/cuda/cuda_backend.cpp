@@ -200,6 +200,7 @@ class CudaBackend final : public Backend {
     cudaGetLastError();  // a device that reports neither leaves no error behind
     // (ready pieces only for the integer matvec, where it runs)
     options_.imma_ready_pieces = options_.imma_matvec && options_.imma_ready_pieces && cuda::imma_matvec_available();
+    options_.imma_experts = options_.imma_matvec && options_.imma_experts && cuda::imma_matvec_available();
     check(cudaMalloc(&error_flag_, sizeof(int32_t)), "malloc");
     check(cudaMemsetAsync(error_flag_, 0, sizeof(int32_t), stream_), "memset");
     check(cudaStreamSynchronize(stream_), "memset");
@@ -869,9 +870,10 @@ class CudaBackend final : public Backend {
   // which path runs, and its sizes.
   struct ExpertsScratch {
     bool mma = false;        // the tensor-core GEMM (else each pair's matvec)
+    bool imma = false;       // the matvec path on the integer kernel (BackendOptions::imma_experts)
     int64_t max_items = 0;   // the GEMM's work items
     size_t head_floats = 0;  // hidden [pairs, 2I], activated [pairs, I], outputs [pairs, H], the sort
-    size_t split_bytes = 0;  // the GEMM's split inputs
+    size_t split_bytes = 0;  // the GEMM's split inputs, or the integer kernel's pieces (x's, then the activations')
     // The workspace in floats: the head, then the split inputs from a float boundary.
     size_t floats() const { return head_floats + (split_bytes + 3) / 4; }
   };
@@ -895,8 +897,18 @@ class CudaBackend final : public Backend {
                     cuda::mma_grouped_scratch_bytes(pairs, pairs, E, I, down, act_pieces_, options_.hopper_expert_gemm))
               : 0;
     s.head_floats = (static_cast<size_t>(pairs) * (3 * I + H) + sort_floats + 3) / 4 * 4;
+    // The integer kernel: x's T rows of pieces for gate_up, then the pairs' activations' for down
+    // (each from a 256-byte boundary: the head is a multiple of 4 floats, the workspace aligned).
+    const int gate_up_group = imma_group_of(gate_up), down_group = imma_group_of(down);
+    s.imma = !s.mma && options_.imma_experts && gate_up_group > 0 && down_group > 0;
+    if (s.imma) {
+      const size_t x_pieces = cuda::hfq4_imma_rows_scratch_bytes(T, H, gate_up_group);
+      s.split_bytes = x_pieces + cuda::hfq4_imma_rows_scratch_bytes(pairs, I, down_group) + 256;
+    }
     return s;
   }
+  // The integer matvec's weight group of an HFQ4 format (0: another format).
+  static int imma_group_of(DType type) { return type == DType::hfq4_g256 ? 256 : type == DType::hfq4_g128 ? 128 : 0; }
   size_t moe_experts_workspace_bytes(int64_t T, int64_t K, int64_t E, int64_t H, int64_t I, DType type) {
     bind_to_this_thread();  // the Hopper kernel's part depends on the current device
     const ExpertsScratch s = experts_scratch(T, K, E, H, I, type, type);
@@ -924,9 +936,10 @@ class CudaBackend final : public Backend {
     gated_probe.weight_type = gate_up.dtype;
     gated_probe.expert_ids = ids.ptr<int32_t>();
     gated_probe.gated = true;
-    const bool gated = options_.gated_matvec && !mma && cuda::matvec_gated_supported(gated_probe);
+    const bool imma = sizes.imma;
+    const bool gated = options_.gated_matvec && !mma && !imma && cuda::matvec_gated_supported(gated_probe);
     const double expert_bytes = static_cast<double>(gate_up.stride[0] + down.stride[0]);
-    const int kernels = mma ? 5 : gated ? 3 : 4;
+    const int kernels = mma || imma ? 5 : gated ? 3 : 4;
     OpTimer timer(*this, "moe_experts", expert_bytes * (mma ? static_cast<double>(std::min(pairs, E)) : pairs),
                   kernels);
     const int64_t max_items = sizes.max_items;
@@ -965,6 +978,40 @@ class CudaBackend final : public Backend {
     a.expert_ids = ids.ptr<int32_t>();
     a.expert_bytes = gate_up.stride[0];
     a.x_row_div = K;
+    if (imma) {
+      // x's pieces (cut by the gate_up launch), gate_up per pair into hidden [pairs, 2I], the
+      // activation into `activated` [pairs, I] and its pieces, down per pair from those.
+      auto* x_pieces = reinterpret_cast<uint8_t*>(scratch + head_floats);
+      const size_t x_bytes = cuda::hfq4_imma_rows_scratch_bytes(T, H, imma_group_of(gate_up.dtype));
+      uint8_t* act_pieces = x_pieces + (x_bytes + 255) / 256 * 256;
+      a.scratch = x_pieces;
+      a.scratch_bytes = x_bytes;
+      a.imma_pieces_ready = false;
+      check(cuda::launch_hfq4_imma_experts(a, imma_group_of(gate_up.dtype), stream_), "moe_experts gate_up");
+      const int down_group = imma_group_of(down.dtype);
+      check(
+          cuda::launch_gated_activation_imma_pieces_rows(activated, I, hidden, hidden + I, I2, pairs, I,
+                                                         static_cast<cuda::Act>(act), down_group, act_pieces, stream_),
+          "moe_experts activation");
+      a.out = y;
+      a.out_stride = H;
+      a.x = activated;
+      a.x_stride = I;
+      a.weight = static_cast<const uint8_t*>(down.data);
+      a.weight_type = down.dtype;
+      a.M = H;
+      a.K = I;
+      a.row_bytes = down.stride[1];
+      a.expert_bytes = down.stride[0];
+      a.x_row_div = 1;
+      a.scratch = act_pieces;
+      a.scratch_bytes = cuda::hfq4_imma_rows_scratch_bytes(pairs, I, down_group);
+      a.imma_pieces_ready = true;
+      check(cuda::launch_hfq4_imma_experts(a, down_group, stream_), "moe_experts down");
+      check(cuda::launch_moe_combine(o.data, o.stride, y, w.data, ids.ptr<int32_t>(), T, K, H, stream_),
+            "moe_experts combine");
+      return;
+    }
     if (gated) {  // act(gate) * up straight into `activated` [pairs, I]
       a.out = activated;
       a.out_stride = I;

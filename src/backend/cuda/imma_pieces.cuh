@@ -28,6 +28,15 @@ __host__ __device__ __forceinline__ float2* imma_group_scales(uint8_t* pieces, i
   return reinterpret_cast<float2*>(pieces + (K + kGroup - 1) / kGroup * ImmaGroup<kGroup>::kPieceBytes);
 }
 
+// Where a scratch holds the pieces of several rows (decode's routed experts: one input row per
+// pair), the bytes from one row's to the next: a row's pieces and factors (hfq4_imma_scratch_bytes)
+// rounded up to 256, so that every row's pieces keep the 16-byte alignment of their uint4 loads.
+template <int kGroup>
+__host__ __device__ __forceinline__ int64_t imma_row_stride(int64_t K) {
+  const int64_t bytes = (K + kGroup - 1) / kGroup * (ImmaGroup<kGroup>::kPieceBytes + 8);
+  return (bytes + 255) / 256 * 256;
+}
+
 // Cuts elements 8l .. 8l + 7 of `group` (v; zeros past the row), this lane being lane l of the
 // group's kLanesPerGroup lanes, which sit together in the warp. Every lane of the warp calls it
 // (the group's maximum and sum go over its lanes by xor butterflies; every lane ends with the same

@@ -135,5 +135,18 @@ int64_t imma_pieces_launches();
 // cudaErrorInvalidValue).
 cudaError_t launch_gated_activation_imma_pieces(float* out, const float* gate, const float* up, int64_t K, Act act,
                                                 int group, void* pieces, cudaStream_t stream);
+// Decode's routed expert products on the integer matvec (BackendOptions::imma_experts):
+// out[p, m] = x[p / x_row_div] . W_{expert_ids[p]}[m] for pair p < n_inputs (HFQ4 rows of the
+// expert stack, expert_bytes apart; a negative id stores nothing). The scratch holds one row of
+// pieces per distinct input (hfq4_imma_rows_scratch_bytes), cut here unless imma_pieces_ready
+// (launch_gated_activation_imma_pieces_rows cut them). cudaErrorInvalidValue for anything else.
+size_t hfq4_imma_rows_scratch_bytes(int64_t rows, int64_t K, int group);
+cudaError_t launch_hfq4_imma_experts(const MatvecArgs& args, int group, cudaStream_t stream);
+// launch_gated_activation_imma_pieces over `rows` rows: gate and up in_stride apart, out
+// out_stride apart, each row's pieces in its place of a hfq4_imma_rows_scratch_bytes scratch
+// (the routed experts' activations, the down products' inputs).
+cudaError_t launch_gated_activation_imma_pieces_rows(float* out, int64_t out_stride, const float* gate,
+                                                     const float* up, int64_t in_stride, int64_t rows, int64_t K,
+                                                     Act act, int group, void* pieces, cudaStream_t stream);
 
 }  // namespace fl::cuda

@@ -70,15 +70,22 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], const uint32_t (&a)[4], uint
 }
 
 // x [K] -> per group: the 4 pieces in the matvec's k order (pieces, kPieceBytes per group), and
-// (2^(E-6), sum of the group's x) in group_scales (cut_imma_group, imma_pieces.cuh). Lane l of a
-// group takes its 8 consecutive elements. kGated: x is act(gate) * up (gated_value), computed
-// here and also stored to `out` [K], the gated activation's own output (a dense MLP's down
-// projection input, cut where it is made: BackendOptions::imma_ready_pieces).
+// (2^(E-6), sum of the group's x) after them (imma_group_scales; cut_imma_group, imma_pieces.cuh).
+// Lane l of a group takes its 8 consecutive elements. kGated: x is act(gate) * up (gated_value),
+// computed here and also stored to `out` [K], the gated activation's own output (a dense MLP's
+// down projection input, cut where it is made: BackendOptions::imma_ready_pieces). Row
+// blockIdx.y of several (routed experts' inputs): x, up and out that row's (x_stride apart; up
+// has x's stride, out out_stride), its pieces imma_row_stride bytes apart.
 template <int kGroup, bool kGated>
 __global__ void __launch_bounds__(256)
-    hfq4_imma_pieces_kernel(const float* x, const float* up, float* out, Act act, int64_t K, int64_t n_groups,
-                            uint8_t* pieces, float2* group_scales) {
+    hfq4_imma_pieces_kernel(const float* x, int64_t x_stride, const float* up, float* out, int64_t out_stride, Act act,
+                            int64_t K, int64_t n_groups, uint8_t* pieces) {
   constexpr int kLanes = ImmaGroup<kGroup>::kLanesPerGroup;
+  const int64_t row = blockIdx.y;
+  x += row * x_stride;
+  if constexpr (kGated) up += row * x_stride, out += row * out_stride;
+  pieces += row * imma_row_stride<kGroup>(K);
+  float2* group_scales = imma_group_scales<kGroup>(pieces, K);
   enter_kernel();
   const int lane = threadIdx.x % kWarp, l = lane % kLanes;
   const int64_t warp = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
@@ -109,6 +116,11 @@ struct ImmaStage {
   float2 xs;          // the input's (2^(E-6), sum of x)
 };
 
+// Routed experts (a.expert_ids; no segments): pair p = blockIdx.x / (the blocks one matrix
+// takes) multiplies its expert's matrix (a.weight + expert_ids[p] * a.expert_bytes; a negative
+// id, another rank's pair, stores nothing) by input row p / a.x_row_div, whose pieces lie
+// imma_row_stride apart from `pieces`, into a.out + p * a.out_stride. The ids are the previous
+// kernel's output, so such a block loads its first codes after enter_kernel().
 // prefetch: the block's rows are pulled into L2 before enter_kernel() (MatvecArgs::weight_prefetch).
 // l2_ahead > 0 (MatvecArgs::imma_l2_ahead): each warp also asks L2 for the codes of the group
 // l2_ahead iterations past the one its registers are loading. Why: with 110 registers a warp holds
@@ -123,7 +135,17 @@ __global__ void __launch_bounds__(256, 2)
   __shared__ float partial[8][16];  // [warp][row of its tile]
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
   const int split = warp % kSplit;
-  const RowsTarget target = rows_target(a);  // the matrix, or a grouped launch's segment
+  RowsTarget target = rows_target(a);  // the matrix, or a grouped launch's segment
+  const bool experts = a.expert_ids != nullptr;
+  int64_t pair = 0;
+  if (experts) {  // (rows_target: one matrix, block blockIdx.x)
+    const int64_t pair_blocks = (target.M + 16 * kTiles - 1) / (16 * kTiles);
+    pair = target.block / pair_blocks;
+    target.block -= pair * pair_blocks;
+    target.out += pair * a.out_stride;
+    pieces += pair / a.x_row_div * imma_row_stride<kGroup>(a.K);
+    group_scales = imma_group_scales<kGroup>(const_cast<uint8_t*>(pieces), a.K);
+  }
   const int64_t M = target.M, m0 = (target.block * kTiles + warp / kSplit) * 16;
   const int64_t n_groups = (a.K + kGroup - 1) / kGroup;
   // rows past M (the last tile) re-read row M - 1 and are not stored
@@ -158,12 +180,22 @@ __global__ void __launch_bounds__(256, 2)
   };
   float acc_a = 0.0f, acc_b = 0.0f;
   ImmaStage<kGroup> stage;
-  if (split < n_groups) load_codes(split, stage);
-  // After this warp's first codes, so that they are asked for first.
-  if (prefetch) prefetch_block_rows_l2(target, target.block * kTiles * 16, kTiles * 16);
-  // The groups the loop's first prefetches would have covered (weights: before the wait too).
-  for (int i = 2; i <= l2_ahead; ++i) prefetch_codes_l2(split + i * kSplit);
+  if (!experts) {
+    if (split < n_groups) load_codes(split, stage);
+    // After this warp's first codes, so that they are asked for first.
+    if (prefetch) prefetch_block_rows_l2(target, target.block * kTiles * 16, kTiles * 16);
+    // The groups the loop's first prefetches would have covered (weights: before the wait too).
+    for (int i = 2; i <= l2_ahead; ++i) prefetch_codes_l2(split + i * kSplit);
+  }
   enter_kernel();
+  if (experts) {
+    const int32_t expert = a.expert_ids[pair];
+    if (expert < 0) return;  // the whole block: a pair another rank runs (--ep)
+    const int64_t offset = static_cast<int64_t>(expert) * a.expert_bytes;
+    row_a += offset, row_b += offset;
+    if (split < n_groups) load_codes(split, stage);
+    for (int i = 2; i <= l2_ahead; ++i) prefetch_codes_l2(split + i * kSplit);
+  }
   if (split < n_groups) load_pieces(split, stage);
   for (int64_t group = split; group < n_groups; group += kSplit) {
     const float2 sm_a = stage.sm_a, sm_b = stage.sm_b, xs = stage.xs;
@@ -208,9 +240,15 @@ __global__ void __launch_bounds__(256, 2)
   }
 }
 
+// Blocks of `rows_per_block` rows: per segment, or per routed pair (experts).
+inline int64_t imma_blocks(MatvecArgs& a, int64_t rows_per_block) {
+  const int64_t blocks = number_row_blocks(a, rows_per_block);  // (segments: each one's first block)
+  return a.expert_ids ? blocks * a.n_inputs : blocks;
+}
+
 template <int kGroup, int kSplit>
 cudaError_t launch_imma_split(MatvecArgs a, const uint8_t* pieces, const float2* scales, cudaStream_t stream) {
-  const int64_t blocks = number_row_blocks(a, 16 * (8 / kSplit));  // (segments: each one's first block)
+  const int64_t blocks = imma_blocks(a, 16 * (8 / kSplit));
   if (blocks == 0) return cudaSuccess;
   // (the prefetch only where the grid is about one wave, as the rows kernels': a larger matrix's
   // prefetched rows outnumber what L2 keeps until its blocks read them)
@@ -219,16 +257,18 @@ cudaError_t launch_imma_split(MatvecArgs a, const uint8_t* pieces, const float2*
                        pieces, scales, prefetch, a.imma_l2_ahead);
 }
 
-// Cuts x [K] into its pieces at `pieces` (hfq4_imma_scratch_bytes); kGated: x is act(gate) * up,
-// also stored to out.
+// Cuts x [rows, K] (rows x_stride apart) into its pieces at `pieces` (hfq4_imma_scratch_bytes;
+// several rows imma_row_stride apart); kGated: x is act(gate) * up (up x_stride apart too), also
+// stored to out (out_stride apart).
 template <int kGroup, bool kGated>
-cudaError_t launch_imma_pieces(const float* x, const float* up, float* out, Act act, int64_t K, uint8_t* pieces,
-                               cudaStream_t stream) {
+cudaError_t launch_imma_pieces(const float* x, int64_t x_stride, const float* up, float* out, int64_t out_stride,
+                               Act act, int64_t rows, int64_t K, uint8_t* pieces, cudaStream_t stream) {
   const int64_t n_groups = (K + kGroup - 1) / kGroup;
   const int64_t groups_per_block = 8 * (kWarp / ImmaGroup<kGroup>::kLanesPerGroup);
-  const cudaError_t err = launch_kernel(
-      hfq4_imma_pieces_kernel<kGroup, kGated>, dim3(static_cast<unsigned>((n_groups + groups_per_block - 1) / groups_per_block)),
-      256, 0, stream, x, up, out, act, K, n_groups, pieces, imma_group_scales<kGroup>(pieces, K));
+  const dim3 grid(static_cast<unsigned>((n_groups + groups_per_block - 1) / groups_per_block),
+                  static_cast<unsigned>(rows));
+  const cudaError_t err = launch_kernel(hfq4_imma_pieces_kernel<kGroup, kGated>, grid, 256, 0, stream, x, x_stride, up,
+                                        out, out_stride, act, K, n_groups, pieces);
   if (err == cudaSuccess) g_imma_pieces_launches.fetch_add(1, std::memory_order_relaxed);
   return err;
 }
@@ -239,7 +279,11 @@ cudaError_t launch_imma(const MatvecArgs& a, cudaStream_t stream) {
   auto* pieces = static_cast<uint8_t*>(a.scratch);
   float2* scales = imma_group_scales<kGroup>(pieces, a.K);
   cudaError_t err = cudaSuccess;
-  if (!a.imma_pieces_ready) err = launch_imma_pieces<kGroup, false>(a.x, nullptr, nullptr, Act::silu, a.K, pieces, stream);
+  if (!a.imma_pieces_ready) {
+    // (experts: one row per distinct input, n_inputs / x_row_div of them)
+    const int64_t rows = a.expert_ids ? (a.n_inputs + a.x_row_div - 1) / a.x_row_div : 1;
+    err = launch_imma_pieces<kGroup, false>(a.x, a.x_stride, nullptr, nullptr, 0, Act::silu, rows, a.K, pieces, stream);
+  }
   if (err != cudaSuccess) return err;
   // kSplit: as asked (MatvecArgs::imma_rows > 0, matmul_bench), else at least 2 warps per tile
   // and at least ~10 warps per SM (1320 on 132 SMs), at most 8 and no more than the row's groups.
@@ -249,7 +293,7 @@ cudaError_t launch_imma(const MatvecArgs& a, cudaStream_t stream) {
   // in flight per warp and was latency-bound (gate_up: 8.5 cycles of long scoreboard per issue,
   // 60.5 us against 52.1 at 2).
   MatvecArgs counted = a;
-  const int64_t tiles = number_row_blocks(counted, 16);  // (all segments)
+  const int64_t tiles = imma_blocks(counted, 16);  // (all segments, or all pairs)
   const int64_t min_warps = 10 * static_cast<int64_t>(current_device_traits().sm_count);
   int split = 2;
   while (split < 8 && tiles * split < min_warps) split *= 2;
@@ -260,7 +304,7 @@ cudaError_t launch_imma(const MatvecArgs& a, cudaStream_t stream) {
   // -12 % to +29 % of their mean; ncu, H100), at 1 warp per tile it is 144 blocks.
   if (a.imma_rows == -2) {
     const int64_t slots = 2 * static_cast<int64_t>(current_device_traits().sm_count);
-    auto blocks_at = [&](int s) { return number_row_blocks(counted, 16 * (8 / s)); };
+    auto blocks_at = [&](int s) { return imma_blocks(counted, 16 * (8 / s)); };
     if (split > 1 && blocks_at(split) > slots && blocks_at(split / 2) <= slots) split /= 2;
   }
   if (a.imma_rows > 0) split = a.imma_rows;
@@ -305,6 +349,26 @@ cudaError_t launch_hfq4_imma(const MatvecArgs& a, int group, cudaStream_t stream
 #endif
 }
 
+size_t hfq4_imma_rows_scratch_bytes(int64_t rows, int64_t K, int group) {
+  const int64_t stride = group == 256 ? imma_row_stride<256>(K) : imma_row_stride<128>(K);
+  return static_cast<size_t>(rows * stride);
+}
+
+cudaError_t launch_hfq4_imma_experts(const MatvecArgs& a, int group, cudaStream_t stream) {
+#if defined(FIRELINE_GPU_HIP)
+  (void)a, (void)group, (void)stream;
+  return cudaErrorInvalidValue;
+#else
+  if (!a.expert_ids || a.n_inputs < 1 || a.x_row_div < 1 || a.gated || a.n_segments != 0 || a.M <= 0 || a.K <= 0 ||
+      a.imma_rows == 0 || !a.scratch ||
+      a.scratch_bytes < hfq4_imma_rows_scratch_bytes((a.n_inputs + a.x_row_div - 1) / a.x_row_div, a.K, group))
+    return cudaErrorInvalidValue;
+  if (group == 256) return launch_imma<256>(a, stream);
+  if (group == 128) return launch_imma<128>(a, stream);
+  return cudaErrorInvalidValue;
+#endif
+}
+
 cudaError_t launch_gated_activation_imma_pieces(float* out, const float* gate, const float* up, int64_t K, Act act,
                                                 int group, void* pieces, cudaStream_t stream) {
 #if defined(FIRELINE_GPU_HIP)
@@ -312,9 +376,22 @@ cudaError_t launch_gated_activation_imma_pieces(float* out, const float* gate, c
   return cudaErrorInvalidValue;
 #else
   if (K <= 0 || !pieces) return cudaErrorInvalidValue;
+  return launch_gated_activation_imma_pieces_rows(out, 0, gate, up, 0, 1, K, act, group, pieces, stream);
+#endif
+}
+
+cudaError_t launch_gated_activation_imma_pieces_rows(float* out, int64_t out_stride, const float* gate,
+                                                     const float* up, int64_t in_stride, int64_t rows, int64_t K,
+                                                     Act act, int group, void* pieces, cudaStream_t stream) {
+#if defined(FIRELINE_GPU_HIP)
+  (void)out, (void)out_stride, (void)gate, (void)up, (void)in_stride, (void)rows, (void)K, (void)act, (void)group,
+      (void)pieces, (void)stream;
+  return cudaErrorInvalidValue;
+#else
+  if (K <= 0 || rows <= 0 || rows > 65535 || !pieces) return cudaErrorInvalidValue;
   auto* p = static_cast<uint8_t*>(pieces);
-  if (group == 256) return launch_imma_pieces<256, true>(gate, up, out, act, K, p, stream);
-  if (group == 128) return launch_imma_pieces<128, true>(gate, up, out, act, K, p, stream);
+  if (group == 256) return launch_imma_pieces<256, true>(gate, in_stride, up, out, out_stride, act, rows, K, p, stream);
+  if (group == 128) return launch_imma_pieces<128, true>(gate, in_stride, up, out, out_stride, act, rows, K, p, stream);
   return cudaErrorInvalidValue;
 #endif
 }
