@@ -488,13 +488,6 @@ struct BackendOptions {
   // nothing more at first (a cut on the update's one SM costs about a launch), and with the cheaper
   // cut 31B +6.5 %, 4B +4.0 % in all. `fireline bench --imma-ready-pieces on|off`.
   bool imma_ready_pieces = true;
-  // With imma_matvec: where the launcher's warps per row tile make just over one wave (two
-  // blocks per SM) and half as many make one, half as many (the Qwen3.5-4B gate_up: 1 warp per
-  // tile, 144 blocks, instead of 2 and 288 for 264 places, whose second wave of 24 the ncu
-  // profile showed; faster alone in the twenty-seventh session's matmul_bench, 15.9 against 17.2
-  // us). Sums in another order (one warp's, not two added). Off until timed in the replayed
-  // step. `fireline bench --imma-one-wave on|off`.
-  bool imma_one_wave = false;
   // With imma_matvec: each warp also pulls into L2 the codes of the group this many of its
   // iterations past the one it loads into registers (a prefetch holds no register; at 110 per
   // thread a warp holds one group's loads). 0 (default): none, until timed in the replayed step.

@@ -61,10 +61,6 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "on (default): with --imma-matvec on, the residual update and the gated activation also cut their output into "
      "the next product's int8 pieces; off: every product cuts its input in a launch of its own (identical results; "
      "for A/B timing)"},
-    {"--imma-one-wave", &BackendOptions::imma_one_wave, "imma_one_wave",
-     "on: with --imma-matvec on, a product whose warps would take just over one wave of blocks takes half as many "
-     "warps per row tile, in one wave; off (default): the launcher's rule (results differ in the order of "
-     "additions; for A/B timing)"},
     {"--imma-experts", &BackendOptions::imma_experts, "imma_experts",
      "on: with --imma-matvec on, decode's routed expert products (gate_up and down per pair) on the integer tensor "
      "cores too; off (default): the f32 kernels (results differ within the op harness's budget; for A/B timing)"},

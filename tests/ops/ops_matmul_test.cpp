@@ -429,16 +429,6 @@ TEST_F(CudaOps, ImmaMatvecMatchesTheOracle) {
       Twin w = twin_random(type, {M, K}, 0.5f), x = twin_bytes(DType::f32, {1, K}, xs.data());
       expect_counted_matvec(*imma, cuda_imma_matvec_launches, x, w, what);
     }
-  // BackendOptions::imma_one_wave: the Qwen3.5-4B gate_up's height (1152 row tiles: 288 blocks at
-  // 2 warps per tile, just over one wave on 132 SMs; 144 at 1) takes 1 warp per tile there.
-  BackendOptions one_wave_options = options;
-  one_wave_options.imma_one_wave = true;
-  auto one_wave = make_backend("cuda", one_wave_options);
-  for (DType type : {DType::hfq4_g256, DType::hfq4_g128}) {
-    const std::vector<float> xs = input(512);
-    Twin w = twin_random(type, {18432, 512}, 0.5f), x = twin_bytes(DType::f32, {1, 512}, xs.data());
-    expect_counted_matvec(*one_wave, cuda_imma_matvec_launches, x, w, std::string(dtype_name(type)) + " one wave");
-  }
   // BackendOptions::imma_l2_ahead: a prefetch changes no number, so the same bytes as without one,
   // at 1, 2 and 8 warps per tile (4100 x 8192 on 132 SMs, 64 x 21504, 33 x 768) and distances that
   // reach past the row's last group (3 groups of a 768-long row).

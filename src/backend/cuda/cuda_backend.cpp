@@ -1418,7 +1418,7 @@ class CudaBackend final : public Backend {
     a.weight_prefetch = options_.weight_prefetch;
     a.async_rows = options_.async_matvec ? -1 : 0;
     a.split_rows = options_.split_matvec ? 1 : 0;
-    a.imma_rows = options_.imma_matvec ? (options_.imma_one_wave ? -2 : -1) : 0;
+    a.imma_rows = options_.imma_matvec ? -1 : 0;
     a.imma_l2_ahead = options_.imma_l2_ahead;
     return a;
   }

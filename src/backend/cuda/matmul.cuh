@@ -86,8 +86,7 @@ struct MatvecArgs {
   // hfq4_imma_scratch_bytes: the integer tensor-core matvec
   // (matvec_imma.cu, BackendOptions::imma_matvec; sm_80 and later; its own numbers, not the
   // register kernel's bits). Without the scratch the other kernels run. 0: off; -1: on, the
-  // launcher's choice of warps per row tile; -2: that choice halved where that makes one wave
-  // (BackendOptions::imma_one_wave); 1, 2, 4 or 8: that many (matmul_bench).
+  // launcher's choice of warps per row tile; 1, 2, 4 or 8: that many (matmul_bench).
   int imma_rows = 0;
   // The integer matvec's scratch already holds x's pieces, cut by the kernel that wrote x
   // (imma_pieces.cuh; BackendOptions::imma_ready_pieces): its own pieces launch is left out.

@@ -298,15 +298,8 @@ cudaError_t launch_imma(const MatvecArgs& a, cudaStream_t stream) {
   int split = 2;
   while (split < 8 && tiles * split < min_warps) split *= 2;
   while (split > 1 && split > n_groups) split /= 2;
-  // -2 (BackendOptions::imma_one_wave): where those warps take just over one wave of 2 blocks per
-  // SM (the register limit at 110 per thread) and half of them fit in one, half of them: the
-  // Qwen3.5-4B gate_up's 288 blocks would leave a second wave of 24 (the SMs' active cycles
-  // -12 % to +29 % of their mean; ncu, H100), at 1 warp per tile it is 144 blocks.
-  if (a.imma_rows == -2) {
-    const int64_t slots = 2 * static_cast<int64_t>(current_device_traits().sm_count);
-    auto blocks_at = [&](int s) { return imma_blocks(counted, 16 * (8 / s)); };
-    if (split > 1 && blocks_at(split) > slots && blocks_at(split / 2) <= slots) split /= 2;
-  }
+  // (The Qwen3.5-4B gate_up's 288 blocks leave a second wave of 24 on 132 SMs; at 1 warp per tile
+  // it is one wave of 144, and decode was 2.3 % slower: bench/RESULTS.md thirty-second session.)
   if (a.imma_rows > 0) split = a.imma_rows;
   switch (split) {
     case 1: err = launch_imma_split<kGroup, 1>(a, pieces, scales, stream); break;
