@@ -898,9 +898,10 @@ class CudaBackend final : public Backend {
               : 0;
     s.head_floats = (static_cast<size_t>(pairs) * (3 * I + H) + sort_floats + 3) / 4 * 4;
     // The integer kernel: x's T rows of pieces for gate_up, then the pairs' activations' for down
-    // (each from a 256-byte boundary: the head is a multiple of 4 floats, the workspace aligned).
+    // (16-byte aligned, as their loads need: the head is a multiple of 4 floats, and x's rows
+    // take a multiple of 256 bytes). No pairs: the matvec path, which launches nothing.
     const int gate_up_group = imma_group_of(gate_up), down_group = imma_group_of(down);
-    s.imma = !s.mma && options_.imma_experts && gate_up_group > 0 && down_group > 0;
+    s.imma = !s.mma && options_.imma_experts && gate_up_group > 0 && down_group > 0 && pairs > 0;
     if (s.imma) {
       const size_t x_pieces = cuda::hfq4_imma_rows_scratch_bytes(T, H, gate_up_group);
       s.split_bytes = x_pieces + cuda::hfq4_imma_rows_scratch_bytes(pairs, I, down_group) + 256;
