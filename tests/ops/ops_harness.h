@@ -144,6 +144,23 @@ class CudaOps : public ::testing::Test {
     expect_close(out, dot_budget(K), what);
   }
 
+  // moe_experts under --ep on both sides: the [T, K] routing (ids, w: host copies) filtered to
+  // the experts in [E/4, 3E/4) (moe_keep_experts; the others become id -1 and are not run), then
+  // backend b's result against the oracle's within `budget`.
+  void expect_kept_experts_close(Backend& b, const Twin& x, const Twin& gate_up, const Twin& down, const Twin& ids,
+                                 const Twin& w, int64_t E, float budget, const std::string& what) {
+    const int64_t T = ids.cpu.dim(0), K = ids.cpu.dim(1), H = x.cpu.dim(1);
+    Twin kept_ids = twin_bytes(DType::i32, {T, K}, ids.host.data());
+    Twin kept_w = twin_bytes(DType::f32, {T, K}, w.host.data());
+    cpu_->moe_keep_experts(kept_ids.cpu, kept_w.cpu, E / 4, E / 2);
+    b.moe_keep_experts(kept_ids.gpu, kept_w.gpu, E / 4, E / 2);
+    Twin kept_out = twin_output(DType::f32, {T, H});
+    cpu_->moe_experts(kept_out.cpu, x.cpu, gate_up.cpu, down.cpu, kept_ids.cpu, kept_w.cpu, Activation::gelu_tanh);
+    b.moe_experts(kept_out.gpu, x.gpu, gate_up.gpu, down.gpu, kept_ids.gpu, kept_w.gpu, Activation::gelu_tanh);
+    b.synchronize();
+    expect_close(kept_out, budget, what);
+  }
+
   // max |gpu - cpu| / max(max |cpu|, min_scale) over f32 outputs; NaN (an unwritten element) fails.
   void expect_close(const Twin& t, float budget, const std::string& what, float min_scale = 1e-30f) {
     std::vector<uint8_t> g = gpu_bytes(t);

@@ -691,16 +691,10 @@ TEST_F(CudaOps, MoeRouteAndExperts) {
           gated->synchronize();
           EXPECT_EQ(gpu_bytes(silu_out), apart) << "moe_experts gated matvec " << dtype_name(type) << " T=" << T;
         }
-        // --ep: the pairs of experts outside [E/4, 3E/4) become id -1 (moe_keep_experts on each
-        // side) and are not run, on the matvec path (T = 1, 3) and the grouped GEMM's (T = 17).
-        Twin kept_ids = twin_bytes(DType::i32, {T, K}, ids.host.data());
-        Twin kept_w = twin_bytes(DType::f32, {T, K}, w.host.data());
-        cpu_->moe_keep_experts(kept_ids.cpu, kept_w.cpu, E / 4, E / 2);
-        gpu_->moe_keep_experts(kept_ids.gpu, kept_w.gpu, E / 4, E / 2);
-        Twin kept_out = twin_output(DType::f32, {T, H});
-        cpu_->moe_experts(kept_out.cpu, x.cpu, gate_up.cpu, down.cpu, kept_ids.cpu, kept_w.cpu, Activation::gelu_tanh);
-        gpu_->moe_experts(kept_out.gpu, x.gpu, gate_up.gpu, down.gpu, kept_ids.gpu, kept_w.gpu, Activation::gelu_tanh);
-        expect_close(kept_out, kSumBudget, std::string("moe_experts --ep ") + std::string(dtype_name(type)));
+        // --ep: the pairs of experts outside [E/4, 3E/4) are not run, on the matvec path (T = 1,
+        // 3) and the grouped GEMM's (T = 17).
+        expect_kept_experts_close(*gpu_, x, gate_up, down, ids, w, E, kSumBudget,
+                                  std::string("moe_experts --ep ") + std::string(dtype_name(type)));
       }
     }
   }
@@ -741,15 +735,8 @@ TEST_F(CudaOps, ImmaExpertsMatchTheOracle) {
           EXPECT_EQ(cuda_imma_matvec_launches(), launches + 2) << what << ": the integer kernels did not run";
           expect_close(out, dot_budget(std::max(H, I)), "imma experts " + what);
         }
-        Twin kept_ids = twin_bytes(DType::i32, {T, K}, ids.host.data());
-        Twin kept_w = twin_bytes(DType::f32, {T, K}, w.host.data());
-        cpu_->moe_keep_experts(kept_ids.cpu, kept_w.cpu, E / 4, E / 2);
-        imma->moe_keep_experts(kept_ids.gpu, kept_w.gpu, E / 4, E / 2);
-        Twin kept_out = twin_output(DType::f32, {T, H});
-        cpu_->moe_experts(kept_out.cpu, x.cpu, gate_up.cpu, down.cpu, kept_ids.cpu, kept_w.cpu, Activation::gelu_tanh);
-        imma->moe_experts(kept_out.gpu, x.gpu, gate_up.gpu, down.gpu, kept_ids.gpu, kept_w.gpu, Activation::gelu_tanh);
-        imma->synchronize();
-        expect_close(kept_out, dot_budget(std::max(H, I)), "imma experts --ep " + what);
+        expect_kept_experts_close(*imma, x, gate_up, down, ids, w, E, dot_budget(std::max(H, I)),
+                                  "imma experts --ep " + what);
       }
     }
 }

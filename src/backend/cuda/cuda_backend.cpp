@@ -979,41 +979,23 @@ class CudaBackend final : public Backend {
     a.expert_ids = ids.ptr<int32_t>();
     a.expert_bytes = gate_up.stride[0];
     a.x_row_div = K;
+    // With the integer kernel: x's pieces (cut by the gate_up launch), gate_up per pair into
+    // hidden [pairs, 2I], the activation into `activated` [pairs, I] cutting each pair's row into
+    // the down products' pieces, down per pair from those.
+    auto* x_pieces = reinterpret_cast<uint8_t*>(scratch + head_floats);
+    const int down_group = imma_group_of(down.dtype);
+    const size_t x_pieces_bytes = imma ? cuda::hfq4_imma_rows_scratch_bytes(T, H, imma_group_of(gate_up.dtype)) : 0;
+    uint8_t* act_pieces = x_pieces + (x_pieces_bytes + 255) / 256 * 256;
     if (imma) {
-      // x's pieces (cut by the gate_up launch), gate_up per pair into hidden [pairs, 2I], the
-      // activation into `activated` [pairs, I] and its pieces, down per pair from those.
-      auto* x_pieces = reinterpret_cast<uint8_t*>(scratch + head_floats);
-      const size_t x_bytes = cuda::hfq4_imma_rows_scratch_bytes(T, H, imma_group_of(gate_up.dtype));
-      uint8_t* act_pieces = x_pieces + (x_bytes + 255) / 256 * 256;
       a.scratch = x_pieces;
-      a.scratch_bytes = x_bytes;
+      a.scratch_bytes = x_pieces_bytes;
       a.imma_pieces_ready = false;
       check(cuda::launch_hfq4_imma_experts(a, imma_group_of(gate_up.dtype), stream_), "moe_experts gate_up");
-      const int down_group = imma_group_of(down.dtype);
       check(
           cuda::launch_gated_activation_imma_pieces_rows(activated, I, hidden, hidden + I, I2, pairs, I,
                                                          static_cast<cuda::Act>(act), down_group, act_pieces, stream_),
           "moe_experts activation");
-      a.out = y;
-      a.out_stride = H;
-      a.x = activated;
-      a.x_stride = I;
-      a.weight = static_cast<const uint8_t*>(down.data);
-      a.weight_type = down.dtype;
-      a.M = H;
-      a.K = I;
-      a.row_bytes = down.stride[1];
-      a.expert_bytes = down.stride[0];
-      a.x_row_div = 1;
-      a.scratch = act_pieces;
-      a.scratch_bytes = cuda::hfq4_imma_rows_scratch_bytes(pairs, I, down_group);
-      a.imma_pieces_ready = true;
-      check(cuda::launch_hfq4_imma_experts(a, down_group, stream_), "moe_experts down");
-      check(cuda::launch_moe_combine(o.data, o.stride, y, w.data, ids.ptr<int32_t>(), T, K, H, stream_),
-            "moe_experts combine");
-      return;
-    }
-    if (gated) {  // act(gate) * up straight into `activated` [pairs, I]
+    } else if (gated) {  // act(gate) * up straight into `activated` [pairs, I]
       a.out = activated;
       a.out_stride = I;
       a.M = I;
@@ -1038,7 +1020,14 @@ class CudaBackend final : public Backend {
     a.row_bytes = down.stride[1];
     a.expert_bytes = down.stride[0];
     a.x_row_div = 1;
-    expert_product(a, "moe_experts down");
+    if (imma) {
+      a.scratch = act_pieces;
+      a.scratch_bytes = cuda::hfq4_imma_rows_scratch_bytes(pairs, I, down_group);
+      a.imma_pieces_ready = true;
+      check(cuda::launch_hfq4_imma_experts(a, down_group, stream_), "moe_experts down");
+    } else {
+      expert_product(a, "moe_experts down");
+    }
     check(cuda::launch_moe_combine(o.data, o.stride, y, w.data, ids.ptr<int32_t>(), T, K, H, stream_), "moe_experts combine");
   }
 
