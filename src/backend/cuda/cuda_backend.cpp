@@ -16,6 +16,7 @@
 #include "backend/cuda/gpu_runtime.h"
 #include "backend/cuda/linear_attention.cuh"
 #include "backend/cuda/sampling.cuh"
+#include "backend/cuda/tensor_checks.h"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/matmul_mma.cuh"
 #include "backend/cuda/moe.cuh"
@@ -82,69 +83,16 @@ class CudaGraph final : public CapturedSteps {
   std::shared_ptr<uint64_t> ops_;  // the backend's op count (CudaBackend::ops_)
 };
 
-// f32 activation rows: pointer, row count, column count, row stride in elements.
-struct F32Rows {
-  float* data;
-  int64_t rows, cols, stride;
-};
-
-F32Rows f32_rows(const Tensor& t, const char* op) {
-  if (t.device != Device::cuda) fail("{}: tensor {} is not in GPU memory", op, t.describe());
-  if (t.dtype != DType::f32) fail("{}: expected an f32 activation, got {}", op, t.describe());
-  F32Rows r{static_cast<float*>(t.data), t.rows(), t.cols(), t.cols()};
-  if (t.ndim >= 2) {
-    if (t.stride[t.ndim - 1] != 4) fail("{}: innermost dimension of {} is not contiguous", op, t.describe());
-    r.stride = t.stride[t.ndim - 2] / 4;
-    for (int i = t.ndim - 3; i >= 0; --i)
-      if (t.shape[i] > 1 && t.stride[i] != t.stride[i + 1] * t.shape[i + 1])
-        fail("{}: the leading dimensions of {} cannot be folded into rows", op, t.describe());
-  }
-  return r;
-}
-
-void require_device(const Tensor& t, const char* op) {
-  if (t.device != Device::cuda) fail("{}: tensor {} is not in GPU memory", op, t.describe());
-}
-
-// An f32 activation [T, heads, dim] with any token and head strides (a narrow() view of a fused
-// projection); element strides.
-struct F32Heads {
-  float* data;
-  int64_t tokens, heads, dim, token_stride, head_stride;
-};
-
-F32Heads f32_heads(const Tensor& t, const char* op, const char* what) {
-  require_device(t, op);
-  if (t.dtype != DType::f32 || t.ndim != 3) fail("{}: {} must be f32 [tokens, heads, dim], got {}", op, what, t.describe());
-  if (t.stride[2] != 4) fail("{}: innermost dimension of {} {} is not contiguous", op, what, t.describe());
-  if (t.stride[0] % 4 || t.stride[1] % 4) fail("{}: {} {} has strides that are not whole floats", op, what, t.describe());
-  return {static_cast<float*>(t.data), t.shape[0], t.shape[1], t.shape[2], t.stride[0] / 4, t.stride[1] / 4};
-}
-
-void same_shape(const F32Rows& a, const F32Rows& b, const char* op) {
-  if (a.rows != b.rows || a.cols != b.cols) fail("{}: shape mismatch ({} x {} vs {} x {})", op, a.rows, a.cols, b.rows, b.cols);
-}
-
-// A norm's gain weight: `cols` elements on the device, unless the norm has no gain.
-void check_gain(const Tensor* weight, NormGain gain, int64_t cols, const char* op) {
-  if (gain == NormGain::none) return;
-  if (!weight || weight->numel() != cols) fail("{}: gain weight must have {} elements", op, cols);
-  require_device(*weight, op);
-}
-
-// A norm gain's bytes and format for the launchers (no gain: null, read as f32 by nobody).
-const void* gain_data(const Tensor* weight) { return weight ? weight->data : nullptr; }
-DType gain_dtype(const Tensor* weight) { return weight ? weight->dtype : DType::f32; }
-
-// RoPE's inputs: x contiguous f32 [T, heads, D], positions i32 [T], inv_freq f32 [<= D / 2].
-void check_rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, const char* op) {
-  if (x.ndim != 3 || !x.is_contiguous()) fail("{}: expected a contiguous x [T, heads, D], got {}", op, x.describe());
-  f32_rows(x, op);
-  require_device(positions, op);
-  require_device(inv_freq, op);
-  if (positions.dtype != DType::i32 || positions.numel() != x.dim(0)) fail("{}: positions must be i32[{}]", op, x.dim(0));
-  if (inv_freq.numel() * 2 > x.dim(2)) fail("{}: inv_freq must be f32[<= {}]", op, x.dim(2) / 2);
-}
+using cuda::check_gain;
+using cuda::check_rope;
+using cuda::f32_heads;
+using cuda::f32_rows;
+using cuda::F32Heads;
+using cuda::F32Rows;
+using cuda::gain_data;
+using cuda::gain_dtype;
+using cuda::require_device;
+using cuda::same_shape;
 
 class CudaBackend;
 
