@@ -489,9 +489,10 @@ struct BackendOptions {
   // cut 31B +6.5 %, 4B +4.0 % in all. `fireline bench --imma-ready-pieces on|off`.
   bool imma_ready_pieces = true;
   // With imma_matvec: each warp also pulls into L2 the codes of the group this many of its
-  // iterations past the one it loads into registers (a prefetch holds no register; at 110 per
-  // thread a warp holds one group's loads). 0 (default): none, until timed in the replayed step.
-  // Identical results. `fireline bench --imma-l2-ahead N`.
+  // iterations past the one it loads into registers (a prefetch holds no register; at 110-116 per
+  // thread a warp holds one group's loads). 0 (default): none (H100: 26B-A4B +2.8 % at 4, 4B
+  // -2.2 %, 31B -4.2 %: bench/RESULTS.md thirty-second session). Identical results.
+  // `fireline bench --imma-l2-ahead N`.
   int imma_l2_ahead = 0;
   // With imma_matvec: decode's routed expert products (moe_experts on the per-pair matvec path,
   // HFQ4 G256/G128 stacks) on the integer matvec too: the input cut once, gate_up per pair, the

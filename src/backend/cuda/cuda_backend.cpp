@@ -822,6 +822,7 @@ class CudaBackend final : public Backend {
     int64_t max_items = 0;   // the GEMM's work items
     size_t head_floats = 0;  // hidden [pairs, 2I], activated [pairs, I], outputs [pairs, H], the sort
     size_t split_bytes = 0;  // the GEMM's split inputs, or the integer kernel's pieces (x's, then the activations')
+    size_t imma_x_bytes = 0;  // the integer kernel's: x's pieces, where the activations' begin
     // The workspace in floats: the head, then the split inputs from a float boundary.
     size_t floats() const { return head_floats + (split_bytes + 3) / 4; }
   };
@@ -846,13 +847,13 @@ class CudaBackend final : public Backend {
               : 0;
     s.head_floats = (static_cast<size_t>(pairs) * (3 * I + H) + sort_floats + 3) / 4 * 4;
     // The integer kernel: x's T rows of pieces for gate_up, then the pairs' activations' for down
-    // (16-byte aligned, as their loads need: the head is a multiple of 4 floats, and x's rows
-    // take a multiple of 256 bytes). No pairs: the matvec path, which launches nothing.
+    // (16-byte aligned, as their loads need: the head is a multiple of 4 floats, and rows of
+    // pieces take multiples of 256 bytes). No pairs: the matvec path, which launches nothing.
     const int gate_up_group = imma_group_of(gate_up), down_group = imma_group_of(down);
     s.imma = !s.mma && options_.imma_experts && gate_up_group > 0 && down_group > 0 && pairs > 0;
     if (s.imma) {
-      const size_t x_pieces = cuda::hfq4_imma_rows_scratch_bytes(T, H, gate_up_group);
-      s.split_bytes = x_pieces + cuda::hfq4_imma_rows_scratch_bytes(pairs, I, down_group) + 256;
+      s.imma_x_bytes = cuda::hfq4_imma_rows_scratch_bytes(T, H, gate_up_group);
+      s.split_bytes = s.imma_x_bytes + cuda::hfq4_imma_rows_scratch_bytes(pairs, I, down_group);
     }
     return s;
   }
@@ -931,12 +932,11 @@ class CudaBackend final : public Backend {
     // hidden [pairs, 2I], the activation into `activated` [pairs, I] cutting each pair's row into
     // the down products' pieces, down per pair from those.
     auto* x_pieces = reinterpret_cast<uint8_t*>(scratch + head_floats);
+    uint8_t* act_pieces = x_pieces + sizes.imma_x_bytes;
     const int down_group = imma_group_of(down.dtype);
-    const size_t x_pieces_bytes = imma ? cuda::hfq4_imma_rows_scratch_bytes(T, H, imma_group_of(gate_up.dtype)) : 0;
-    uint8_t* act_pieces = x_pieces + (x_pieces_bytes + 255) / 256 * 256;
     if (imma) {
       a.scratch = x_pieces;
-      a.scratch_bytes = x_pieces_bytes;
+      a.scratch_bytes = sizes.imma_x_bytes;
       a.imma_pieces_ready = false;
       check(cuda::launch_hfq4_imma_experts(a, imma_group_of(gate_up.dtype), stream_), "moe_experts gate_up");
       check(
