@@ -494,6 +494,12 @@ struct BackendOptions {
   // -2.2 %, 31B -4.2 %: bench/RESULTS.md thirty-second session). Identical results.
   // `fireline bench --imma-l2-ahead N`.
   int imma_l2_ahead = 0;
+  // With imma_matvec: a one-input product whose weights take fewer bytes than this, and whose
+  // input no producer cut (imma_ready_pieces), runs on the f32 rows kernels instead: such a
+  // product (the 26B-A4B's router, 0.2 MB) is bound by latency either way, and the integer kernel
+  // would need a pieces launch of its own before it, on the step's critical path. 0 (default):
+  // every such product on the integer kernel. `fireline bench --imma-min-bytes N`.
+  int64_t imma_min_bytes = 0;
   // With imma_matvec: decode's routed expert products (moe_experts on the per-pair matvec path,
   // HFQ4 G256/G128 stacks) on the integer matvec too: the input cut once, gate_up per pair, the
   // gated activation cutting its rows into the down products' pieces, down per pair. The f32

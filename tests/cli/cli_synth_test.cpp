@@ -243,7 +243,7 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
        {"",
         " --gated-matvec on --weight-prefetch on --hopper-experts on --group-gemm on --async-matvec on"
         " --split-matvec on --imma-matvec on --imma-ready-pieces on --cluster-update on"
-        " --fused-delta-net on --imma-l2-ahead 2 --imma-experts on",
+        " --fused-delta-net on --imma-l2-ahead 2 --imma-experts on --imma-min-bytes 1048576",
         " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
         " --split-matvec off --imma-matvec off --imma-ready-pieces off --cluster-update off"
         " --fused-delta-net off --imma-experts off"}) {
@@ -262,10 +262,11 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["fused_delta_net"], false) << asked;
     EXPECT_EQ(j["imma_experts"], false) << asked;
     EXPECT_EQ(j["imma_l2_ahead"], 0) << asked;
+    EXPECT_EQ(j["imma_min_bytes"], 0) << asked;
   }
   for (const char* flag : {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm", "--async-matvec",
                            "--split-matvec", "--imma-matvec", "--imma-ready-pieces", "--cluster-update",
-                           "--fused-delta-net", "--imma-experts", "--imma-l2-ahead"}) {
+                           "--fused-delta-net", "--imma-experts", "--imma-l2-ahead", "--imma-min-bytes"}) {
     auto bad = fireline(common + " " + flag + " maybe");
     EXPECT_NE(bad.exit_code, 0) << flag;
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;

@@ -448,6 +448,27 @@ TEST_F(CudaOps, ImmaMatvecMatchesTheOracle) {
       EXPECT_EQ(cuda_imma_matvec_launches(), launches + 1) << what << ": the integer kernel ran";
     }
   }
+  // BackendOptions::imma_min_bytes: a product under it (128 x 2816 G256: 191488 bytes, the 26B's
+  // router) runs on the register kernel, its bits, with no integer launch; one at or over it (the
+  // same bytes as the threshold, or 1024 rows) still on the integer kernel, its bits.
+  {
+    BackendOptions min_options = options, register_options = options;
+    min_options.imma_min_bytes = 128 * 2816 / 256 * 136;
+    register_options.imma_matvec = false;
+    auto with_min = make_backend("cuda", min_options);
+    auto registers = make_backend("cuda", register_options);
+    for (int64_t M : {127, 128, 1024}) {
+      const std::string what = "min bytes M=" + std::to_string(M);
+      const std::vector<float> xs = input(2816);
+      Twin w = twin_random(DType::hfq4_g256, {M, 2816}, 0.5f), x = twin_bytes(DType::f32, {1, 2816}, xs.data());
+      Twin out = twin_output(DType::f32, {1, M});
+      const bool small = M < 128;
+      const std::vector<uint8_t> expected = matmul_over_nan(small ? *registers : *imma, out, x, w);
+      const int64_t launches = cuda_imma_matvec_launches();
+      EXPECT_EQ(matmul_over_nan(*with_min, out, x, w), expected) << what;
+      EXPECT_EQ(cuda_imma_matvec_launches(), launches + (small ? 0 : 1)) << what;
+    }
+  }
   // Grouped (q/k/v of one input: one pieces launch, one product launch over the segments' tiles),
   // with 132 SMs at 4, 8, 2 and 1 (G256) warps per tile; segments whose last block of tiles ends
   // inside them (heights not multiples of 128), a part-used last group (K = 2856)

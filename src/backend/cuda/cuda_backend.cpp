@@ -1341,11 +1341,23 @@ class CudaBackend final : public Backend {
     const int group = a.weight_type == DType::hfq4_g256 ? 256 : a.weight_type == DType::hfq4_g128 ? 128 : 0;
     const bool ready = r.x && a.n_inputs == 1 && r.op + 1 == *ops_ && r.stream == stream_ && r.x == a.x && r.K == a.K &&
                        r.group == group && cuda::hfq4_imma_scratch_bytes(r.K, r.group) >= a.scratch_bytes;
-    a.scratch = ready ? r.scratch : workspace_floats((a.scratch_bytes + 3) / 4);
-    a.imma_pieces_ready = ready;
     // (one input: the scratch is the integer matvec's; many inputs' is the GEMM's, which a model
     // with q8 or bf16 products also runs)
     if (a.n_inputs == 1) imma_products_seen_ = true;
+    if (!ready && a.n_inputs == 1 && product_weight_bytes(a) < options_.imma_min_bytes) {
+      a.scratch = nullptr;  // (no scratch: the f32 rows kernels, and no pieces launch before them)
+      a.scratch_bytes = 0;
+      return;
+    }
+    a.scratch = ready ? r.scratch : workspace_floats((a.scratch_bytes + 3) / 4);
+    a.imma_pieces_ready = ready;
+  }
+  // The bytes of weights a one-input product reads: its matrix's, or its group's.
+  static int64_t product_weight_bytes(const cuda::MatvecArgs& a) {
+    if (a.n_segments == 0) return a.M * a.row_bytes;
+    int64_t bytes = 0;
+    for (int i = 0; i < a.n_segments; ++i) bytes += a.segments[i].M * a.segments[i].row_bytes;
+    return bytes;
   }
 
   // MatvecArgs with this backend's switches (tensor-core pieces, prefetch, bulk copies, split
