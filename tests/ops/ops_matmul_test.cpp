@@ -662,6 +662,74 @@ TEST_F(CudaOps, ImmaReadyPiecesServeOnlyTheNextProduct) {
   }
 }
 
+// The attention merge (one decode row split along the context) cuts its output into the integer
+// pieces of the product after it (o_proj), and that product launches no pieces of its own: the
+// same attention bytes and the same product bytes as a backend whose product cuts them
+// (imma_ready_pieces off). Heads of 256 and 512 (a group per head, two per head) on the SIMT and
+// by-KV-head kernels, 5 x 128 (G128), 3 x 96 (288: a last group of 32 elements); two steps each,
+// so that a counter the first merge left non-zero would leave the second's pieces uncut.
+TEST_F(CudaOps, AttentionMergeCutsTheNextProductsPieces) {
+  BackendOptions options;
+  options.imma_matvec = true;
+  auto cut = make_backend("cuda", options);
+  if (!cuda_imma_matvec_available(*cut)) GTEST_SKIP() << "no integer mma on this GPU (sm_80 and later)";
+  options.imma_ready_pieces = false;
+  auto plain = make_backend("cuda", options);
+  for (Backend* b : {cut.get(), plain.get()}) {  // (producers cut pieces once an integer product ran)
+    Twin w = twin_random(DType::hfq4_g256, {16, 256}), x = twin_random(DType::f32, {1, 256});
+    Twin out = twin_output(DType::f32, {1, 16});
+    b->matmul(out.gpu, x.gpu, w.gpu);
+  }
+  struct Case {
+    int64_t D;
+    int n_heads, n_kv;
+    int64_t past;
+    DType cache;
+  };
+  for (const Case& c :
+       {Case{256, 16, 8, 3000, DType::bf16}, Case{512, 16, 2, 4000, DType::q8_0}, Case{256, 16, 8, 1000, DType::q8_0},
+        Case{128, 5, 1, 2000, DType::bf16}, Case{96, 3, 1, 2500, DType::f32}}) {
+    const int64_t K = c.n_heads * c.D;
+    const std::string what = std::string(dtype_name(c.cache)) + " D=" + std::to_string(c.D) +
+                             " heads=" + std::to_string(c.n_heads) + " past=" + std::to_string(c.past);
+    auto [kc, vc] = zeroed_caches(c.cache, c.past + 2, c.n_kv, c.D);
+    const KvView cache{kc.gpu, vc.gpu};
+    for (int64_t at = 0; at < c.past; at += 500) {
+      const int64_t n = std::min<int64_t>(500, c.past - at);
+      Twin k = twin_random(DType::f32, {n, c.n_kv, c.D}), v = twin_random(DType::f32, {n, c.n_kv, c.D});
+      Twin pos = twin_positions(at, n);
+      cut->kv_write(cache, k.gpu, v.gpu, pos.gpu);
+    }
+    cut->synchronize();
+    const DType type = K % 256 == 0 ? DType::hfq4_g256 : DType::hfq4_g128;
+    Twin w = twin_random(type, {300, K}, 0.5f);
+    const AttentionParams p{c.n_heads, c.n_kv, static_cast<int>(c.D), 1.0f / std::sqrt(static_cast<float>(c.D)), 0};
+    for (int step = 0; step < 2; ++step) {
+      Twin q = twin_random(DType::f32, {1, c.n_heads, c.D});
+      Twin k = twin_random(DType::f32, {1, c.n_kv, c.D}), v = twin_random(DType::f32, {1, c.n_kv, c.D});
+      Twin pos = twin_positions(c.past, 1);
+      std::vector<uint8_t> attention[2], product[2];
+      int64_t pieces[2];
+      for (int i = 0; i < 2; ++i) {
+        Backend& b = i == 0 ? *cut : *plain;
+        Twin out = twin_output(DType::f32, {1, c.n_heads, c.D}), y = twin_output(DType::f32, {1, 300});
+        const int64_t pieces_before = cuda_imma_pieces_launches();
+        b.attention(out.gpu, q.gpu, k.gpu, v.gpu, cache, pos.gpu, p);
+        b.matmul(y.gpu, out.gpu.reshape({1, K}), w.gpu);
+        b.synchronize();
+        pieces[i] = cuda_imma_pieces_launches() - pieces_before;
+        attention[i] = gpu_bytes(out);
+        product[i] = gpu_bytes(y);
+      }
+      const std::string at = what + " step " + std::to_string(step);
+      EXPECT_EQ(pieces[0], 0) << at << ": the product cut its own pieces";
+      EXPECT_EQ(pieces[1], 1) << at;
+      EXPECT_EQ(attention[0], attention[1]) << at;
+      EXPECT_EQ(product[0], product[1]) << at;
+    }
+  }
+}
+
 TEST_F(CudaOps, MoeRouteAndExperts) {
   // Routing alone over the kernels' size classes: one warp per token holding 4 (<= 128 experts)
   // or 16 (<= 512, Qwen3.5's 256) per lane, and the block kernel beyond; T = 17 leaves a block
