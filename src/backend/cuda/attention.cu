@@ -13,7 +13,6 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_prefetch.cuh"
 #include "backend/cuda/device_common.cuh"
-#include "backend/cuda/imma_pieces.cuh"
 
 namespace fl::cuda {
 namespace {
@@ -265,39 +264,6 @@ __global__ void __launch_bounds__(kAttnThreads, kChunks == 1 ? 5 : 1) attention_
 // merge on 16 SMs at batch 1: 9.6 us per layer for 64 splits.)
 constexpr int kMergeThreads = 128;
 
-// With AttentionArgs::imma_pieces (one query row, head_dim a multiple of 32): after a block has
-// written its 32 outputs, the block that completes a weight group of the output row [n_heads * D]
-// cuts the group into the next product's integer pieces (imma_pieces.cuh). Each block counts
-// itself in its group's counter; the last one (whose count reaches the group's slices) resets the
-// counter for the next launch and reads the group back past L1 (gpu::load_coherent: the other
-// blocks' stores, made visible by their fences before they counted).
-template <int kGroup>
-__device__ void cut_group_when_complete(const AttentionArgs& a, int64_t first) {
-  __shared__ int last;
-  const int64_t K = int64_t{a.n_heads} * a.head_dim, group = first / kGroup;
-  __threadfence();  // this block's outputs, before its count
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned slices = static_cast<unsigned>((min(K, (group + 1) * kGroup) - group * kGroup) / kWarp);
-    last = atomicAdd(&a.merge_counters[group], 1u) + 1 == slices;
-    if (last) a.merge_counters[group] = 0;  // (every other block of the group has counted)
-  }
-  __syncthreads();
-  if (!last || threadIdx.x >= kWarp) return;
-  __threadfence();
-  constexpr int kLanes = ImmaGroup<kGroup>::kLanesPerGroup;
-  const int l = threadIdx.x % kLanes;
-  const bool in_range = threadIdx.x < kLanes;
-  float v[8];
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const int64_t k = group * kGroup + 8 * l + j;
-    v[j] = in_range && k < K ? gpu::load_coherent(a.out + k) : 0.0f;
-  }
-  uint8_t* pieces = static_cast<uint8_t*>(a.imma_pieces);
-  cut_imma_group<kGroup>(v, l, group, in_range, pieces, imma_group_scales<kGroup>(pieces, K));
-}
-
 __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttentionArgs a) {
   enter_kernel();
   extern __shared__ float weight[];  // [n_splits]
@@ -333,13 +299,6 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
     float sum = 0.0f;
     for (int w = 0; w < kMergeWarps; ++w) sum += reduce[w][lane];
     a.out[static_cast<int64_t>(blockIdx.x) * D + d] = sum / l_all;
-  }
-  if (a.imma_pieces) {  // (attention_merge_cuts_pieces: one row, D a multiple of 32)
-    const int64_t first = static_cast<int64_t>(blockIdx.x) * D + blockIdx.y * kWarp;
-    if (a.imma_group == 256)
-      cut_group_when_complete<256>(a, first);
-    else
-      cut_group_when_complete<128>(a, first);
   }
 }
 
@@ -495,16 +454,9 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   return launch_attention_merge(a, stream);
 }
 
-bool attention_merge_cuts_pieces(const AttentionArgs& a) {
-  return a.n_tokens == 1 && a.n_splits > 1 && !a.k_row_caches && a.head_dim % kWarp == 0 &&
-         (a.imma_group == 128 || a.imma_group == 256) &&
-         (int64_t{a.n_heads} * a.head_dim + a.imma_group - 1) / a.imma_group <= kAttentionMergeCounters;
-}
-
 cudaError_t launch_attention_merge(const AttentionArgs& a, cudaStream_t stream) {
   if (a.n_tokens == 0) return cudaSuccess;
   if (a.n_splits < 2 || !a.partial) return cudaErrorInvalidValue;
-  if (a.imma_pieces && (!a.merge_counters || !attention_merge_cuts_pieces(a))) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_heads),
                   static_cast<unsigned>((a.head_dim + kWarp - 1) / kWarp));
   return launch_kernel(attention_merge_kernel, grid, kMergeThreads, a.n_splits * sizeof(float), stream, a);

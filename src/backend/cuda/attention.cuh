@@ -45,19 +45,7 @@ struct AttentionArgs {
   // Device scratch of the bf16 prompt kernel (flash_bf16_scratch_bytes), else unused.
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
-  // One query row whose output [n_heads * head_dim] is the next integer product's input: the
-  // merge also cuts it into that product's pieces (imma_pieces.cuh; hfq4_imma_scratch_bytes for
-  // imma_group-weight groups) where attention_merge_cuts_pieces. merge_counters: at least
-  // kAttentionMergeCounters zeros, one per weight group, that the merge leaves zero again.
-  void* imma_pieces = nullptr;
-  int imma_group = 0;
-  unsigned* merge_counters = nullptr;
 };
-constexpr int kAttentionMergeCounters = 256;
-// Whether the merge can cut the pieces of these arguments' output (AttentionArgs::imma_pieces):
-// one query row split along the context (so the merge runs), head_dim a multiple of 32, groups of
-// 128 or 256, at most kAttentionMergeCounters groups.
-bool attention_merge_cuts_pieces(const AttentionArgs& args);
 // Runs the decode kernel by KV head for by_kv_head (attention_decode.cu), the tensor-core kernel
 // (attention_mma.cu) for prefill-sized steps (flash_attention_applies, n_splits == 1) and for
 // group_queries, else the SIMT kernel; either way split along the context

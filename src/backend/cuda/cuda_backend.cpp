@@ -151,8 +151,6 @@ class CudaBackend final : public Backend {
     options_.imma_experts = options_.imma_matvec && options_.imma_experts && cuda::imma_matvec_available();
     check(cudaMalloc(&error_flag_, sizeof(int32_t)), "malloc");
     check(cudaMemsetAsync(error_flag_, 0, sizeof(int32_t), stream_), "memset");
-    check(cudaMalloc(&merge_counters_, cuda::kAttentionMergeCounters * sizeof(unsigned)), "malloc");
-    check(cudaMemsetAsync(merge_counters_, 0, cuda::kAttentionMergeCounters * sizeof(unsigned), stream_), "memset");
     check(cudaStreamSynchronize(stream_), "memset");
     log_debug("{} device {}: {} ({} SMs, sm_{}{})", gpu::kRuntimeName, device_index, name_, sm_count_, prop.major, prop.minor);
   }
@@ -165,7 +163,6 @@ class CudaBackend final : public Backend {
       cudaStreamDestroy(side_stream_);
     }
     cudaFree(error_flag_);
-    cudaFree(merge_counters_);
     cudaStreamDestroy(main_stream_);
   }
 
@@ -768,29 +765,13 @@ class CudaBackend final : public Backend {
       a.scratch_bytes = cuda::flash_bf16_scratch_bytes(a);
       a.scratch = workspace_floats((a.scratch_bytes + 3) / 4);
     }
-    // One row whose output is the next product's input (o_proj), split along the context: the
-    // merge also cuts that output into the integer pieces, beside the partials
-    // (BackendOptions::imma_ready_pieces; on the main stream only, which the counters serve).
-    const int64_t width = p.n_heads * D;
-    a.imma_group = pieces_group_for(width);
-    const bool cut = options_.imma_ready_pieces && imma_products_seen_ && stream_ == main_stream_ &&
-                     cuda::attention_merge_cuts_pieces(a);
-    if (a.n_splits > 1) {
-      const size_t partial_floats = (static_cast<size_t>(T * p.n_heads) * a.n_splits * (D + 2) + 63) / 64 * 64;
-      const size_t pieces_floats = cut ? (cuda::hfq4_imma_scratch_bytes(width, a.imma_group) + 3) / 4 : 0;
-      a.partial = workspace_floats(partial_floats + pieces_floats);
-      if (cut) {
-        a.imma_pieces = a.partial + partial_floats;  // (256-byte aligned: the pieces' uint4 loads)
-        a.merge_counters = merge_counters_;
-      }
-    }
+    if (a.n_splits > 1) a.partial = workspace_floats(static_cast<size_t>(T * p.n_heads) * a.n_splits * (D + 2));
     // Bytes: the KV rows a step can read (the whole ring, or the whole linear cache: an upper
     // bound when the sequence is shorter than the cache), plus q and out; per sequence.
     const double kv_rows = static_cast<double>(std::min<int64_t>(max_keys, cache.n_rows())) * (row_tables ? T : 1);
     OpTimer timer(*this, "attention", 2.0 * kv_rows * p.n_kv_heads * a.cache_row_bytes + 8.0 * q.numel(),
                   a.n_splits > 1 || a.scratch ? 2 : 1);  // + the merge, or the bf16 kernel's gather
     check(cuda::launch_attention(a, stream_), "attention");
-    if (a.imma_pieces) ready_pieces_ = {a.out, width, a.imma_group, a.imma_pieces, stream_, *ops_};
   }
 
   void kv_write(const KvView& cache, const Tensor& k, const Tensor& v, const Tensor& positions) override {
@@ -1373,7 +1354,8 @@ class CudaBackend final : public Backend {
   }
   // The bytes of weights a one-input product reads: its matrix's, or its group's.
   static int64_t product_weight_bytes(const cuda::MatvecArgs& a) {
-    int64_t bytes = a.n_segments == 0 ? a.M * a.row_bytes : 0;
+    if (a.n_segments == 0) return a.M * a.row_bytes;
+    int64_t bytes = 0;
     for (int i = 0; i < a.n_segments; ++i) bytes += a.segments[i].M * a.segments[i].row_bytes;
     return bytes;
   }
@@ -1424,7 +1406,6 @@ class CudaBackend final : public Backend {
   std::optional<MemoryPeak> memory_peak_;
   int sm_count_ = 0;
   int32_t* error_flag_ = nullptr;
-  unsigned* merge_counters_ = nullptr;  // the attention merge's per-group counts (AttentionArgs)
   std::mutex weights_mutex_;
   std::vector<std::unique_ptr<CudaBuffer>> weight_chunks_;
   size_t weight_used_ = 0;

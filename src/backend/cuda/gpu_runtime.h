@@ -181,17 +181,6 @@ __device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t s
   return __byte_perm(a, b, selector);
 }
 
-// A float another block stored (and fenced) during this kernel, read past this SM's L1 (which
-// may hold an older copy): ld.global.cg on CUDA; on HIP a volatile load, which is issued
-// globally coherent (past the vector L1).
-__device__ __forceinline__ float load_coherent(const float* p) {
-#if defined(FIRELINE_GPU_HIP)
-  return *static_cast<const volatile float*>(p);
-#else
-  return __ldcg(p);
-#endif
-}
-
 // IEEE half and bfloat16 as raw bits (the backend stores both as uint16_t).
 __device__ __forceinline__ float f16_bits_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
 __device__ __forceinline__ uint16_t float_to_f16_bits(float v) { return __half_as_ushort(__float2half_rn(v)); }
