@@ -504,8 +504,11 @@ struct BackendOptions {
   // HFQ4 G256/G128 stacks) on the integer matvec too: the input cut once, gate_up per pair, the
   // gated activation cutting its rows into the down products' pieces, down per pair. The f32
   // rows kernels ran the 26B-A4B's experts at ~30 % of the bandwidth (gate_up 18.6 us for 17.8
-  // MB on the H100; bench/RESULTS.md thirty-second session). Results differ within the op
-  // harness's budget. `fireline bench --imma-experts on|off`.
+  // MB on the H100; bench/RESULTS.md thirty-second session). Off: on the H100 the 26B-A4B's
+  // expert chain (route to combine) went 31.1 -> 29.3 us per layer, decode within the runs'
+  // noise; the integer gate_up reaches ~1.2 TB/s on 8 pairs of 11-group rows, and two pieces
+  // launches join the chain (thirty-third session). Results differ within the op harness's
+  // budget. `fireline bench --imma-experts on|off`.
   bool imma_experts = false;
   // Decode's one-row residual update (h += the normed branch, then the next norms and their
   // pieces) spread over a cluster of up to 8 blocks on as many SMs (sm_90), each lane holding 8
