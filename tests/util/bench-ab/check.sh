@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/bench-ab on the CPU with the tiny built-in shape: two arms take turns and each gets a
 # median and a change against the first; a failing arm is named with bench's error and makes the
-# exit status 1; wrong arms are refused (2) before anything runs.
+# exit status 1; wrong arms are refused (2) before anything runs; --summary-only keeps summary.json
+# alone; a run stopped by SIGTERM prints and keeps what it had and exits 124.
 #   check.sh FIRELINE_BINARY SOURCE_DIR OUT_DIR
 set -uo pipefail
 fireline=$1 src=$2 out=$3
@@ -29,6 +30,25 @@ echo "$text"
 expect "a failing arm exits 1" $([ $rc -eq 1 ]; echo $?)
 expect "the failing arm says why" $(grep -Eq '^bad .*FAILED 1: round 1: exit [0-9]+: .*gated-matvec' <<<"$text"; echo $?)
 expect "the good arm still measured" $(grep -Eq '^base +decode_tok_s +median +[0-9.]+' <<<"$text"; echo $?)
+
+# --summary-only: summary.json alone in --out, marked complete
+"$ab" --fireline "$fireline" --rounds 1 --out "$out/only" --summary-only --arm base= -- "${bench[@]}" >/dev/null
+rc=$?
+expect "--summary-only exits 0" $([ $rc -eq 0 ]; echo $?)
+expect "--summary-only writes summary.json alone" $([ "$(ls "$out/only")" = summary.json ]; echo $?)
+expect "the finished summary is complete" $(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if s["complete"] is True and len(s["arms"][0]["runs"]) == 1 else 1)' "$out/only/summary.json"; echo $?)
+
+# Stopped by a time limit (SIGTERM from timeout): the finished runs' lines and summary, exit 124.
+# A stand-in bench that takes 0.2 s per run, so that 60 rounds outlast the 4 s limit.
+slow="$out/slow-fireline"
+printf '#!/bin/sh\nsleep 0.2\necho %s\n' "'{\"decode_tok_s\": 7.5}'" > "$slow" && chmod +x "$slow"
+text=$(timeout 4 "$ab" --rounds 60 --out "$out/stopped" --arm a@"$slow"= --arm b@"$slow"= -- --like x)
+rc=$?
+echo "$text"
+expect "a run stopped by SIGTERM exits 124" $([ $rc -eq 124 ]; echo $?)
+expect "each finished run printed as it ended" $(grep -Eq '^round 1 a: decode_tok_s 7.5$' <<<"$text"; echo $?)
+expect "the stopped run prints its medians" $(grep -q 'stopped early' <<<"$text" && grep -Eq '^b +decode_tok_s +median +7.5 +\+0.0 %' <<<"$text"; echo $?)
+expect "the stopped run's summary is partial" $(python3 -c 'import json,sys; s=json.load(open(sys.argv[1])); sys.exit(0 if s["complete"] is False and 1 <= len(s["arms"][0]["runs"]) < 60 else 1)' "$out/stopped/summary.json"; echo $?)
 
 "$ab" --fireline "$fireline" --out "$out/refused" --arm a= --arm a='--branches off' -- "${bench[@]}" >/dev/null 2>"$out/dup.err"
 expect "two arms of one name are refused" $([ $? -eq 2 ] && grep -q "share a name" "$out/dup.err"; echo $?)
