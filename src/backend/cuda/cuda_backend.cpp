@@ -1338,7 +1338,7 @@ class CudaBackend final : public Backend {
   // this stream's workspace, which nothing has touched since), else the workspace's start.
   void take_scratch_or_ready_pieces(cuda::MatvecArgs& a) {
     const ReadyPieces& r = ready_pieces_;
-    const int group = a.weight_type == DType::hfq4_g256 ? 256 : a.weight_type == DType::hfq4_g128 ? 128 : 0;
+    const int group = imma_group_of(a.weight_type);
     const bool ready = r.x && a.n_inputs == 1 && r.op + 1 == *ops_ && r.stream == stream_ && r.x == a.x && r.K == a.K &&
                        r.group == group && cuda::hfq4_imma_scratch_bytes(r.K, r.group) >= a.scratch_bytes;
     // (one input: the scratch is the integer matvec's; many inputs' is the GEMM's, which a model
