@@ -510,6 +510,14 @@ struct BackendOptions {
   // launches join the chain (thirty-third session). Results differ within the op harness's
   // budget. `fireline bench --imma-experts on|off`.
   bool imma_experts = false;
+  // Decode's routed experts (moe_experts for 1-4 tokens on the per-pair path, HFQ4 G256/G128
+  // stacks) in one launch (moe_decode.cu) instead of gate_up, the activation, down and the
+  // combine: the down rows are pulled into L2 while the last gate_up rows are read, and three
+  // kernel boundaries leave the chain (26B-A4B on the H100: ~33 us per layer from the route's end
+  // to the combine's end, for ~8 us of bytes). Same bits as the four kernels (the rows kernels'
+  // per-lane order; CudaOps.FusedExpertsMatchTheFourKernels). Takes precedence over imma_experts
+  // where both are on. Off until timed. `fireline bench --fused-experts on|off`.
+  bool fused_experts = false;
   // Decode's one-row residual update (h += the normed branch, then the next norms and their
   // pieces) spread over a cluster of up to 8 blocks on as many SMs (sm_90), each lane holding 8
   // consecutive columns and the row's sums of squares added through distributed shared memory,

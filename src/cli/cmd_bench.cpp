@@ -64,6 +64,9 @@ constexpr GpuSwitch kGpuSwitches[] = {
     {"--imma-experts", &BackendOptions::imma_experts, "imma_experts",
      "on: with --imma-matvec on, decode's routed expert products (gate_up and down per pair) on the integer tensor "
      "cores too; off (default): the f32 kernels (results differ within the op harness's budget; for A/B timing)"},
+    {"--fused-experts", &BackendOptions::fused_experts, "fused_experts",
+     "on: decode's routed experts (gate_up, activation, down and their sum; HFQ4, 1-4 tokens) in one launch; off "
+     "(default): four kernels (identical results; for A/B timing)"},
     {"--cluster-update", &BackendOptions::cluster_residual_update, "cluster_update",
      "on (default): decode's one-row residual update spread over a cluster of blocks on several SMs (sm_90); off: "
      "one block (results differ in the order of the row's sums; for A/B timing)"},

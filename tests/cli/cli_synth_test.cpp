@@ -234,19 +234,19 @@ TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
 }
 
 // --gated-matvec, --weight-prefetch, --hopper-experts, --group-gemm, --async-matvec, --split-matvec,
-// --imma-matvec, --imma-ready-pieces, --imma-experts, --cluster-update, --fused-delta-net and
-// --imma-l2-ahead: GPU switches for A/B timing. The CPU has neither (the JSON says false whatever is asked); a value
-// other than on or off is refused before anything loads.
+// --imma-matvec, --imma-ready-pieces, --imma-experts, --fused-experts, --cluster-update,
+// --fused-delta-net and --imma-l2-ahead: GPU switches for A/B timing. The CPU has neither (the JSON says false whatever
+// is asked); a value other than on or off is refused before anything loads.
 TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
   const std::string common = kTinyBench + " --backend cpu";
   for (const char* asked :
        {"",
         " --gated-matvec on --weight-prefetch on --hopper-experts on --group-gemm on --async-matvec on"
         " --split-matvec on --imma-matvec on --imma-ready-pieces on --cluster-update on"
-        " --fused-delta-net on --imma-l2-ahead 2 --imma-experts on --imma-min-bytes 1048576",
+        " --fused-delta-net on --imma-l2-ahead 2 --imma-experts on --imma-min-bytes 1048576 --fused-experts on",
         " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
         " --split-matvec off --imma-matvec off --imma-ready-pieces off --cluster-update off"
-        " --fused-delta-net off --imma-experts off"}) {
+        " --fused-delta-net off --imma-experts off --fused-experts off"}) {
     auto r = fireline(common + asked + " --json");
     ASSERT_EQ(r.exit_code, 0) << asked << ": " << r.err;
     const json j = json::parse(r.out);
@@ -261,12 +261,14 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["cluster_update"], false) << asked;
     EXPECT_EQ(j["fused_delta_net"], false) << asked;
     EXPECT_EQ(j["imma_experts"], false) << asked;
+    EXPECT_EQ(j["fused_experts"], false) << asked;
     EXPECT_EQ(j["imma_l2_ahead"], 0) << asked;
     EXPECT_EQ(j["imma_min_bytes"], 0) << asked;
   }
-  for (const char* flag : {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm", "--async-matvec",
-                           "--split-matvec", "--imma-matvec", "--imma-ready-pieces", "--cluster-update",
-                           "--fused-delta-net", "--imma-experts", "--imma-l2-ahead", "--imma-min-bytes"}) {
+  for (const char* flag :
+       {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm", "--async-matvec", "--split-matvec",
+        "--imma-matvec", "--imma-ready-pieces", "--cluster-update", "--fused-delta-net", "--imma-experts",
+        "--fused-experts", "--imma-l2-ahead", "--imma-min-bytes"}) {
     auto bad = fireline(common + " " + flag + " maybe");
     EXPECT_NE(bad.exit_code, 0) << flag;
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;

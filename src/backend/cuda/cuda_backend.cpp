@@ -149,8 +149,9 @@ class CudaBackend final : public Backend {
     // (ready pieces only for the integer matvec, where it runs)
     options_.imma_ready_pieces = options_.imma_matvec && options_.imma_ready_pieces && cuda::imma_matvec_available();
     options_.imma_experts = options_.imma_matvec && options_.imma_experts && cuda::imma_matvec_available();
-    check(cudaMalloc(&error_flag_, sizeof(int32_t)), "malloc");
-    check(cudaMemsetAsync(error_flag_, 0, sizeof(int32_t), stream_), "memset");
+    // the error flag, then each stream's counters of the fused experts (cuda::MoeDecodeArgs)
+    check(cudaMalloc(&error_flag_, kDeviceWords * sizeof(int32_t)), "malloc");
+    check(cudaMemsetAsync(error_flag_, 0, kDeviceWords * sizeof(int32_t), stream_), "memset");
     check(cudaStreamSynchronize(stream_), "memset");
     log_debug("{} device {}: {} ({} SMs, sm_{}{})", gpu::kRuntimeName, device_index, name_, sm_count_, prop.major, prop.minor);
   }
@@ -886,10 +887,12 @@ class CudaBackend final : public Backend {
     gated_probe.weight_type = gate_up.dtype;
     gated_probe.expert_ids = ids.ptr<int32_t>();
     gated_probe.gated = true;
-    const bool imma = sizes.imma;
+    const bool fused =
+        options_.fused_experts && !mma && cuda::moe_experts_decode_supports(gate_up.dtype, down.dtype, T, K, I);
+    const bool imma = sizes.imma && !fused;
     const bool gated = options_.gated_matvec && !mma && !imma && cuda::matvec_gated_supported(gated_probe);
     const double expert_bytes = static_cast<double>(gate_up.stride[0] + down.stride[0]);
-    const int kernels = mma || imma ? 5 : gated ? 3 : 4;
+    const int kernels = fused ? 1 : mma || imma ? 5 : gated ? 3 : 4;
     OpTimer timer(*this, "moe_experts", expert_bytes * (mma ? static_cast<double>(std::min(pairs, E)) : pairs),
                   kernels);
     const int64_t max_items = sizes.max_items;
@@ -906,6 +909,17 @@ class CudaBackend final : public Backend {
       check(cuda::launch_moe_sort_pairs(grouped, items, n_items, n_items + 1, ids.ptr<int32_t>(), pairs, E, stream_),
             "moe_experts sort");
       grouped.hopper = options_.hopper_expert_gemm;
+    }
+    if (fused) {  // BackendOptions::fused_experts: the four kernels below in one launch
+      auto stack = [](const Tensor& t) {
+        return cuda::MoeDecodeArgs::Stack{static_cast<const uint8_t*>(t.data), t.dtype, t.stride[1], t.stride[0]};
+      };
+      cuda::MoeDecodeArgs f{o.data, o.stride, in.data, in.stride, stack(gate_up), stack(down)};
+      f.ids = ids.ptr<int32_t>(), f.weights = w.data, f.activated = activated;
+      f.counters = error_flag_ + 1 + (stream_ == main_stream_ ? 0 : cuda::kMoeDecodeCounters);
+      f.T = T, f.K = K, f.H = H, f.I = I, f.act = static_cast<cuda::Act>(act);
+      check(cuda::launch_moe_experts_decode(f, stream_), "moe_experts fused");
+      return;
     }
     auto expert_product = [&](const cuda::MatvecArgs& args, const char* what) {
       check(mma ? cuda::launch_matmul_mma(args, args.act_pieces, stream_, &grouped) : cuda::launch_matvec(args, stream_),
@@ -1405,6 +1419,7 @@ class CudaBackend final : public Backend {
   std::string name_;
   std::optional<MemoryPeak> memory_peak_;
   int sm_count_ = 0;
+  static constexpr int kDeviceWords = 1 + 2 * cuda::kMoeDecodeCounters;
   int32_t* error_flag_ = nullptr;
   std::mutex weights_mutex_;
   std::vector<std::unique_ptr<CudaBuffer>> weight_chunks_;

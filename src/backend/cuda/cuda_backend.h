@@ -58,6 +58,8 @@ int64_t cuda_imma_pieces_launches();
 // How many one-row residual updates have run as a cluster of blocks (BackendOptions::
 // cluster_residual_update), and whether the backend's GPU runs them (sm_90, a build with sm_90a code).
 int64_t cuda_cluster_update_launches();
+// How many times routed experts have run as one launch (BackendOptions::fused_experts).
+int64_t cuda_moe_experts_decode_launches();
 bool cuda_cluster_update_available(Backend& backend);
 // How many decode steps of a Gated DeltaNet mixer have run as one launch (BackendOptions::
 // fused_delta_net), and whether the backend's GPU runs that launch (sm_90, a build with sm_90a code).

@@ -7,6 +7,7 @@
 #include "backend/cuda/linear_attention.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/matmul_mma.cuh"
+#include "backend/cuda/moe.cuh"
 #include "backend/cuda/norm.cuh"
 
 namespace fl {
@@ -27,6 +28,7 @@ int64_t cuda_split_matvec_launches() { return cuda::split_matvec_launches(); }
 int64_t cuda_imma_matvec_launches() { return cuda::imma_matvec_launches(); }
 int64_t cuda_imma_pieces_launches() { return cuda::imma_pieces_launches(); }
 int64_t cuda_cluster_update_launches() { return cuda::residual_update_cluster_launches(); }
+int64_t cuda_moe_experts_decode_launches() { return cuda::moe_experts_decode_launches(); }
 int64_t cuda_delta_net_step_launches() { return cuda::delta_net_step_launches(); }
 
 // A kernel family's availability on the backend's GPU (the answer depends on the current device).

@@ -79,6 +79,7 @@ static_assert(__AMDGCN_WAVEFRONT_SIZE == FIRELINE_GPU_WARP,
 // memory
 #define cudaFree hipFree
 #define cudaMalloc hipMalloc
+#define cudaOccupancyMaxActiveBlocksPerMultiprocessor hipOccupancyMaxActiveBlocksPerMultiprocessor
 #define cudaMemGetInfo hipMemGetInfo
 #define cudaMemcpyAsync hipMemcpyAsync
 #define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice

@@ -160,7 +160,7 @@ __global__ void moe_combine_kernel(float* out, int64_t out_stride, const float* 
   float sum = 0.0f;
   for (int64_t j = 0; j < top_k; ++j) {
     const int64_t pair = t * top_k + order[j];
-    if (ids[pair] >= 0) sum += y[pair * cols + c] * weights[pair];
+    if (ids[pair] >= 0) sum = fmaf(y[pair * cols + c], weights[pair], sum);  // (the fused experts' FMA)
   }
   out[t * out_stride + c] = sum;
 }

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/cuda/gpu_runtime.h"
+#include "backend/cuda/kernel_types.cuh"
 #include "core/dtype.h"
 
 namespace fl::cuda {
@@ -19,8 +20,43 @@ cudaError_t launch_moe_combine(float* out, int64_t out_stride, const float* y, c
                                const int32_t* ids, int64_t n_tokens, int64_t top_k, int64_t cols, cudaStream_t stream);
 
 // Expert parallelism (Backend::moe_keep_experts), in place over n pairs: ids in [first, first +
-// count) become id - first; any other pair gets id 0 and weight 0.
+// count) become id - first; any other pair gets id -1 and weight 0.
 cudaError_t launch_moe_keep_experts(int32_t* ids, float* weights, int64_t n, int32_t first, int32_t count,
                                     cudaStream_t stream);
+
+// The routed experts of a few decode tokens in one launch (moe_decode.cu; BackendOptions::
+// fused_experts): out[t] = sum over the token's experts in ascending id order of weight *
+// down_e(act(gate_e x[t]) * up_e x[t]), the same bits as the matvec path's four kernels. HFQ4
+// stacks: gate_up [E, 2I, H] (gate rows, then up rows), down [E, H, I].
+constexpr int64_t kMaxMoeDecodeTokens = 4;      // a token's down items re-stage its activations
+constexpr int64_t kMaxMoeDecodeTopK = 16;
+constexpr size_t kMoeDecodeMaxSharedBytes = 46 * 1024;  // a token's activations [K, I] f32 (+ static: under 48 KB)
+constexpr int kMoeDecodeCounters = 4;           // int32 words of MoeDecodeArgs::counters
+struct MoeDecodeArgs {
+  float* out = nullptr;  // [T, H], row stride out_stride
+  int64_t out_stride = 0;
+  const float* x = nullptr;  // [T, H], row stride x_stride
+  int64_t x_stride = 0;
+  struct Stack {
+    const uint8_t* data = nullptr;
+    DType type = DType::f32;
+    int64_t row_bytes = 0, expert_bytes = 0;
+  };
+  Stack gate_up, down;
+  const int32_t* ids = nullptr;    // [T, K]: an expert of the stack, or -1 (another rank's: skipped)
+  const float* weights = nullptr;  // [T, K]
+  float* activated = nullptr;      // scratch [T K, I]
+  // kMoeDecodeCounters int32 in GPU memory, zero before the first launch; each launch leaves them
+  // zero. Launches that share them must not overlap (one stream).
+  int32_t* counters = nullptr;
+  int64_t T = 0, K = 0, H = 0, I = 0;
+  Act act = Act::gelu_tanh;
+};
+// Whether launch_moe_experts_decode takes these stacks and sizes (HFQ4 G128/G256 stacks, 1..4
+// tokens, top_k <= 16, a token's activations within 46 KB of shared memory).
+bool moe_experts_decode_supports(DType gate_up, DType down, int64_t T, int64_t K, int64_t I);
+size_t moe_experts_decode_shared_bytes(int64_t K, int64_t I);
+cudaError_t launch_moe_experts_decode(const MoeDecodeArgs& a, cudaStream_t stream);
+int64_t moe_experts_decode_launches();  // successful launches in this process (tests)
 
 }  // namespace fl::cuda

@@ -1,0 +1,248 @@
+// The routed experts of a few decode tokens in one launch (BackendOptions::fused_experts):
+// gate_up, the gated activation, down and the weighted sum over each token's experts, on HFQ4
+// stacks. Separately these are four dependent kernels; on the 26B-A4B at batch 1 that chain took
+// ~33 us per layer from the route's end for ~27 MB of expert rows (~8 us of bytes on an H100),
+// mostly each kernel's ramp and tail and the down rows loaded only after the activations existed.
+//
+// One grid of at most two resident blocks per SM takes work items in ticket order: first every
+// (pair, tile of activations) item, then every (token, tile of output columns) item. An up item
+// computes its gate and up rows and stores act(gate) * up; a down item pulls its down rows into
+// L2 (the experts are known), waits until every up item has counted itself done, copies the
+// token's activations into shared memory and sums its columns over the token's experts. A block
+// takes its first item by its index and later ones from a ticket counter, so a block waiting in a
+// down item waits only for up items that resident blocks already hold (the grid is never larger
+// than what is resident at once): it cannot wait for itself or for a block that never starts.
+// The last block out zeroes the counters for the next launch.
+//
+// Same bits as the separate kernels: every row is summed through accumulate_hfq4_rows (the rows
+// kernels' lane order, hfq4_rows.cuh), the activation through gated_value, and each column's
+// sum over experts in ascending id order with one FMA per expert, as moe_combine_kernel does.
+#include <atomic>
+
+#include "backend/cuda/device_common.cuh"
+#include "backend/cuda/hfq4_rows.cuh"
+#include "backend/cuda/moe.cuh"
+
+namespace fl::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+// Two blocks per SM at <= 128 registers (ptxas, sm_90a): 2 activations per warp (2 gate and 2 up
+// rows) with 2 warp steps of loads in flight kept every register in place; 3 steps spilled.
+constexpr int kUpOuts = 2;      // activations per warp in an up item
+constexpr int kUpUnroll = 2;    // warp steps of loads in flight (G256, 2816 columns: 3 rounds)
+constexpr int kDownOuts = 1;    // output columns per warp in a down item
+constexpr int kDownPairs = 4;   // experts whose rows one pass loads together, each on its activations
+constexpr int kDownUnroll = 2;  // (G128, 704 columns: a whole row in one round)
+constexpr int kMaxBlocksPerSm = 2;
+
+enum Counter : int { kTicket = 0, kUpDone = 1, kBlocksOut = 2 };
+
+__device__ __forceinline__ void pause_briefly() {
+#if defined(FIRELINE_GPU_HIP)
+  __builtin_amdgcn_s_sleep(2);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  __nanosleep(64);
+#endif
+}
+
+// The (pair, activation tile) item: rows of expert ids[pair] for activations [i0, i0 + kUpOuts)
+// of each warp, act(gate) * up into a.activated [pairs, I].
+template <int kGroup>
+__device__ void run_up_item(const MoeDecodeArgs& a, int64_t pair, int64_t tile, bool vector_x) {
+  using L = Hfq4Lanes<kGroup>;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int sub = lane % L::kLanesPerBlock, lane_block = lane / L::kLanesPerBlock;
+  const int32_t expert = a.ids[pair];
+  const int64_t i0 = (tile * kWarps + warp) * kUpOuts;
+  if (expert < 0 || i0 >= a.I) return;  // (warp-uniform) another rank's pair, or past the last row
+  const uint8_t* stack = a.gate_up.data + static_cast<int64_t>(expert) * a.gate_up.expert_bytes;
+  constexpr int kRows = 2 * kUpOuts;
+  const uint8_t* rows[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {  // gate rows, then the same up rows; past I: the last one, not stored
+    const int64_t i = i0 + r % kUpOuts < a.I ? i0 + r % kUpOuts : a.I - 1;
+    rows[r] = stack + (r < kUpOuts ? i : a.I + i) * a.gate_up.row_bytes + 8 * sub;
+  }
+  const GlobalInputRow input[1] = {{a.x + (pair / a.K) * a.x_stride, a.H, vector_x}};
+  float acc[kRows];
+  accumulate_hfq4_rows<kGroup, kRows, kUpUnroll, 1>(acc, rows, input, lane_block, (a.H + kGroup - 1) / kGroup);
+#pragma unroll
+  for (int r = 0; r < kUpOuts; ++r) {
+    const float value = gated_value(warp_sum(acc[r]), warp_sum(acc[r + kUpOuts]), a.act);
+    if (lane == 0 && i0 + r < a.I) a.activated[pair * a.I + i0 + r] = value;
+  }
+}
+
+// The token's experts in ascending id order (moe_combine_kernel's order; top_k is small), with
+// their weights; ids of -1 (another rank's) are kept in place and skipped by the sums.
+struct TokenExperts {
+  int32_t id[kMaxMoeDecodeTopK];
+  float weight[kMaxMoeDecodeTopK];
+  int pair[kMaxMoeDecodeTopK];  // the pair's index within the token
+};
+
+// The (token, column tile) item's sums, once the token's activations are in `act` [K, I] (shared
+// memory): each warp's kDownOuts columns over the token's experts, kDownPairs at a time.
+template <int kGroup>
+__device__ void run_down_item(const MoeDecodeArgs& a, const TokenExperts& experts, const float* act, int64_t token,
+                              int64_t tile) {
+  using L = Hfq4Lanes<kGroup>;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int sub = lane % L::kLanesPerBlock, lane_block = lane / L::kLanesPerBlock;
+  const int64_t c0 = (tile * kWarps + warp) * kDownOuts;
+  if (c0 >= a.H) return;  // (warp-uniform)
+  constexpr int kRows = kDownPairs * kDownOuts;
+  float sum[kDownOuts];
+#pragma unroll
+  for (int c = 0; c < kDownOuts; ++c) sum[c] = 0.0f;
+  for (int64_t j0 = 0; j0 < a.K; j0 += kDownPairs) {
+    const uint8_t* rows[kRows];
+    SharedInputRow inputs[kDownPairs];
+#pragma unroll
+    for (int q = 0; q < kDownPairs; ++q) {
+      // pairs past K or of another rank: expert 0's rows and pair 0's inputs, sums not used
+      const bool used = j0 + q < a.K && experts.id[j0 + q] >= 0;
+      const int64_t expert = used ? experts.id[j0 + q] : 0;
+      inputs[q] = {act + (used ? experts.pair[j0 + q] : 0) * a.I, a.I};
+#pragma unroll
+      for (int c = 0; c < kDownOuts; ++c) {
+        const int64_t col = c0 + c < a.H ? c0 + c : a.H - 1;
+        rows[q * kDownOuts + c] = a.down.data + expert * a.down.expert_bytes + col * a.down.row_bytes + 8 * sub;
+      }
+    }
+    float acc[kRows];
+    accumulate_hfq4_rows<kGroup, kRows, kDownUnroll, 1>(acc, rows, inputs, lane_block, (a.I + kGroup - 1) / kGroup);
+#pragma unroll
+    for (int q = 0; q < kDownPairs; ++q) {
+      if (j0 + q >= a.K || experts.id[j0 + q] < 0) continue;  // (warp-uniform)
+#pragma unroll
+      for (int c = 0; c < kDownOuts; ++c) sum[c] = fmaf(warp_sum(acc[q * kDownOuts + c]), experts.weight[j0 + q], sum[c]);
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < kDownOuts; ++c)
+    if (lane == 0 && c0 + c < a.H) a.out[token * a.out_stride + c0 + c] = sum[c];
+}
+
+template <int kGroupUp, int kGroupDown>
+__global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm) moe_experts_decode_kernel(MoeDecodeArgs a,
+                                                                                          bool vector_x) {
+  extern __shared__ float token_act[];  // [K, I]: the activations of the token whose columns run
+  __shared__ TokenExperts experts;
+  __shared__ int64_t next_item;
+  enter_kernel();
+  const int64_t pairs = a.T * a.K;
+  const int64_t up_tiles = (a.I + kWarps * kUpOuts - 1) / (kWarps * kUpOuts);
+  const int64_t down_tiles = (a.H + kWarps * kDownOuts - 1) / (kWarps * kDownOuts);
+  const int64_t up_items = pairs * up_tiles, items = up_items + a.T * down_tiles;
+  int64_t staged_token = -1;  // whose activations token_act holds
+  for (int64_t item = blockIdx.x; item < items;) {
+    // The next ticket, asked for now so that its round trip overlaps this item's work (a block
+    // holding an up ticket is never waiting: its current item is an earlier, up, item).
+    int64_t ticket = 0;
+    if (threadIdx.x == 0) ticket = gridDim.x + atomicAdd(&a.counters[kTicket], 1);
+    if (item < up_items) {
+      run_up_item<kGroupUp>(a, item / up_tiles, item % up_tiles, vector_x);
+      __threadfence();  // each thread's stores, before the block counts the item done
+      __syncthreads();
+      if (threadIdx.x == 0) atomicAdd(&a.counters[kUpDone], 1);
+    } else {
+      const int64_t token = (item - up_items) / down_tiles, tile = (item - up_items) % down_tiles;
+      if (token != staged_token) {
+        __syncthreads();  // the previous token's experts and activations are no longer read
+        if (threadIdx.x == 0) {
+          for (int j = 0; j < a.K; ++j) {  // insertion sort by id, as moe_combine_kernel orders
+            const int32_t id = a.ids[token * a.K + j];
+            int at = j;
+            for (; at > 0 && experts.id[at - 1] > id; --at) {
+              experts.id[at] = experts.id[at - 1];
+              experts.weight[at] = experts.weight[at - 1];
+              experts.pair[at] = experts.pair[at - 1];
+            }
+            experts.id[at] = id;
+            experts.weight[at] = a.weights[token * a.K + j];
+            experts.pair[at] = j;
+          }
+        }
+        __syncthreads();
+      }
+      // This item's down rows into L2 while the up items finish (weights: no ordering needed).
+      const int64_t c0 = tile * kWarps * kDownOuts;
+      const int64_t cols = c0 + kWarps * kDownOuts <= a.H ? kWarps * kDownOuts : a.H - c0;
+      const int64_t lines = (cols * a.down.row_bytes + 127) / 128;
+      for (int64_t i = threadIdx.x; i < a.K * lines; i += blockDim.x) {
+        const int32_t id = experts.id[i / lines];
+        if (id >= 0) prefetch_l2(a.down.data + id * a.down.expert_bytes + c0 * a.down.row_bytes + (i % lines) * 128);
+      }
+      if (token != staged_token) {
+        if (threadIdx.x == 0) {
+          while (*reinterpret_cast<volatile int32_t*>(&a.counters[kUpDone]) < up_items) pause_briefly();
+          __threadfence();
+        }
+        __syncthreads();
+        // volatile: written by other blocks in this launch (the read-only path and L1 may not see it)
+        const volatile float* src = a.activated + token * a.K * a.I;
+        for (int64_t i = threadIdx.x; i < a.K * a.I; i += blockDim.x) token_act[i] = src[i];
+        __syncthreads();
+        staged_token = token;
+      }
+      run_down_item<kGroupDown>(a, experts, token_act, token, tile);
+    }
+    __syncthreads();  // (next_item's previous value read by every thread)
+    if (threadIdx.x == 0) next_item = ticket;
+    __syncthreads();
+    item = next_item;
+  }
+  if (threadIdx.x == 0 && atomicAdd(&a.counters[kBlocksOut], 1) == static_cast<int>(gridDim.x) - 1) {
+    // every block has taken its last ticket and passed its waits: ready for the next launch
+    a.counters[kTicket] = 0;
+    a.counters[kUpDone] = 0;
+    a.counters[kBlocksOut] = 0;
+    __threadfence();
+  }
+}
+
+template <int kGroupUp, int kGroupDown>
+cudaError_t launch_groups(const MoeDecodeArgs& a, cudaStream_t stream) {
+  auto kernel = moe_experts_decode_kernel<kGroupUp, kGroupDown>;
+  const size_t smem = moe_experts_decode_shared_bytes(a.K, a.I);
+  int resident = 0;  // blocks per SM that fit at once (the grid may not exceed them: see above)
+  cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kWarps * kWarp, smem);
+  if (err != cudaSuccess) return err;
+  if (resident < 1) return cudaErrorInvalidValue;
+  const int64_t up_tiles = (a.I + kWarps * kUpOuts - 1) / (kWarps * kUpOuts);
+  const int64_t down_tiles = (a.H + kWarps * kDownOuts - 1) / (kWarps * kDownOuts);
+  const int64_t items = a.T * a.K * up_tiles + a.T * down_tiles;
+  const int64_t slots = static_cast<int64_t>(current_device_traits().sm_count) *
+                        (resident < kMaxBlocksPerSm ? resident : kMaxBlocksPerSm);
+  const bool vector_x = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && (a.x_stride % 4 == 0 || a.T == 1);
+  return launch_kernel(kernel, static_cast<unsigned>(items < slots ? items : slots), kWarps * kWarp, smem, stream, a,
+                       vector_x);
+}
+
+std::atomic<int64_t> g_launches{0};  // moe_experts_decode_launches
+
+int hfq4_group(DType type) { return type == DType::hfq4_g256 ? 256 : type == DType::hfq4_g128 ? 128 : 0; }
+
+}  // namespace
+
+size_t moe_experts_decode_shared_bytes(int64_t K, int64_t I) { return static_cast<size_t>(K * I) * sizeof(float); }
+
+bool moe_experts_decode_supports(DType gate_up, DType down, int64_t T, int64_t K, int64_t I) {
+  return hfq4_group(gate_up) > 0 && hfq4_group(down) > 0 && T >= 1 && T <= kMaxMoeDecodeTokens && K >= 1 &&
+         K <= kMaxMoeDecodeTopK && moe_experts_decode_shared_bytes(K, I) <= kMoeDecodeMaxSharedBytes;
+}
+
+cudaError_t launch_moe_experts_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
+  if (!moe_experts_decode_supports(a.gate_up.type, a.down.type, a.T, a.K, a.I) || a.H < 1) return cudaErrorInvalidValue;
+  const int up = hfq4_group(a.gate_up.type), down = hfq4_group(a.down.type);
+  const cudaError_t err = up == 256 ? (down == 256 ? launch_groups<256, 256>(a, stream) : launch_groups<256, 128>(a, stream))
+                                    : (down == 256 ? launch_groups<128, 256>(a, stream) : launch_groups<128, 128>(a, stream));
+  if (err == cudaSuccess) g_launches.fetch_add(1, std::memory_order_relaxed);
+  return err;
+}
+
+int64_t moe_experts_decode_launches() { return g_launches.load(std::memory_order_relaxed); }
+
+}  // namespace fl::cuda
