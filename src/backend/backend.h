@@ -518,6 +518,11 @@ struct BackendOptions {
   // per-lane order; CudaOps.FusedExpertsMatchTheFourKernels). Takes precedence over imma_experts
   // where both are on. Off until timed. `fireline bench --fused-experts on|off`.
   bool fused_experts = false;
+  // The fused experts' grid: blocks per SM, 1 or 2 (the most that fit at 128 registers). Two hold
+  // twice the weight loads in flight but take every register of the SM while they run, so the
+  // side line's kernels (the 26B-A4B's dense MLP) wait for them; one leaves half of each SM free.
+  // `fireline bench --fused-experts-blocks N`.
+  int fused_experts_blocks = 2;
   // Decode's one-row residual update (h += the normed branch, then the next norms and their
   // pieces) spread over a cluster of up to 8 blocks on as many SMs (sm_90), each lane holding 8
   // consecutive columns and the row's sums of squares added through distributed shared memory,

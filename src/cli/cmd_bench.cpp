@@ -99,6 +99,7 @@ struct BenchOptions {
   std::string profiler_region = "none";  // --profiler-region: what an external profiler records
   int imma_l2_ahead = 0;  // --imma-l2-ahead (BackendOptions::imma_l2_ahead)
   int64_t imma_min_bytes = 0;  // --imma-min-bytes (BackendOptions::imma_min_bytes)
+  int fused_experts_blocks = 2;  // --fused-experts-blocks (BackendOptions::fused_experts_blocks)
 };
 
 // Per-op device time of `steps` units (decode tokens, or one prefill), as table rows and JSON.
@@ -183,6 +184,7 @@ void run_bench(const BenchOptions& opt) {
     if (!opt.gpu_switches[i].empty()) backend_options.*kGpuSwitches[i].option = opt.gpu_switches[i] == "on";
   backend_options.imma_l2_ahead = opt.imma_l2_ahead;
   backend_options.imma_min_bytes = opt.imma_min_bytes;
+  backend_options.fused_experts_blocks = opt.fused_experts_blocks;
   auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend, backend_options);
   const auto probe_start = std::chrono::steady_clock::now();
   const RooflineBandwidth bandwidth = roofline_bandwidth(opt, *backend);  // before the model fills memory
@@ -356,6 +358,7 @@ void run_bench(const BenchOptions& opt) {
     for (const GpuSwitch& s : kGpuSwitches) j[s.json] = backend->device() != Device::cpu && backend_options.*s.option;
     j["imma_l2_ahead"] = backend->device() != Device::cpu ? backend_options.imma_l2_ahead : 0;
     j["imma_min_bytes"] = backend->device() != Device::cpu ? backend_options.imma_min_bytes : 0;
+    j["fused_experts_blocks"] = backend->device() != Device::cpu ? backend_options.fused_experts_blocks : 0;
     if (opt.batch > 1) j["batch"] = {{"sequences", opt.batch}, {"decode_tok_s_total", decode_batch}};
     if (opt.profile) {
       j["profile"] = {{"prefill", prefill_profile.json}, {"decode_per_token", decode_profile.json}};
@@ -447,6 +450,11 @@ void add_bench_command(CLI::App& app) {
                   "no earlier kernel cut runs on the f32 kernels, without the integer kernel's pieces launch; 0 "
                   "(default): none (for A/B timing)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option(
+         "--fused-experts-blocks", opt->fused_experts_blocks,
+         "with --fused-experts on: the one launch's blocks per SM, 1 or 2 (default; 2 hold more weight loads in "
+         "flight, 1 leaves room for the side line's kernels)")
+      ->check(CLI::Range(1, 2));
   cmd->add_option("--profiler-region", opt->profiler_region,
                   "batch: turn the GPU runtime's profiler on for the last run's batched steps only, for a profiler "
                   "started with recording off (scripts/kernel-times --batch); none (default)")

@@ -243,7 +243,8 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
        {"",
         " --gated-matvec on --weight-prefetch on --hopper-experts on --group-gemm on --async-matvec on"
         " --split-matvec on --imma-matvec on --imma-ready-pieces on --cluster-update on"
-        " --fused-delta-net on --imma-l2-ahead 2 --imma-experts on --imma-min-bytes 1048576 --fused-experts on",
+        " --fused-delta-net on --imma-l2-ahead 2 --imma-experts on --imma-min-bytes 1048576 --fused-experts on"
+        " --fused-experts-blocks 1",
         " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
         " --split-matvec off --imma-matvec off --imma-ready-pieces off --cluster-update off"
         " --fused-delta-net off --imma-experts off --fused-experts off"}) {
@@ -264,6 +265,7 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["fused_experts"], false) << asked;
     EXPECT_EQ(j["imma_l2_ahead"], 0) << asked;
     EXPECT_EQ(j["imma_min_bytes"], 0) << asked;
+    EXPECT_EQ(j["fused_experts_blocks"], 0) << asked;
   }
   for (const char* flag :
        {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm", "--async-matvec", "--split-matvec",
@@ -279,6 +281,12 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_NE(bad.exit_code, 0) << ahead;
     EXPECT_NE(bad.err.find("--imma-l2-ahead"), std::string::npos) << bad.err;
     EXPECT_EQ(bad.out, "") << ahead;
+  }
+  for (const char* blocks : {"0", "3"}) {  // blocks per SM outside 1..2
+    auto bad = fireline(common + " --fused-experts-blocks " + blocks);
+    EXPECT_NE(bad.exit_code, 0) << blocks;
+    EXPECT_NE(bad.err.find("--fused-experts-blocks"), std::string::npos) << bad.err;
+    EXPECT_EQ(bad.out, "") << blocks;
   }
 }
 

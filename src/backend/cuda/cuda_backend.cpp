@@ -918,6 +918,7 @@ class CudaBackend final : public Backend {
       f.ids = ids.ptr<int32_t>(), f.weights = w.data, f.activated = activated;
       f.counters = error_flag_ + 1 + (stream_ == main_stream_ ? 0 : cuda::kMoeDecodeCounters);
       f.T = T, f.K = K, f.H = H, f.I = I, f.act = static_cast<cuda::Act>(act);
+      f.blocks_per_sm = options_.fused_experts_blocks;
       check(cuda::launch_moe_experts_decode(f, stream_), "moe_experts fused");
       return;
     }

@@ -51,6 +51,7 @@ struct MoeDecodeArgs {
   int32_t* counters = nullptr;
   int64_t T = 0, K = 0, H = 0, I = 0;
   Act act = Act::gelu_tanh;
+  int blocks_per_sm = 2;  // the grid's blocks per SM: 1 or 2 (fewer where fewer fit)
 };
 // Whether launch_moe_experts_decode takes these stacks and sizes (HFQ4 G128/G256 stacks, 1..4
 // tokens, top_k <= 16, a token's activations within 46 KB of shared memory).

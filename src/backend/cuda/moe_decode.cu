@@ -214,8 +214,8 @@ cudaError_t launch_groups(const MoeDecodeArgs& a, cudaStream_t stream) {
   const int64_t up_tiles = (a.I + kWarps * kUpOuts - 1) / (kWarps * kUpOuts);
   const int64_t down_tiles = (a.H + kWarps * kDownOuts - 1) / (kWarps * kDownOuts);
   const int64_t items = a.T * a.K * up_tiles + a.T * down_tiles;
-  const int64_t slots = static_cast<int64_t>(current_device_traits().sm_count) *
-                        (resident < kMaxBlocksPerSm ? resident : kMaxBlocksPerSm);
+  const int per_sm = a.blocks_per_sm < resident ? a.blocks_per_sm : resident;
+  const int64_t slots = static_cast<int64_t>(current_device_traits().sm_count) * (per_sm > 1 ? per_sm : 1);
   const bool vector_x = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && (a.x_stride % 4 == 0 || a.T == 1);
   return launch_kernel(kernel, static_cast<unsigned>(items < slots ? items : slots), kWarps * kWarp, smem, stream, a,
                        vector_x);
@@ -235,7 +235,9 @@ bool moe_experts_decode_supports(DType gate_up, DType down, int64_t T, int64_t K
 }
 
 cudaError_t launch_moe_experts_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
-  if (!moe_experts_decode_supports(a.gate_up.type, a.down.type, a.T, a.K, a.I) || a.H < 1) return cudaErrorInvalidValue;
+  if (!moe_experts_decode_supports(a.gate_up.type, a.down.type, a.T, a.K, a.I) || a.H < 1 || a.blocks_per_sm < 1 ||
+      a.blocks_per_sm > kMaxBlocksPerSm)
+    return cudaErrorInvalidValue;
   const int up = hfq4_group(a.gate_up.type), down = hfq4_group(a.down.type);
   const cudaError_t err = up == 256 ? (down == 256 ? launch_groups<256, 256>(a, stream) : launch_groups<256, 128>(a, stream))
                                     : (down == 256 ? launch_groups<128, 256>(a, stream) : launch_groups<128, 128>(a, stream));
