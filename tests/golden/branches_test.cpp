@@ -151,7 +151,7 @@ INSTANTIATE_TEST_SUITE_P(DenseFixtures, ConcurrentBranches,
                          branch_case_name);
 
 // The GPU's switches for A/B timing (BackendOptions::gated_matvec on, weight_prefetch on,
-// hopper_expert_gemm on; each the other way from its default; imma_ready_pieces against the integer
+// hopper_expert_gemm on, fused_experts on; each the other way from its default; imma_ready_pieces against the integer
 // matvec's own pieces) move no numbers in the whole model either: the same bytes
 // as the defaults on every path above, at both tensor-core precisions (the Hopper expert GEMM takes one-piece products
 // only: bf16). HFQ4 is the format the gated matvec takes; the dense fixtures reach matmul_gated, the MoE ones also the
@@ -177,9 +177,14 @@ TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
     switched.gated_matvec = true;
     switched.weight_prefetch = true;
     switched.hopper_expert_gemm = true;
+    switched.fused_experts = true;  // (decode's 1-4 tokens: one launch, which takes precedence over the gated form)
     TwoWays w = load_two_ways(fire, switched, defaults);
+    const int64_t fused_before = cuda_moe_experts_decode_launches();
     expect_identical_paths(w, ids);
     expect_identical_batches(w, ids);
+    if (fixture.find("moe") != std::string::npos) {
+      EXPECT_GT(cuda_moe_experts_decode_launches(), fused_before) << "the fused experts did not run";
+    }
     // A 36-token chunk: 72 routed pairs over the MoE fixtures' 4 experts (top 2) make 64-pair
     // items, the ones the Hopper expert GEMM takes (the 24-token chunk above makes 16-pair ones).
     const int64_t launches = cuda_hopper_expert_gemm_launches();
