@@ -766,45 +766,66 @@ TEST_F(CudaOps, ImmaExpertsMatchTheOracle) {
 // four kernels' bytes (gate_up, the activation, down, the combine: the default path), and the
 // oracle's values within the products' budget. The 26B-A4B's stacks (gate_up G256, down G128)
 // and both single-format pairs; its expert shape (H 2816, I 704: down rows of 5.5 G128 groups; 16
-// experts, not 128, to keep the stacks' generation short) and a small one whose last activation
-// tile and last column tile are part-used (I 180, H 516); 1, 2 and 4 tokens, GELU and SiLU; each
-// twice (a launch must leave its counters zeroed for the next); --ep's pairs of id -1. 5 tokens
-// are past the fused kernel's limit: the four kernels run (the counter says which ran).
+// experts, not 128, to keep the stacks' generation short, top 8) and a small one whose last
+// activation tile and last column tile are part-used and whose top 6 leaves a pass of the down
+// sums short (I 180, H 516); 1 to 4 tokens, GELU and SiLU; each twice (a launch must leave its
+// counters zeroed for the next); --ep's pairs of id -1, bytes against the four kernels too; one
+// block per SM (--fused-experts-blocks 1). 5 tokens are past the fused kernel's limit: the four
+// kernels run (the counter says which path ran).
 TEST_F(CudaOps, FusedExpertsMatchTheFourKernels) {
   BackendOptions options;
   options.fused_experts = true;
   auto fused = make_backend("cuda", options);
-  const int64_t E = 16, K = 8;
-  for (auto [H, I] : {std::pair<int64_t, int64_t>{2816, 704}, {516, 180}})
+  options.fused_experts_blocks = 1;
+  auto fused_one_block = make_backend("cuda", options);
+  const int64_t E = 16;
+  struct Shape {
+    int64_t H, I, K;
+  };
+  for (Shape shape : {Shape{2816, 704, 8}, Shape{516, 180, 6}})
     for (auto [up_type, down_type] : {std::pair{DType::hfq4_g256, DType::hfq4_g128},
                                       {DType::hfq4_g256, DType::hfq4_g256},
                                       {DType::hfq4_g128, DType::hfq4_g128}}) {
+      const int64_t H = shape.H, I = shape.I, K = shape.K;
       Twin gate_up = twin_random(up_type, {E, 2 * I, H}, 0.3f), down = twin_random(down_type, {E, H, I}, 0.3f);
-      for (int64_t T : {1, 2, 4, 5}) {
+      for (int64_t T : {1, 2, 3, 4, 5}) {
         const std::string what = std::string(dtype_name(up_type)) + "/" + std::string(dtype_name(down_type)) +
-                                 " H=" + std::to_string(H) + " I=" + std::to_string(I) + " T=" + std::to_string(T);
+                                 " H=" + std::to_string(H) + " I=" + std::to_string(I) + " K=" + std::to_string(K) +
+                                 " T=" + std::to_string(T);
         Twin logits = twin_random(DType::f32, {T, E}, 2.0f), scale = twin_random(DType::bf16, {E});
         Twin w = twin_output(DType::f32, {T, K}), ids = twin_output(DType::i32, {T, K});
         cpu_->moe_route(w.cpu, ids.cpu, logits.cpu, &scale.cpu);
         gpu_->copy_to_device(ids.gpu, ids.host.data());
         gpu_->copy_to_device(w.gpu, w.host.data());
         Twin x = twin_random(DType::f32, {T, H});
-        for (Activation act : {Activation::gelu_tanh, Activation::silu}) {
+        // the four kernels' bytes, then the fused launch's (over NaN) on backend b, twice
+        auto expect_fused_bytes = [&](Backend& b, const Twin& route_ids, const Twin& route_w, Activation act,
+                                      const std::string& at) {
           Twin out = twin_output(DType::f32, {T, H});
-          gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, act);
+          gpu_->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, route_ids.gpu, route_w.gpu, act);
           gpu_->synchronize();
           const std::vector<uint8_t> four_kernels = gpu_bytes(out), nan_bytes(four_kernels.size(), 0xff);
           for (int run = 0; run < 2; ++run) {
             const int64_t launches = cuda_moe_experts_decode_launches();
-            fused->copy_to_device(out.gpu, nan_bytes.data());
-            fused->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, ids.gpu, w.gpu, act);
-            fused->synchronize();
-            EXPECT_EQ(cuda_moe_experts_decode_launches(), launches + (T <= 4 ? 1 : 0)) << what << ": which path ran";
-            EXPECT_EQ(gpu_bytes(out), four_kernels) << what << " run " << run << ": not the four kernels' bytes";
+            b.copy_to_device(out.gpu, nan_bytes.data());
+            b.moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, route_ids.gpu, route_w.gpu, act);
+            b.synchronize();
+            EXPECT_EQ(cuda_moe_experts_decode_launches(), launches + (T <= 4 ? 1 : 0)) << at << ": which path ran";
+            EXPECT_EQ(gpu_bytes(out), four_kernels) << at << " run " << run << ": not the four kernels' bytes";
           }
+          return out;
+        };
+        for (Activation act : {Activation::gelu_tanh, Activation::silu}) {
+          Twin out = expect_fused_bytes(*fused, ids, w, act, what);
           cpu_->moe_experts(out.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, act);
           expect_close(out, dot_budget(std::max(H, I)), "fused experts " + what);
         }
+        if (T == 1) expect_fused_bytes(*fused_one_block, ids, w, Activation::gelu_tanh, what + " one block per SM");
+        // --ep: the experts outside [E/4, 3E/4) become id -1 (not run), against the four kernels' bytes
+        Twin kept_ids = twin_bytes(DType::i32, {T, K}, ids.host.data());
+        Twin kept_w = twin_bytes(DType::f32, {T, K}, w.host.data());
+        gpu_->moe_keep_experts(kept_ids.gpu, kept_w.gpu, E / 4, E / 2);
+        expect_fused_bytes(*fused, kept_ids, kept_w, Activation::gelu_tanh, what + " --ep");
         expect_kept_experts_close(*fused, x, gate_up, down, ids, w, E, dot_budget(std::max(H, I)),
                                   "fused experts --ep " + what);
       }

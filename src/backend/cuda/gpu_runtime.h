@@ -176,6 +176,16 @@ __device__ __forceinline__ float mul_add_unfused(float a, float b, float c) {
 #endif
 }
 
+// A short pause in a spin loop (a block waiting for other blocks' counts), so that the spinning
+// warp leaves its SM's issue slots to the warps with work.
+__device__ __forceinline__ void pause_briefly() {
+#if defined(FIRELINE_GPU_HIP)
+  __builtin_amdgcn_s_sleep(2);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+  __nanosleep(64);
+#endif
+}
+
 // Bytes of the pair (b:a) picked by the selector's four nibbles (0-3: a's bytes, 4-7: b's), as
 // CUDA's PRMT; HIP has the same intrinsic.
 __device__ __forceinline__ uint32_t byte_perm(uint32_t a, uint32_t b, uint32_t selector) {

@@ -48,12 +48,18 @@ struct GlobalInputRow {
   bool vector_x;
   __device__ __forceinline__ float operator()(int64_t k0, float xv[16]) const { return load_x16(x, k0, K, vector_x, xv); }
 };
+// A shared-memory row holds element k at k + k / 16 (shared_row_index): a lane reads 16
+// consecutive inputs from 16 k0 + 16 sub, so unpadded the warp's 32 lanes would hit 2 of the 32
+// banks (16-way conflicts); with one float of padding per 16 they hit all 32, G128 and G256 alike.
+__device__ __forceinline__ int64_t shared_row_index(int64_t k) { return k + k / 16; }
+__host__ __device__ constexpr int64_t shared_row_floats(int64_t K) { return K + (K + 15) / 16; }
 struct SharedInputRow {
-  const float* x;  // shared memory
+  const float* x;  // shared memory, padded (shared_row_index)
   int64_t K;
   __device__ __forceinline__ float operator()(int64_t k0, float xv[16]) const {
+    const float* row = x + shared_row_index(k0);  // (k0 is a multiple of 16)
 #pragma unroll
-    for (int j = 0; j < 16; ++j) xv[j] = k0 + j < K ? x[k0 + j] : 0.0f;
+    for (int j = 0; j < 16; ++j) xv[j] = k0 + j < K ? row[j] : 0.0f;
     float sum = 0.0f;
 #pragma unroll
     for (int j = 0; j < 16; ++j) sum += xv[j];

@@ -30,7 +30,8 @@ cudaError_t launch_moe_keep_experts(int32_t* ids, float* weights, int64_t n, int
 // stacks: gate_up [E, 2I, H] (gate rows, then up rows), down [E, H, I].
 constexpr int64_t kMaxMoeDecodeTokens = 4;      // a token's down items re-stage its activations
 constexpr int64_t kMaxMoeDecodeTopK = 16;
-constexpr size_t kMoeDecodeMaxSharedBytes = 46 * 1024;  // a token's activations [K, I] f32 (+ static: under 48 KB)
+constexpr size_t kMoeDecodeMaxSharedBytes = 46 * 1024;  // a token's activations [K, I] f32, padded
+                                                        // (+ static: under 48 KB)
 constexpr int kMoeDecodeCounters = 4;           // int32 words of MoeDecodeArgs::counters
 struct MoeDecodeArgs {
   float* out = nullptr;  // [T, H], row stride out_stride

@@ -8,11 +8,11 @@
 // (pair, tile of activations) item, then every (token, tile of output columns) item. An up item
 // computes its gate and up rows and stores act(gate) * up; a down item pulls its down rows into
 // L2 (the experts are known), waits until every up item has counted itself done, copies the
-// token's activations into shared memory and sums its columns over the token's experts. A block
-// takes its first item by its index and later ones from a ticket counter, so a block waiting in a
-// down item waits only for up items that resident blocks already hold (the grid is never larger
-// than what is resident at once): it cannot wait for itself or for a block that never starts.
-// The last block out zeroes the counters for the next launch.
+// token's activations into shared memory and sums its columns over the token's experts. Every
+// item comes from a ticket counter, in order, so by the time a block holds a down item every up
+// item is held by a running block, which never waits: no wait depends on which blocks are
+// resident (other streams' kernels, fewer SMs than reported), only the speed does. The last block
+// out zeroes the counters for the next launch.
 //
 // Same bits as the separate kernels: every row is summed through accumulate_hfq4_rows (the rows
 // kernels' lane order, hfq4_rows.cuh), the activation through gated_value, and each column's
@@ -37,14 +37,6 @@ constexpr int kDownUnroll = 2;  // (G128, 704 columns: a whole row in one round)
 constexpr int kMaxBlocksPerSm = 2;
 
 enum Counter : int { kTicket = 0, kUpDone = 1, kBlocksOut = 2 };
-
-__device__ __forceinline__ void pause_briefly() {
-#if defined(FIRELINE_GPU_HIP)
-  __builtin_amdgcn_s_sleep(2);
-#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-  __nanosleep(64);
-#endif
-}
 
 // The (pair, activation tile) item: rows of expert ids[pair] for activations [i0, i0 + kUpOuts)
 // of each warp, act(gate) * up into a.activated [pairs, I].
@@ -101,10 +93,11 @@ __device__ void run_down_item(const MoeDecodeArgs& a, const TokenExperts& expert
     SharedInputRow inputs[kDownPairs];
 #pragma unroll
     for (int q = 0; q < kDownPairs; ++q) {
-      // pairs past K or of another rank: expert 0's rows and pair 0's inputs, sums not used
-      const bool used = j0 + q < a.K && experts.id[j0 + q] >= 0;
-      const int64_t expert = used ? experts.id[j0 + q] : 0;
-      inputs[q] = {act + (used ? experts.pair[j0 + q] : 0) * a.I, a.I};
+      // pairs past K or of another rank: the last (largest-id) pair's rows and inputs, which a pass
+      // loads anyway (no bytes of their own; expert 0 if the token has no expert here), sums unused
+      const int64_t j = j0 + q < a.K && experts.id[j0 + q] >= 0 ? j0 + q : a.K - 1;
+      const int64_t expert = experts.id[j] >= 0 ? experts.id[j] : 0;
+      inputs[q] = {act + experts.pair[j] * shared_row_floats(a.I), a.I};
 #pragma unroll
       for (int c = 0; c < kDownOuts; ++c) {
         const int64_t col = c0 + c < a.H ? c0 + c : a.H - 1;
@@ -128,7 +121,7 @@ __device__ void run_down_item(const MoeDecodeArgs& a, const TokenExperts& expert
 template <int kGroupUp, int kGroupDown>
 __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm) moe_experts_decode_kernel(MoeDecodeArgs a,
                                                                                           bool vector_x) {
-  extern __shared__ float token_act[];  // [K, I]: the activations of the token whose columns run
+  extern __shared__ float token_act[];  // [K, I] padded (shared_row_index): the staged token's activations
   __shared__ TokenExperts experts;
   __shared__ int64_t next_item;
   enter_kernel();
@@ -137,16 +130,20 @@ __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm) moe_experts_de
   const int64_t down_tiles = (a.H + kWarps * kDownOuts - 1) / (kWarps * kDownOuts);
   const int64_t up_items = pairs * up_tiles, items = up_items + a.T * down_tiles;
   int64_t staged_token = -1;  // whose activations token_act holds
-  for (int64_t item = blockIdx.x; item < items;) {
+  if (threadIdx.x == 0) next_item = atomicAdd(&a.counters[kTicket], 1);
+  __syncthreads();
+  for (int64_t item = next_item; item < items;) {
     // The next ticket, asked for now so that its round trip overlaps this item's work (a block
     // holding an up ticket is never waiting: its current item is an earlier, up, item).
     int64_t ticket = 0;
-    if (threadIdx.x == 0) ticket = gridDim.x + atomicAdd(&a.counters[kTicket], 1);
+    if (threadIdx.x == 0) ticket = atomicAdd(&a.counters[kTicket], 1);
     if (item < up_items) {
       run_up_item<kGroupUp>(a, item / up_tiles, item % up_tiles, vector_x);
-      __threadfence();  // each thread's stores, before the block counts the item done
-      __syncthreads();
-      if (threadIdx.x == 0) atomicAdd(&a.counters[kUpDone], 1);
+      __syncthreads();  // every warp's stores, then one release: the fence, then the count
+      if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(&a.counters[kUpDone], 1);
+      }
     } else {
       const int64_t token = (item - up_items) / down_tiles, tile = (item - up_items) % down_tiles;
       if (token != staged_token) {
@@ -177,13 +174,15 @@ __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm) moe_experts_de
       }
       if (token != staged_token) {
         if (threadIdx.x == 0) {
-          while (*reinterpret_cast<volatile int32_t*>(&a.counters[kUpDone]) < up_items) pause_briefly();
+          while (*reinterpret_cast<volatile int32_t*>(&a.counters[kUpDone]) < up_items) gpu::pause_briefly();
           __threadfence();
         }
         __syncthreads();
         // volatile: written by other blocks in this launch (the read-only path and L1 may not see it)
         const volatile float* src = a.activated + token * a.K * a.I;
-        for (int64_t i = threadIdx.x; i < a.K * a.I; i += blockDim.x) token_act[i] = src[i];
+        const int64_t row_floats = shared_row_floats(a.I);
+        for (int64_t i = threadIdx.x; i < a.K * a.I; i += blockDim.x)
+          token_act[i / a.I * row_floats + shared_row_index(i % a.I)] = src[i];
         __syncthreads();
         staged_token = token;
       }
@@ -194,6 +193,7 @@ __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm) moe_experts_de
     __syncthreads();
     item = next_item;
   }
+  if (threadIdx.x == 0) __threadfence();  // (this block's last ticket and waits before its count out)
   if (threadIdx.x == 0 && atomicAdd(&a.counters[kBlocksOut], 1) == static_cast<int>(gridDim.x) - 1) {
     // every block has taken its last ticket and passed its waits: ready for the next launch
     a.counters[kTicket] = 0;
@@ -227,7 +227,9 @@ int hfq4_group(DType type) { return type == DType::hfq4_g256 ? 256 : type == DTy
 
 }  // namespace
 
-size_t moe_experts_decode_shared_bytes(int64_t K, int64_t I) { return static_cast<size_t>(K * I) * sizeof(float); }
+size_t moe_experts_decode_shared_bytes(int64_t K, int64_t I) {
+  return static_cast<size_t>(K * shared_row_floats(I)) * sizeof(float);
+}
 
 bool moe_experts_decode_supports(DType gate_up, DType down, int64_t T, int64_t K, int64_t I) {
   return hfq4_group(gate_up) > 0 && hfq4_group(down) > 0 && T >= 1 && T <= kMaxMoeDecodeTokens && K >= 1 &&
