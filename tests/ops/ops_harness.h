@@ -100,6 +100,18 @@ class CudaOps : public ::testing::Test {
     return twin_bytes(DType::i32, shape, ids.data());
   }
 
+  // The CPU's routing of T tokens over E experts (top K; random logits, bf16 per-expert scales),
+  // on both sides: {weights [T, K] f32, ids [T, K] i32}.
+  std::pair<Twin, Twin> twin_routing(int64_t T, int64_t E, int64_t K) {
+    Twin logits = twin_random(DType::f32, {T, E}, 2.0f), scale = twin_random(DType::bf16, {E});
+    std::pair<Twin, Twin> routing{twin_output(DType::f32, {T, K}), twin_output(DType::i32, {T, K})};
+    auto& [w, ids] = routing;
+    cpu_->moe_route(w.cpu, ids.cpu, logits.cpu, &scale.cpu);
+    gpu_->copy_to_device(ids.gpu, ids.host.data());
+    gpu_->copy_to_device(w.gpu, w.host.data());
+    return routing;
+  }
+
   Twin twin_positions(int64_t first, int64_t n) {
     std::vector<int32_t> pos(n);
     for (int64_t i = 0; i < n; ++i) pos[i] = static_cast<int32_t>(first + i);

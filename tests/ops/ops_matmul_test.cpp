@@ -741,11 +741,7 @@ TEST_F(CudaOps, ImmaExpertsMatchTheOracle) {
       for (int64_t T : {1, 3}) {
         const std::string what = std::string(dtype_name(type)) + " H=" + std::to_string(H) + " I=" + std::to_string(I) +
                                  " T=" + std::to_string(T);
-        Twin logits = twin_random(DType::f32, {T, E}, 2.0f), scale = twin_random(DType::bf16, {E});
-        Twin w = twin_output(DType::f32, {T, K}), ids = twin_output(DType::i32, {T, K});
-        cpu_->moe_route(w.cpu, ids.cpu, logits.cpu, &scale.cpu);
-        imma->copy_to_device(ids.gpu, ids.host.data());
-        imma->copy_to_device(w.gpu, w.host.data());
+        auto [w, ids] = twin_routing(T, E, K);
         Twin x = twin_random(DType::f32, {T, H});
         for (Activation act : {Activation::gelu_tanh, Activation::silu}) {
           Twin out = twin_output(DType::f32, {T, H});
@@ -792,11 +788,7 @@ TEST_F(CudaOps, FusedExpertsMatchTheFourKernels) {
         const std::string what = std::string(dtype_name(up_type)) + "/" + std::string(dtype_name(down_type)) +
                                  " H=" + std::to_string(H) + " I=" + std::to_string(I) + " K=" + std::to_string(K) +
                                  " T=" + std::to_string(T);
-        Twin logits = twin_random(DType::f32, {T, E}, 2.0f), scale = twin_random(DType::bf16, {E});
-        Twin w = twin_output(DType::f32, {T, K}), ids = twin_output(DType::i32, {T, K});
-        cpu_->moe_route(w.cpu, ids.cpu, logits.cpu, &scale.cpu);
-        gpu_->copy_to_device(ids.gpu, ids.host.data());
-        gpu_->copy_to_device(w.gpu, w.host.data());
+        auto [w, ids] = twin_routing(T, E, K);
         Twin x = twin_random(DType::f32, {T, H});
         // the four kernels' bytes, then the fused launch's (over NaN) on backend b, twice
         auto expect_fused_bytes = [&](Backend& b, const Twin& route_ids, const Twin& route_w, Activation act,
