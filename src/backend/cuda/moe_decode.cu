@@ -123,6 +123,8 @@ __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm) moe_experts_de
                                                                                           bool vector_x) {
   extern __shared__ float token_act[];  // [K, I] padded (shared_row_index): the staged token's activations
   __shared__ TokenExperts experts;
+  __shared__ int32_t routed_id[kMaxMoeDecodeTopK];  // the staged token's routing, in routing order
+  __shared__ float routed_weight[kMaxMoeDecodeTopK];
   __shared__ int64_t next_item;
   enter_kernel();
   const int64_t pairs = a.T * a.K;
@@ -148,9 +150,14 @@ __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm) moe_experts_de
       const int64_t token = (item - up_items) / down_tiles, tile = (item - up_items) % down_tiles;
       if (token != staged_token) {
         __syncthreads();  // the previous token's experts and activations are no longer read
+        if (threadIdx.x < a.K) {  // (one load each, at once: not K round trips in thread 0's sort)
+          routed_id[threadIdx.x] = a.ids[token * a.K + threadIdx.x];
+          routed_weight[threadIdx.x] = a.weights[token * a.K + threadIdx.x];
+        }
+        __syncthreads();
         if (threadIdx.x == 0) {
           for (int j = 0; j < a.K; ++j) {  // insertion sort by id, as moe_combine_kernel orders
-            const int32_t id = a.ids[token * a.K + j];
+            const int32_t id = routed_id[j];
             int at = j;
             for (; at > 0 && experts.id[at - 1] > id; --at) {
               experts.id[at] = experts.id[at - 1];
@@ -158,7 +165,7 @@ __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm) moe_experts_de
               experts.pair[at] = experts.pair[at - 1];
             }
             experts.id[at] = id;
-            experts.weight[at] = a.weights[token * a.K + j];
+            experts.weight[at] = routed_weight[j];
             experts.pair[at] = j;
           }
         }
