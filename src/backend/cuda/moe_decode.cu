@@ -38,6 +38,17 @@ constexpr int kMaxBlocksPerSm = 2;
 
 enum Counter : int { kTicket = 0, kUpDone = 1, kBlocksOut = 2 };
 
+// A launch's work items (the kernel's ticket order and the launcher's grid both read these).
+struct WorkItems {
+  int64_t up_tiles, down_tiles, up_items, items;
+};
+__host__ __device__ inline WorkItems work_items(const MoeDecodeArgs& a) {
+  const int64_t up_tiles = (a.I + kWarps * kUpOuts - 1) / (kWarps * kUpOuts);
+  const int64_t down_tiles = (a.H + kWarps * kDownOuts - 1) / (kWarps * kDownOuts);
+  const int64_t up_items = a.T * a.K * up_tiles;
+  return {up_tiles, down_tiles, up_items, up_items + a.T * down_tiles};
+}
+
 // The (pair, activation tile) item: rows of expert ids[pair] for activations [i0, i0 + kUpOuts)
 // of each warp, act(gate) * up into a.activated [pairs, I].
 template <int kGroup>
@@ -127,10 +138,7 @@ __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm) moe_experts_de
   __shared__ float routed_weight[kMaxMoeDecodeTopK];
   __shared__ int64_t next_item;
   enter_kernel();
-  const int64_t pairs = a.T * a.K;
-  const int64_t up_tiles = (a.I + kWarps * kUpOuts - 1) / (kWarps * kUpOuts);
-  const int64_t down_tiles = (a.H + kWarps * kDownOuts - 1) / (kWarps * kDownOuts);
-  const int64_t up_items = pairs * up_tiles, items = up_items + a.T * down_tiles;
+  const auto [up_tiles, down_tiles, up_items, items] = work_items(a);
   int64_t staged_token = -1;  // whose activations token_act holds
   if (threadIdx.x == 0) next_item = atomicAdd(&a.counters[kTicket], 1);
   __syncthreads();
@@ -218,9 +226,7 @@ cudaError_t launch_groups(const MoeDecodeArgs& a, cudaStream_t stream) {
   cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kWarps * kWarp, smem);
   if (err != cudaSuccess) return err;
   if (resident < 1) return cudaErrorInvalidValue;
-  const int64_t up_tiles = (a.I + kWarps * kUpOuts - 1) / (kWarps * kUpOuts);
-  const int64_t down_tiles = (a.H + kWarps * kDownOuts - 1) / (kWarps * kDownOuts);
-  const int64_t items = a.T * a.K * up_tiles + a.T * down_tiles;
+  const int64_t items = work_items(a).items;
   const int per_sm = a.blocks_per_sm < resident ? a.blocks_per_sm : resident;
   const int64_t slots = static_cast<int64_t>(current_device_traits().sm_count) * (per_sm > 1 ? per_sm : 1);
   const bool vector_x = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && (a.x_stride % 4 == 0 || a.T == 1);
