@@ -40,6 +40,12 @@ inline bool is_weight_type(DType type) {
   return type != DType::i32 && type != DType::i64 && type != DType::u8;
 }
 
+// Weights per group of an HFQ4 format (256 or 128); 0 for every other type (the CUDA backend
+// picks the integer matvec's and the fused experts' kernel instances by it).
+constexpr int hfq4_group_size(DType type) {
+  return type == DType::hfq4_g256 ? 256 : type == DType::hfq4_g128 ? 128 : 0;
+}
+
 // Bytes one row of k elements occupies, with the tail block padded.
 inline int64_t row_bytes(DType type, int64_t k) {
   const DTypeTraits& t = dtype_traits(type);

@@ -149,9 +149,8 @@ class CudaBackend final : public Backend {
     // (ready pieces only for the integer matvec, where it runs)
     options_.imma_ready_pieces = options_.imma_matvec && options_.imma_ready_pieces && cuda::imma_matvec_available();
     options_.imma_experts = options_.imma_matvec && options_.imma_experts && cuda::imma_matvec_available();
-    // the error flag, then each stream's counters of the fused experts (cuda::MoeDecodeArgs)
-    check(cudaMalloc(&error_flag_, kDeviceWords * sizeof(int32_t)), "malloc");
-    check(cudaMemsetAsync(error_flag_, 0, kDeviceWords * sizeof(int32_t), stream_), "memset");
+    check(cudaMalloc(&device_words_, kDeviceWords * sizeof(int32_t)), "malloc");
+    check(cudaMemsetAsync(device_words_, 0, kDeviceWords * sizeof(int32_t), stream_), "memset");
     check(cudaStreamSynchronize(stream_), "memset");
     log_debug("{} device {}: {} ({} SMs, sm_{}{})", gpu::kRuntimeName, device_index, name_, sm_count_, prop.major, prop.minor);
   }
@@ -163,7 +162,7 @@ class CudaBackend final : public Backend {
       cudaEventDestroy(join_event_);
       cudaStreamDestroy(side_stream_);
     }
-    cudaFree(error_flag_);
+    cudaFree(device_words_);
     cudaStreamDestroy(main_stream_);
   }
 
@@ -239,10 +238,10 @@ class CudaBackend final : public Backend {
     check(cudaStreamSynchronize(stream_), "synchronize");
     delta_step_op_ = 0;  // (nothing in flight: the next fused step overlaps no kernel)
     int32_t flag = 0;
-    check(cudaMemcpyAsync(&flag, error_flag_, sizeof flag, cudaMemcpyDeviceToHost, stream_), "error flag");
+    check(cudaMemcpyAsync(&flag, error_flag(), sizeof flag, cudaMemcpyDeviceToHost, stream_), "error flag");
     check(cudaStreamSynchronize(stream_), "error flag");
     if (flag) {
-      check(cudaMemsetAsync(error_flag_, 0, sizeof flag, stream_), "error flag");
+      check(cudaMemsetAsync(error_flag(), 0, sizeof flag, stream_), "error flag");
       fail("embed: a token id was outside the vocabulary");
     }
   }
@@ -344,7 +343,7 @@ class CudaBackend final : public Backend {
     if (ids.dtype != DType::i32 || ids.numel() != o.rows) fail("embed: ids must be i32[{}]", o.rows);
     if (table.cols() != o.cols) fail("embed: table width {} != output width {}", table.cols(), o.cols);
     check(cuda::launch_embed(o.data, o.stride, table.data, table.dtype, table.row_bytes(), table.rows(),
-                             ids.ptr<int32_t>(), o.rows, o.cols, scale, error_flag_, stream_),
+                             ids.ptr<int32_t>(), o.rows, o.cols, scale, error_flag(), stream_),
           "embed");
   }
 
@@ -850,7 +849,7 @@ class CudaBackend final : public Backend {
     // The integer kernel: x's T rows of pieces for gate_up, then the pairs' activations' for down
     // (16-byte aligned, as their loads need: the head is a multiple of 4 floats, and rows of
     // pieces take multiples of 256 bytes). No pairs: the matvec path, which launches nothing.
-    const int gate_up_group = imma_group_of(gate_up), down_group = imma_group_of(down);
+    const int gate_up_group = hfq4_group_size(gate_up), down_group = hfq4_group_size(down);
     s.imma = !s.mma && options_.imma_experts && gate_up_group > 0 && down_group > 0 && pairs > 0;
     if (s.imma) {
       s.imma_x_bytes = cuda::hfq4_imma_rows_scratch_bytes(T, H, gate_up_group);
@@ -859,7 +858,6 @@ class CudaBackend final : public Backend {
     return s;
   }
   // The integer matvec's weight group of an HFQ4 format (0: another format).
-  static int imma_group_of(DType type) { return type == DType::hfq4_g256 ? 256 : type == DType::hfq4_g128 ? 128 : 0; }
   size_t moe_experts_workspace_bytes(int64_t T, int64_t K, int64_t E, int64_t H, int64_t I, DType type) {
     bind_to_this_thread();  // the Hopper kernel's part depends on the current device
     const ExpertsScratch s = experts_scratch(T, K, E, H, I, type, type);
@@ -916,7 +914,7 @@ class CudaBackend final : public Backend {
       };
       cuda::MoeDecodeArgs f{o.data, o.stride, in.data, in.stride, stack(gate_up), stack(down)};
       f.ids = ids.ptr<int32_t>(), f.weights = w.data, f.activated = activated;
-      f.counters = error_flag_ + 1 + (stream_ == main_stream_ ? 0 : cuda::kMoeDecodeCounters);
+      f.counters = moe_decode_counters();
       f.T = T, f.K = K, f.H = H, f.I = I, f.act = static_cast<cuda::Act>(act);
       f.blocks_per_sm = options_.fused_experts_blocks;
       check(cuda::launch_moe_experts_decode(f, stream_), "moe_experts fused");
@@ -948,12 +946,12 @@ class CudaBackend final : public Backend {
     // the down products' pieces, down per pair from those.
     auto* x_pieces = reinterpret_cast<uint8_t*>(scratch + head_floats);
     uint8_t* act_pieces = x_pieces + sizes.imma_x_bytes;
-    const int down_group = imma_group_of(down.dtype);
+    const int down_group = hfq4_group_size(down.dtype);
     if (imma) {
       a.scratch = x_pieces;
       a.scratch_bytes = sizes.imma_x_bytes;
       a.imma_pieces_ready = false;
-      check(cuda::launch_hfq4_imma_experts(a, imma_group_of(gate_up.dtype), stream_), "moe_experts gate_up");
+      check(cuda::launch_hfq4_imma_experts(a, hfq4_group_size(gate_up.dtype), stream_), "moe_experts gate_up");
       check(
           cuda::launch_gated_activation_imma_pieces_rows(activated, I, hidden, hidden + I, I2, pairs, I,
                                                          static_cast<cuda::Act>(act), down_group, act_pieces, stream_),
@@ -1353,7 +1351,7 @@ class CudaBackend final : public Backend {
   // this stream's workspace, which nothing has touched since), else the workspace's start.
   void take_scratch_or_ready_pieces(cuda::MatvecArgs& a) {
     const ReadyPieces& r = ready_pieces_;
-    const int group = imma_group_of(a.weight_type);
+    const int group = hfq4_group_size(a.weight_type);
     const bool ready = r.x && a.n_inputs == 1 && r.op + 1 == *ops_ && r.stream == stream_ && r.x == a.x && r.K == a.K &&
                        r.group == group && cuda::hfq4_imma_scratch_bytes(r.K, r.group) >= a.scratch_bytes;
     // (one input: the scratch is the integer matvec's; many inputs' is the GEMM's, which a model
@@ -1420,8 +1418,13 @@ class CudaBackend final : public Backend {
   std::string name_;
   std::optional<MemoryPeak> memory_peak_;
   int sm_count_ = 0;
+  // The embed's error flag, then each stream's counters of the fused experts (zero between launches).
   static constexpr int kDeviceWords = 1 + 2 * cuda::kMoeDecodeCounters;
-  int32_t* error_flag_ = nullptr;
+  int32_t* device_words_ = nullptr;
+  int32_t* error_flag() const { return device_words_; }
+  int32_t* moe_decode_counters() const {
+    return device_words_ + 1 + (stream_ == main_stream_ ? 0 : cuda::kMoeDecodeCounters);
+  }
   std::mutex weights_mutex_;
   std::vector<std::unique_ptr<CudaBuffer>> weight_chunks_;
   size_t weight_used_ = 0;

@@ -222,9 +222,24 @@ template <int kGroupUp, int kGroupDown>
 cudaError_t launch_groups(const MoeDecodeArgs& a, cudaStream_t stream) {
   auto kernel = moe_experts_decode_kernel<kGroupUp, kGroupDown>;
   const size_t smem = moe_experts_decode_shared_bytes(a.K, a.I);
-  int resident = 0;  // blocks per SM that fit at once (the grid may not exceed them: see above)
-  cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kWarps * kWarp, smem);
+  // Blocks per SM that fit at once (the grid may not exceed them: see above), asked once per
+  // device, instance and shared size: eager decode launches this every layer.
+  struct Resident {
+    int device = -1;
+    size_t smem = 0;
+    int blocks = 0;
+  };
+  thread_local Resident known;
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
   if (err != cudaSuccess) return err;
+  if (known.device != device || known.smem != smem) {
+    int resident = 0;
+    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, kWarps * kWarp, smem);
+    if (err != cudaSuccess) return err;
+    known = Resident{device, smem, resident};
+  }
+  const int resident = known.blocks;
   if (resident < 1) return cudaErrorInvalidValue;
   const int64_t items = work_items(a).items;
   const int per_sm = a.blocks_per_sm < resident ? a.blocks_per_sm : resident;
@@ -236,8 +251,6 @@ cudaError_t launch_groups(const MoeDecodeArgs& a, cudaStream_t stream) {
 
 std::atomic<int64_t> g_launches{0};  // moe_experts_decode_launches
 
-int hfq4_group(DType type) { return type == DType::hfq4_g256 ? 256 : type == DType::hfq4_g128 ? 128 : 0; }
-
 }  // namespace
 
 size_t moe_experts_decode_shared_bytes(int64_t K, int64_t I) {
@@ -245,7 +258,7 @@ size_t moe_experts_decode_shared_bytes(int64_t K, int64_t I) {
 }
 
 bool moe_experts_decode_supports(DType gate_up, DType down, int64_t T, int64_t K, int64_t I) {
-  return hfq4_group(gate_up) > 0 && hfq4_group(down) > 0 && T >= 1 && T <= kMaxMoeDecodeTokens && K >= 1 &&
+  return hfq4_group_size(gate_up) > 0 && hfq4_group_size(down) > 0 && T >= 1 && T <= kMaxMoeDecodeTokens && K >= 1 &&
          K <= kMaxMoeDecodeTopK && moe_experts_decode_shared_bytes(K, I) <= kMoeDecodeMaxSharedBytes;
 }
 
@@ -253,7 +266,7 @@ cudaError_t launch_moe_experts_decode(const MoeDecodeArgs& a, cudaStream_t strea
   if (!moe_experts_decode_supports(a.gate_up.type, a.down.type, a.T, a.K, a.I) || a.H < 1 || a.blocks_per_sm < 1 ||
       a.blocks_per_sm > kMaxBlocksPerSm)
     return cudaErrorInvalidValue;
-  const int up = hfq4_group(a.gate_up.type), down = hfq4_group(a.down.type);
+  const int up = hfq4_group_size(a.gate_up.type), down = hfq4_group_size(a.down.type);
   const cudaError_t err = up == 256 ? (down == 256 ? launch_groups<256, 256>(a, stream) : launch_groups<256, 128>(a, stream))
                                     : (down == 256 ? launch_groups<128, 256>(a, stream) : launch_groups<128, 128>(a, stream));
   if (err == cudaSuccess) g_launches.fetch_add(1, std::memory_order_relaxed);
