@@ -116,6 +116,14 @@ void Backend::moe_keep_experts(Tensor ids, Tensor weights, int64_t first, int64_
   copy_to_device(weights, w.data());
 }
 
+void Backend::moe_route_experts(Tensor out, const Tensor& x, const Tensor& x_router, const Tensor& router,
+                                const Tensor* per_expert_scale, Tensor logits, Tensor weights, Tensor ids,
+                                const Tensor& gate_up, const Tensor& down, Activation act) {
+  matmul(logits, x_router, router);
+  moe_route(weights, ids, logits, per_expert_scale);
+  moe_experts(out, x, gate_up, down, ids, weights, act);
+}
+
 void Backend::causal_conv1d_rows(Tensor out, const Tensor& x, const Tensor& weight, std::span<const Tensor> states,
                                  Activation act) {
   const int64_t B = static_cast<int64_t>(states.size());

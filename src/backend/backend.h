@@ -284,6 +284,15 @@ class Backend {
   virtual void moe_experts(Tensor out, const Tensor& x, const Tensor& gate_up, const Tensor& down,
                            const Tensor& ids, const Tensor& weights, Activation act) = 0;
 
+  // A router's product, the routing and the routed experts as one op: matmul(logits, x_router,
+  // router) ([T, E]), moe_route(weights, ids, logits, per_expert_scale), then moe_experts(out, x,
+  // gate_up, down, ids, weights, act); logits, weights and ids are written too. The default issues
+  // the three ops; a backend may run them together (CUDA: BackendOptions::fused_experts, where
+  // the router's product has the f32 matvec's bits, not the integer kernel's).
+  virtual void moe_route_experts(Tensor out, const Tensor& x, const Tensor& x_router, const Tensor& router,
+                                 const Tensor* per_expert_scale, Tensor logits, Tensor weights, Tensor ids,
+                                 const Tensor& gate_up, const Tensor& down, Activation act);
+
   // ---- linear attention (Gated DeltaNet) ----
   // Causal depthwise convolution over time with a carried window, then act:
   //   out[t, c] = act( sum_j weight[c, j] * x_{t - (K-1) + j}[c] ),  j < K,
@@ -516,7 +525,9 @@ struct BackendOptions {
   // kernel boundaries leave the chain (26B-A4B on the H100: ~33 us per layer from the route's end
   // to the combine's end, for ~8 us of bytes). Same bits as the four kernels (the rows kernels'
   // per-lane order; CudaOps.FusedExpertsMatchTheFourKernels). Takes precedence over imma_experts
-  // where both are on. Off until timed. `fireline bench --fused-experts on|off`.
+  // where both are on. Without --ep the router's product (f32 input, the f32 matvec's bits) and
+  // the routing join the launch (Backend::moe_route_experts; CudaOps.FusedRouteMatchesTheRouter
+  // RouteAndExperts). Off until timed. `fireline bench --fused-experts on|off`.
   bool fused_experts = false;
   // The fused experts' grid: blocks per SM, 1 or 2 (the most that fit at 128 registers). Two hold
   // twice the weight loads in flight but take every register of the SM while they run, so the

@@ -332,13 +332,19 @@ class Gemma4Model final : public Model {
         Tensor expert_weights = arena.alloc(DType::f32, {T, K});
         Tensor expert_ids = arena.alloc(DType::i32, {T, K});
         auto experts = [&] {
+          if (c_.expert_count == 0) {  // (one op: a backend may run the router with the experts)
+            b.moe_route_experts(tmp, x_experts, x_router, layer.router_proj, &layer.per_expert_scale, router_logits,
+                                expert_weights, expert_ids, layer.experts_gate_up, layer.experts_down,
+                                Activation::gelu_tanh);
+            return;
+          }
+          // Expert parallel: every rank routes over all experts, runs its own and adds up the rest.
           b.matmul(router_logits, x_router, layer.router_proj);
           b.moe_route(expert_weights, expert_ids, router_logits, &layer.per_expert_scale);
-          // Expert parallel: every rank routes over all experts, runs its own and adds up the rest.
-          if (c_.expert_count > 0) b.moe_keep_experts(expert_ids, expert_weights, c_.expert_first, c_.expert_count);
+          b.moe_keep_experts(expert_ids, expert_weights, c_.expert_first, c_.expert_count);
           b.moe_experts(tmp, x_experts, layer.experts_gate_up, layer.experts_down, expert_ids, expert_weights,
                         Activation::gelu_tanh);
-          if (comm_ && c_.expert_count > 0) comm_->all_reduce_sum(tmp);
+          if (comm_) comm_->all_reduce_sum(tmp);
         };
         // The dense MLP (3 kernels, ~10 MB of weights on the 26B-A4B) beside the router and experts
         // (4 kernels): two short chains at once rather than one long one. Split models keep one

@@ -402,14 +402,19 @@ class Qwen35Model final : public Model {
     Tensor expert_weights = arena.alloc(DType::f32, {T, K});
     Tensor expert_ids = arena.alloc(DType::i32, {T, K});
     auto routed = [&] {
-      b.matmul(router_logits, x, layer.router);
-      b.moe_route(expert_weights, expert_ids, router_logits, nullptr);
+      if (c_.expert_count == 0) {  // (one op: a backend may run the router with the experts)
+        b.moe_route_experts(out, x, x, layer.router, nullptr, router_logits, expert_weights, expert_ids,
+                            layer.experts_gate_up, layer.experts_down, Activation::silu);
+        return;
+      }
       // Expert parallel: every rank routes over all experts, runs its own and adds up the rest.
       // The shared expert is whole on every rank (model/parallel_plan.h), so it is added after the
       // sum.
-      if (c_.expert_count > 0) b.moe_keep_experts(expert_ids, expert_weights, c_.expert_first, c_.expert_count);
+      b.matmul(router_logits, x, layer.router);
+      b.moe_route(expert_weights, expert_ids, router_logits, nullptr);
+      b.moe_keep_experts(expert_ids, expert_weights, c_.expert_first, c_.expert_count);
       b.moe_experts(out, x, layer.experts_gate_up, layer.experts_down, expert_ids, expert_weights, Activation::silu);
-      if (comm_ && c_.expert_count > 0) comm_->all_reduce_sum(out);
+      if (comm_) comm_->all_reduce_sum(out);
     };
     // Shared expert, always on, scaled by sigmoid(w_gate . x).
     Tensor shared = arena.alloc(DType::f32, {T, H});

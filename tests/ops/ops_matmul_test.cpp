@@ -824,6 +824,72 @@ TEST_F(CudaOps, FusedExpertsMatchTheFourKernels) {
     }
 }
 
+// BackendOptions::fused_experts with the routing (Backend::moe_route_experts): the router's
+// product, the routing and the experts in the experts' one launch write the bytes of the three ops
+// apart (the router on the f32 matvec, as every product of several tokens and, with the integer
+// kernel off, of one token is) to the logits, the weights, the ids and the output; twice (the
+// counters left zeroed); and the oracle's logits and sums (on the GPU's routing) within budget.
+// Gemma 4's form (the 26B-A4B's expert shape on 16 experts, a per-expert scale, top 8; and 128
+// experts of a small shape) and Qwen3.5's (no scale; 300 experts: more than 8 per lane and a part
+// tile of logits, top 10). 5 tokens are past the fused kernel: the three ops run.
+TEST_F(CudaOps, FusedRouteMatchesTheRouterRouteAndExperts) {
+  BackendOptions options;
+  options.fused_experts = true;
+  auto fused = make_backend("cuda", options);
+  BackendOptions apart_options;
+  apart_options.imma_matvec = false;
+  auto apart = make_backend("cuda", apart_options);
+  struct Shape {
+    int64_t E, H, I, K;
+    bool scale;
+    Activation act;
+  };
+  for (Shape c :
+       {Shape{16, 2816, 704, 8, true, Activation::gelu_tanh}, Shape{128, 256, 128, 8, true, Activation::gelu_tanh},
+        Shape{300, 256, 64, 10, false, Activation::silu}}) {
+    const DType up_type = c.H % 256 == 0 ? DType::hfq4_g256 : DType::hfq4_g128;
+    const DType down_type = c.I % 256 == 0 ? DType::hfq4_g256 : DType::hfq4_g128;
+    Twin router = twin_random(up_type, {c.E, c.H}, 0.5f), scale = twin_random(DType::bf16, {c.E});
+    Twin gate_up = twin_random(up_type, {c.E, 2 * c.I, c.H}, 0.3f),
+         down = twin_random(down_type, {c.E, c.H, c.I}, 0.3f);
+    const Tensor* gpu_scale = c.scale ? &scale.gpu : nullptr;
+    for (int64_t T : {1, 2, 4, 5}) {
+      const std::string what = "E=" + std::to_string(c.E) + " H=" + std::to_string(c.H) + " I=" + std::to_string(c.I) +
+                               " K=" + std::to_string(c.K) + " T=" + std::to_string(T);
+      Twin x = twin_random(DType::f32, {T, c.H}), x_router = twin_random(DType::f32, {T, c.H});
+      Twin out = twin_output(DType::f32, {T, c.H}), logits = twin_output(DType::f32, {T, c.E});
+      Twin w = twin_output(DType::f32, {T, c.K}), ids = twin_output(DType::i32, {T, c.K});
+      auto run = [&](Backend& b) {  // every output's bytes, each written over NaN
+        for (const Twin* t : {&out, &logits, &w, &ids}) {
+          const std::vector<uint8_t> nan_bytes(t->host.size(), 0xff);
+          b.copy_to_device(t->gpu, nan_bytes.data());
+        }
+        b.moe_route_experts(out.gpu, x.gpu, x_router.gpu, router.gpu, gpu_scale, logits.gpu, w.gpu, ids.gpu,
+                            gate_up.gpu, down.gpu, c.act);
+        b.synchronize();
+        return std::vector<std::vector<uint8_t>>{gpu_bytes(out), gpu_bytes(logits), gpu_bytes(w), gpu_bytes(ids)};
+      };
+      const auto three_ops = run(*apart);
+      for (int round = 0; round < 2; ++round) {
+        const int64_t launches = cuda_moe_experts_decode_launches();
+        const auto one = run(*fused);
+        EXPECT_EQ(cuda_moe_experts_decode_launches(), launches + (T <= 4 ? 1 : 0)) << what << ": which path ran";
+        const char* names[] = {"the output", "the logits", "the weights", "the ids"};
+        for (int i = 0; i < 4; ++i)
+          EXPECT_EQ(one[i], three_ops[i])
+              << what << " round " << round << ": " << names[i] << " differ from the three ops'";
+      }
+      // the oracle: its logits, and its experts on the GPU's routing
+      cpu_->matmul(logits.cpu, x_router.cpu, router.cpu);
+      expect_close(logits, dot_budget(c.H), "fused route: the logits " + what);
+      std::memcpy(w.host.data(), three_ops[2].data(), w.host.size());
+      std::memcpy(ids.host.data(), three_ops[3].data(), ids.host.size());
+      cpu_->moe_experts(out.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, c.act);
+      expect_close(out, dot_budget(std::max(c.H, c.I)), "fused route: the experts " + what);
+    }
+  }
+}
+
 // Expert parallelism's filter (--ep): the kernel against the CPU's host default, bit for bit, on
 // routed ids of 128 experts with ranges at the start, the middle and the end of the stack; a
 // pair's weight is kept exactly or zeroed.

@@ -13,6 +13,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/delta_net_step.h"
 #include "backend/cuda/elementwise.cuh"
+#include "backend/cuda/experts_scratch.h"
 #include "backend/cuda/gpu_runtime.h"
 #include "backend/cuda/linear_attention.cuh"
 #include "backend/cuda/sampling.cuh"
@@ -814,54 +815,49 @@ class CudaBackend final : public Backend {
           "moe_route");
   }
 
-  // moe_experts' workspace for T tokens with K experts each (of E; hidden H, intermediate I):
-  // which path runs, and its sizes.
-  struct ExpertsScratch {
-    bool mma = false;        // the tensor-core GEMM (else each pair's matvec)
-    bool imma = false;       // the matvec path on the integer kernel (BackendOptions::imma_experts)
-    int64_t max_items = 0;   // the GEMM's work items
-    size_t head_floats = 0;  // hidden [pairs, 2I], activated [pairs, I], outputs [pairs, H], the sort
-    size_t split_bytes = 0;  // the GEMM's split inputs, or the integer kernel's pieces (x's, then the activations')
-    size_t imma_x_bytes = 0;  // the integer kernel's: x's pieces, where the activations' begin
-    // The workspace in floats: the head, then the split inputs from a float boundary.
-    size_t floats() const { return head_floats + (split_bytes + 3) / 4; }
-  };
-  ExpertsScratch experts_scratch(int64_t T, int64_t K, int64_t E, int64_t H, int64_t I, DType gate_up,
-                                 DType down) const {
-    ExpertsScratch s;
-    const int64_t pairs = T * K;
-    // Many pairs per expert (prefill, batched decode): the pairs are sorted by expert on the
-    // device and each expert's matrices are read once per 64 pairs by the tensor-core GEMM;
-    // otherwise (decode) each pair runs the matvec kernel over its expert's rows.
-    s.mma = cuda::matmul_mma_supports(gate_up) && cuda::matmul_mma_supports(down) && pairs >= cuda::kMmaMinInputs &&
-            pairs >= 2 * E;
-    s.max_items = s.mma ? cuda::max_work_items(pairs, E) : 0;
-    // Scratch: hidden, activated, expert outputs; with the GEMM also the work items (4 int32
-    // each), their count and the sorted pair ids
-    const size_t sort_floats = s.mma ? static_cast<size_t>(s.max_items * 4 + 1 + pairs) : 0;
-    // and the GEMM's split inputs (x for gate_up, then the activations for down), 16-byte aligned
-    s.split_bytes =
-        s.mma ? std::max(
-                    cuda::mma_grouped_scratch_bytes(T, pairs, E, H, gate_up, act_pieces_, options_.hopper_expert_gemm),
-                    cuda::mma_grouped_scratch_bytes(pairs, pairs, E, I, down, act_pieces_, options_.hopper_expert_gemm))
-              : 0;
-    s.head_floats = (static_cast<size_t>(pairs) * (3 * I + H) + sort_floats + 3) / 4 * 4;
-    // The integer kernel: x's T rows of pieces for gate_up, then the pairs' activations' for down
-    // (16-byte aligned, as their loads need: the head is a multiple of 4 floats, and rows of
-    // pieces take multiples of 256 bytes). No pairs: the matvec path, which launches nothing.
-    const int gate_up_group = hfq4_group_size(gate_up), down_group = hfq4_group_size(down);
-    s.imma = !s.mma && options_.imma_experts && gate_up_group > 0 && down_group > 0 && pairs > 0;
-    if (s.imma) {
-      s.imma_x_bytes = cuda::hfq4_imma_rows_scratch_bytes(T, H, gate_up_group);
-      s.split_bytes = s.imma_x_bytes + cuda::hfq4_imma_rows_scratch_bytes(pairs, I, down_group);
-    }
-    return s;
-  }
-  // The integer matvec's weight group of an HFQ4 format (0: another format).
   size_t moe_experts_workspace_bytes(int64_t T, int64_t K, int64_t E, int64_t H, int64_t I, DType type) {
     bind_to_this_thread();  // the Hopper kernel's part depends on the current device
-    const ExpertsScratch s = experts_scratch(T, K, E, H, I, type, type);
+    const cuda::ExpertsScratch s = cuda::plan_experts_scratch(T, K, E, H, I, type, type, options_, act_pieces_);
     return s.floats() * sizeof(float);
+  }
+
+  // BackendOptions::fused_experts: the router's product (the f32 matvec's bits) and the routing
+  // join the experts' one launch where that launch takes them; else the three ops.
+  void moe_route_experts(Tensor out, const Tensor& x, const Tensor& x_router, const Tensor& router,
+                         const Tensor* per_expert_scale, Tensor logits, Tensor weights, Tensor ids,
+                         const Tensor& gate_up, const Tensor& down, Activation act) override {
+    const int64_t T = x.rows(), K = ids.cols(), E = router.ndim == 2 ? router.dim(0) : 0;
+    bool fused = options_.fused_experts && gate_up.ndim == 3 && down.ndim == 3 &&
+                 cuda::moe_experts_decode_routes(router.dtype, gate_up.dtype, E, K) &&
+                 cuda::moe_experts_decode_supports(gate_up.dtype, down.dtype, T, K, down.dim(2));
+    const auto plan = [&] {  // (the GEMM takes many pairs per expert)
+      return cuda::plan_experts_scratch(T, K, gate_up.dim(0), x.cols(), down.dim(2), gate_up.dtype, down.dtype,
+                                        options_, act_pieces_);
+    };
+    fused = fused && !plan().mma;
+    if (!fused)
+      return Backend::moe_route_experts(out, x, x_router, router, per_expert_scale, logits, weights, ids, gate_up, down,
+                                        act);
+    F32Rows xr = f32_rows(x_router, "moe_route_experts"), l = f32_rows(logits, "moe_route_experts");
+    require_device(router, "moe_route_experts");
+    if (router.dim(1) != xr.cols || xr.cols != x.cols() || xr.rows != T || l.rows != T || l.cols != E || l.stride != E)
+      fail("moe_route_experts: router {}, x_router {} and logits {} do not fit x {}", router.describe(),
+           x_router.describe(), logits.describe(), x.describe());
+    if (per_expert_scale) require_device(*per_expert_scale, "moe_route_experts");
+    if (per_expert_scale && per_expert_scale->numel() != E)
+      fail("moe_route_experts: per_expert_scale must have {} elements", E);
+    cuda::MoeDecodeArgs::Route r;
+    r.router = static_cast<const uint8_t*>(router.data), r.type = router.dtype, r.row_bytes = router.stride[0], r.E = E;
+    r.x = xr.data, r.x_stride = xr.stride, r.logits = l.data;
+    r.ids = ids.ptr<int32_t>(), r.weights = weights.ptr<float>();
+    r.per_expert_scale = per_expert_scale ? static_cast<const uint8_t*>(per_expert_scale->data) : nullptr;
+    r.scale_type = per_expert_scale ? per_expert_scale->dtype : DType::f32;
+    route_in_experts_ = &r;  // (taken by the fused launch, which the checks above chose)
+    struct Clear {
+      const cuda::MoeDecodeArgs::Route*& route;
+      ~Clear() { route = nullptr; }
+    } clear{route_in_experts_};
+    moe_experts(out, x, gate_up, down, ids, weights, act);
   }
 
   void moe_experts(Tensor out, const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
@@ -875,7 +871,8 @@ class CudaBackend final : public Backend {
       fail("moe_experts: gate_up {} and down {} do not fit hidden size {}", gate_up.describe(), down.describe(), H);
     if (w.rows != T || w.cols != K || w.stride != K || !ids.is_contiguous()) fail("moe_experts: bad routing shapes");
     const int64_t pairs = T * K;
-    const ExpertsScratch sizes = experts_scratch(T, K, E, H, I, gate_up.dtype, down.dtype);
+    const cuda::ExpertsScratch sizes =
+        cuda::plan_experts_scratch(T, K, E, H, I, gate_up.dtype, down.dtype, options_, act_pieces_);
     const bool mma = sizes.mma;
     // Bytes: each pair's expert matrices (the matvec path), or each expert's once per work item
     // (the GEMM, counted as if every expert got pairs: an upper bound).
@@ -887,6 +884,7 @@ class CudaBackend final : public Backend {
     gated_probe.gated = true;
     const bool fused =
         options_.fused_experts && !mma && cuda::moe_experts_decode_supports(gate_up.dtype, down.dtype, T, K, I);
+    if (route_in_experts_ && !fused) fail("moe_route_experts: the fused launch does not take these experts");
     const bool imma = sizes.imma && !fused;
     const bool gated = options_.gated_matvec && !mma && !imma && cuda::matvec_gated_supported(gated_probe);
     const double expert_bytes = static_cast<double>(gate_up.stride[0] + down.stride[0]);
@@ -917,6 +915,7 @@ class CudaBackend final : public Backend {
       f.counters = moe_decode_counters();
       f.T = T, f.K = K, f.H = H, f.I = I, f.act = static_cast<cuda::Act>(act);
       f.blocks_per_sm = options_.fused_experts_blocks;
+      if (route_in_experts_) f.route = *route_in_experts_;
       check(cuda::launch_moe_experts_decode(f, stream_), "moe_experts fused");
       return;
     }
@@ -1391,6 +1390,7 @@ class CudaBackend final : public Backend {
   int act_pieces_;
   BackendOptions options_;        // the switches, as this backend reads them (the constructor)
   uint64_t delta_step_op_ = 0;    // the op count (ops_) of the last fused DeltaNet step
+  const cuda::MoeDecodeArgs::Route* route_in_experts_ = nullptr;  // moe_route_experts' routing, for moe_experts
   // Ops issued so far (OpTimer, and the memory, capture, replay and branch calls and NCCL's
   // in-place all-reduce between them): a producer's pieces serve only the op right after it.
   // Shared with the captured graphs, whose replays count too.

@@ -5,6 +5,7 @@
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/moe.cuh"
+#include "backend/cuda/moe_route.cuh"
 
 namespace fl::cuda {
 namespace {
@@ -90,55 +91,11 @@ __global__ void moe_route_warp_kernel(float* weights, int32_t* ids, const float*
                                       DType scale_type, L2Spans scale_lines) {
   prefetch_spans_l2(scale_lines);  // a weight: read only after the top-k, so fetched while waiting
   enter_kernel();
-  const int lane = threadIdx.x % kWarp;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (t >= n_tokens) return;  // the whole warp
-  const float* row = logits + t * n_experts;
-  float p[kPerLane];
-  float local_max = -FLT_MAX;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int64_t e = lane + static_cast<int64_t>(i) * kWarp;
-    p[i] = e < n_experts ? row[e] : -FLT_MAX;
-    local_max = fmaxf(local_max, p[i]);
-  }
-  const float max_logit = warp_max(local_max);
-  float local_sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int64_t e = lane + static_cast<int64_t>(i) * kWarp;
-    p[i] = e < n_experts ? expf(p[i] - max_logit) : 0.0f;
-    local_sum += p[i];
-  }
-  const float sum = warp_sum(local_sum);
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) p[i] = lane + static_cast<int64_t>(i) * kWarp < n_experts ? p[i] / sum : -1.0f;
-
-  float top_sum = 0.0f, chosen_p = 0.0f;  // lane j < top_k keeps choice j
-  int chosen_id = 0;
-  for (int64_t j = 0; j < top_k; ++j) {
-    float best = -1.0f;
-    int best_e = 0x7fffffff;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i)
-      if (p[i] > best) best = p[i], best_e = lane + i * kWarp;  // ascending e: the lowest id on ties
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) {
-      const float ov = gpu::shfl_xor(best, offset);
-      const int oi = gpu::shfl_xor(best_e, offset);
-      if (ov > best || (ov == best && oi < best_e)) best = ov, best_e = oi;
-    }
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i)  // taken (compares, not an index: p stays in registers)
-      if (lane + i * kWarp == best_e) p[i] = -2.0f;
-    top_sum += best;  // in choice order, as the block kernel sums
-    if (lane == j) chosen_p = best, chosen_id = best_e;
-  }
-  if (lane < top_k) {
-    float w = chosen_p / top_sum;
-    if (per_expert_scale) w *= load_weight(per_expert_scale, chosen_id, scale_type);
-    weights[t * top_k + lane] = w;
-    ids[t * top_k + lane] = chosen_id;
-  }
+  const int lane = threadIdx.x % kWarp;
+  route_token_in_warp<kPerLane>(logits + t * n_experts, n_experts, top_k, per_expert_scale, scale_type,
+                                ids + t * top_k + lane, weights + t * top_k + lane);
 }
 
 // out[t, c] = sum over the token's experts in ascending id order of weight * y[pair, c]; pairs of

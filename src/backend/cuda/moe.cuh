@@ -46,6 +46,22 @@ struct MoeDecodeArgs {
   Stack gate_up, down;
   const int32_t* ids = nullptr;    // [T, K]: an expert of the stack, or -1 (another rank's: skipped)
   const float* weights = nullptr;  // [T, K]
+  // The routing in the same launch (route.router set; ids and weights above unused): logits [T, E]
+  // = router x_route[t] with the f32 rows kernels' bits, then ids and weights [T, K] as
+  // launch_moe_route makes them, written out for the caller and used by the items.
+  struct Route {
+    const uint8_t* router = nullptr;  // [E, H] HFQ4, the gate_up stack's format; nullptr: no routing here
+    DType type = DType::f32;
+    int64_t row_bytes = 0, E = 0;
+    const float* x = nullptr;  // [T, H], row stride x_stride
+    int64_t x_stride = 0;
+    float* logits = nullptr;   // [T, E]
+    int32_t* ids = nullptr;    // [T, K]
+    float* weights = nullptr;  // [T, K]
+    const uint8_t* per_expert_scale = nullptr;  // [E], or nullptr
+    DType scale_type = DType::f32;
+  };
+  Route route;
   float* activated = nullptr;      // scratch [T K, I]
   // kMoeDecodeCounters int32 in GPU memory, zero before the first launch; each launch leaves them
   // zero. Launches that share them must not overlap (one stream).
@@ -57,6 +73,9 @@ struct MoeDecodeArgs {
 // Whether launch_moe_experts_decode takes these stacks and sizes (HFQ4 G128/G256 stacks, 1..4
 // tokens, top_k <= 16, a token's activations within 46 KB of shared memory).
 bool moe_experts_decode_supports(DType gate_up, DType down, int64_t T, int64_t K, int64_t I);
+// Whether it also routes (MoeDecodeArgs::route) for a router of this format over E experts: the
+// gate_up stack's format, up to 512 experts (launch_moe_route's one-warp form).
+bool moe_experts_decode_routes(DType router, DType gate_up, int64_t E, int64_t K);
 size_t moe_experts_decode_shared_bytes(int64_t K, int64_t I);
 cudaError_t launch_moe_experts_decode(const MoeDecodeArgs& a, cudaStream_t stream);
 int64_t moe_experts_decode_launches();  // successful launches in this process (tests)

@@ -22,6 +22,7 @@
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/hfq4_rows.cuh"
 #include "backend/cuda/moe.cuh"
+#include "backend/cuda/moe_route.cuh"
 
 namespace fl::cuda {
 namespace {
@@ -34,29 +35,58 @@ constexpr int kUpUnroll = 2;    // warp steps of loads in flight (G256, 2816 col
 constexpr int kDownOuts = 1;    // output columns per warp in a down item
 constexpr int kDownPairs = 4;   // experts whose rows one pass loads together, each on its activations
 constexpr int kDownUnroll = 2;  // (G128, 704 columns: a whole row in one round)
+constexpr int kRouterOuts = 4;  // router rows (logits) per warp in a router item (2 spilled a register)
 constexpr int kMaxBlocksPerSm = 2;
+constexpr int kRoutePerLane = 16;  // experts per lane in the routing (up to 512; fewer give the same bits)
 
-enum Counter : int { kTicket = 0, kUpDone = 1, kBlocksOut = 2 };
+enum Counter : int { kTicket = 0, kUpDone = 1, kBlocksOut = 2, kRouterDone = 3 };
 
-// A launch's work items (the kernel's ticket order and the launcher's grid both read these).
+// A launch's work items in ticket order: router items [0, router_items) (with MoeDecodeArgs::
+// route), up items [router_items, first_down), down items [first_down, items). The kernel and
+// the launcher's grid both read these.
 struct WorkItems {
-  int64_t up_tiles, down_tiles, up_items, items;
+  int64_t router_tiles, router_items, up_tiles, down_tiles, first_down, items;
 };
 __host__ __device__ inline WorkItems work_items(const MoeDecodeArgs& a) {
+  const int64_t router_tiles = a.route.router ? (a.route.E + kWarps * kRouterOuts - 1) / (kWarps * kRouterOuts) : 0;
   const int64_t up_tiles = (a.I + kWarps * kUpOuts - 1) / (kWarps * kUpOuts);
   const int64_t down_tiles = (a.H + kWarps * kDownOuts - 1) / (kWarps * kDownOuts);
-  const int64_t up_items = a.T * a.K * up_tiles;
-  return {up_tiles, down_tiles, up_items, up_items + a.T * down_tiles};
+  const int64_t router_items = a.T * router_tiles, first_down = router_items + a.T * a.K * up_tiles;
+  return {router_tiles, router_items, up_tiles, down_tiles, first_down, first_down + a.T * down_tiles};
 }
 
-// The (pair, activation tile) item: rows of expert ids[pair] for activations [i0, i0 + kUpOuts)
+// The (token, router tile) item: logits [e0, e0 + kRouterOuts) of each warp for the token, summed
+// as the f32 rows kernels sum a row (hfq4_rows.cuh), into a.route.logits.
+template <int kGroup>
+__device__ void run_router_item(const MoeDecodeArgs& a, int64_t token, int64_t tile, bool vector_x) {
+  using L = Hfq4Lanes<kGroup>;
+  const MoeDecodeArgs::Route& r = a.route;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int sub = lane % L::kLanesPerBlock, lane_block = lane / L::kLanesPerBlock;
+  const int64_t e0 = (tile * kWarps + warp) * kRouterOuts;
+  if (e0 >= r.E) return;  // (warp-uniform)
+  const uint8_t* rows[kRouterOuts];
+#pragma unroll
+  for (int i = 0; i < kRouterOuts; ++i)  // past E: the last row again, not stored
+    rows[i] = r.router + (e0 + i < r.E ? e0 + i : r.E - 1) * r.row_bytes + 8 * sub;
+  const GlobalInputRow input[1] = {{r.x + token * r.x_stride, a.H, vector_x}};
+  float acc[kRouterOuts];
+  accumulate_hfq4_rows<kGroup, kRouterOuts, kUpUnroll, 1>(acc, rows, input, lane_block, (a.H + kGroup - 1) / kGroup);
+#pragma unroll
+  for (int i = 0; i < kRouterOuts; ++i) {
+    const float logit = warp_sum(acc[i]);
+    if (lane == 0 && e0 + i < r.E) r.logits[token * r.E + e0 + i] = logit;
+  }
+}
+
+// The (pair, activation tile) item: rows of expert ids[pair] (a.ids, or the launch's routing) for activations [i0, i0 + kUpOuts)
 // of each warp, act(gate) * up into a.activated [pairs, I].
 template <int kGroup>
-__device__ void run_up_item(const MoeDecodeArgs& a, int64_t pair, int64_t tile, bool vector_x) {
+__device__ void run_up_item(const MoeDecodeArgs& a, const int32_t* ids, int64_t pair, int64_t tile, bool vector_x) {
   using L = Hfq4Lanes<kGroup>;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
   const int sub = lane % L::kLanesPerBlock, lane_block = lane / L::kLanesPerBlock;
-  const int32_t expert = a.ids[pair];
+  const int32_t expert = ids[pair];
   const int64_t i0 = (tile * kWarps + warp) * kUpOuts;
   if (expert < 0 || i0 >= a.I) return;  // (warp-uniform) another rank's pair, or past the last row
   const uint8_t* stack = a.gate_up.data + static_cast<int64_t>(expert) * a.gate_up.expert_bytes;
@@ -130,37 +160,71 @@ __device__ void run_down_item(const MoeDecodeArgs& a, const TokenExperts& expert
 }
 
 template <int kGroupUp, int kGroupDown>
-__global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm) moe_experts_decode_kernel(MoeDecodeArgs a,
-                                                                                          bool vector_x) {
+__global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm)
+    moe_experts_decode_kernel(MoeDecodeArgs a, bool vector_x, bool vector_route_x) {
   extern __shared__ float token_act[];  // [K, I] padded (shared_row_index): the staged token's activations
   __shared__ TokenExperts experts;
   __shared__ int32_t routed_id[kMaxMoeDecodeTopK];  // the staged token's routing, in routing order
   __shared__ float routed_weight[kMaxMoeDecodeTopK];
+  // With a.route: every token's routing [T, K], made by this block from the launch's logits
+  __shared__ int32_t route_ids[kMaxMoeDecodeTokens * kMaxMoeDecodeTopK];
+  __shared__ float route_weights[kMaxMoeDecodeTokens * kMaxMoeDecodeTopK];
   __shared__ int64_t next_item;
   enter_kernel();
-  const auto [up_tiles, down_tiles, up_items, items] = work_items(a);
+  const auto [router_tiles, router_items, up_tiles, down_tiles, first_down, items] = work_items(a);
+  const bool routes = a.route.router != nullptr;
+  bool routed = !routes;  // whether ids and weights hold the routing yet (block-uniform)
   int64_t staged_token = -1;  // whose activations token_act holds
   if (threadIdx.x == 0) next_item = atomicAdd(&a.counters[kTicket], 1);
   __syncthreads();
   for (int64_t item = next_item; item < items;) {
     // The next ticket, asked for now so that its round trip overlaps this item's work (a block
-    // holding an up ticket is never waiting: its current item is an earlier, up, item).
+    // holding a router or up ticket never waits for a later item: its current item is earlier).
     int64_t ticket = 0;
     if (threadIdx.x == 0) ticket = atomicAdd(&a.counters[kTicket], 1);
-    if (item < up_items) {
-      run_up_item<kGroupUp>(a, item / up_tiles, item % up_tiles, vector_x);
+    if (item >= router_items && !routed) {
+      // Every router item is held by a running block, which does not wait: wait for their count,
+      // then route every token here, a warp per token (the logits: volatile, written in this launch).
+      if (threadIdx.x == 0) {
+        while (*reinterpret_cast<volatile int32_t*>(&a.counters[kRouterDone]) < router_items) gpu::pause_briefly();
+        __threadfence();
+      }
+      __syncthreads();
+      const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+      if (warp < a.T) {
+        const volatile float* logits = a.route.logits + warp * a.route.E;
+        route_token_in_warp<kRoutePerLane>(logits, a.route.E, a.K, a.route.per_expert_scale, a.route.scale_type,
+                                           &route_ids[warp * a.K + lane], &route_weights[warp * a.K + lane]);
+      }
+      __syncthreads();
+      routed = true;
+      if (item == router_items && threadIdx.x < a.T * a.K) {  // the first up item's block writes the routing out
+        a.route.ids[threadIdx.x] = route_ids[threadIdx.x];
+        a.route.weights[threadIdx.x] = route_weights[threadIdx.x];
+      }
+    }
+    if (item < router_items) {
+      run_router_item<kGroupUp>(a, item / router_tiles, item % router_tiles, vector_route_x);
+      __syncthreads();  // every warp's stores, then one release
+      if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(&a.counters[kRouterDone], 1);
+      }
+    } else if (item < first_down) {
+      const int64_t up_item = item - router_items;
+      run_up_item<kGroupUp>(a, routes ? route_ids : a.ids, up_item / up_tiles, up_item % up_tiles, vector_x);
       __syncthreads();  // every warp's stores, then one release: the fence, then the count
       if (threadIdx.x == 0) {
         __threadfence();
         atomicAdd(&a.counters[kUpDone], 1);
       }
     } else {
-      const int64_t token = (item - up_items) / down_tiles, tile = (item - up_items) % down_tiles;
+      const int64_t token = (item - first_down) / down_tiles, tile = (item - first_down) % down_tiles;
       if (token != staged_token) {
         __syncthreads();  // the previous token's experts and activations are no longer read
         if (threadIdx.x < a.K) {  // (one load each, at once: not K round trips in thread 0's sort)
-          routed_id[threadIdx.x] = a.ids[token * a.K + threadIdx.x];
-          routed_weight[threadIdx.x] = a.weights[token * a.K + threadIdx.x];
+          routed_id[threadIdx.x] = (routes ? route_ids : a.ids)[token * a.K + threadIdx.x];
+          routed_weight[threadIdx.x] = (routes ? route_weights : a.weights)[token * a.K + threadIdx.x];
         }
         __syncthreads();
         if (threadIdx.x == 0) {
@@ -189,7 +253,8 @@ __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm) moe_experts_de
       }
       if (token != staged_token) {
         if (threadIdx.x == 0) {
-          while (*reinterpret_cast<volatile int32_t*>(&a.counters[kUpDone]) < up_items) gpu::pause_briefly();
+          while (*reinterpret_cast<volatile int32_t*>(&a.counters[kUpDone]) < first_down - router_items)
+            gpu::pause_briefly();
           __threadfence();
         }
         __syncthreads();
@@ -214,6 +279,7 @@ __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm) moe_experts_de
     a.counters[kTicket] = 0;
     a.counters[kUpDone] = 0;
     a.counters[kBlocksOut] = 0;
+    a.counters[kRouterDone] = 0;
     __threadfence();
   }
 }
@@ -244,9 +310,11 @@ cudaError_t launch_groups(const MoeDecodeArgs& a, cudaStream_t stream) {
   const int64_t items = work_items(a).items;
   const int per_sm = a.blocks_per_sm < resident ? a.blocks_per_sm : resident;
   const int64_t slots = static_cast<int64_t>(current_device_traits().sm_count) * (per_sm > 1 ? per_sm : 1);
-  const bool vector_x = reinterpret_cast<uintptr_t>(a.x) % 16 == 0 && (a.x_stride % 4 == 0 || a.T == 1);
+  auto vector_ok = [&](const float* x, int64_t stride) {  // 16-byte loads of every token's row
+    return reinterpret_cast<uintptr_t>(x) % 16 == 0 && (stride % 4 == 0 || a.T == 1);
+  };
   return launch_kernel(kernel, static_cast<unsigned>(items < slots ? items : slots), kWarps * kWarp, smem, stream, a,
-                       vector_x);
+                       vector_ok(a.x, a.x_stride), a.route.router && vector_ok(a.route.x, a.route.x_stride));
 }
 
 std::atomic<int64_t> g_launches{0};  // moe_experts_decode_launches
@@ -262,9 +330,16 @@ bool moe_experts_decode_supports(DType gate_up, DType down, int64_t T, int64_t K
          K <= kMaxMoeDecodeTopK && moe_experts_decode_shared_bytes(K, I) <= kMoeDecodeMaxSharedBytes;
 }
 
+bool moe_experts_decode_routes(DType router, DType gate_up, int64_t E, int64_t K) {
+  return router == gate_up && hfq4_group_size(router) > 0 && E >= K && E <= kRoutePerLane * kWarp;
+}
+
 cudaError_t launch_moe_experts_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
   if (!moe_experts_decode_supports(a.gate_up.type, a.down.type, a.T, a.K, a.I) || a.H < 1 || a.blocks_per_sm < 1 ||
       a.blocks_per_sm > kMaxBlocksPerSm)
+    return cudaErrorInvalidValue;
+  if (a.route.router && (!moe_experts_decode_routes(a.route.type, a.gate_up.type, a.route.E, a.K) || !a.route.x ||
+                         !a.route.logits || !a.route.ids || !a.route.weights))
     return cudaErrorInvalidValue;
   const int up = hfq4_group_size(a.gate_up.type), down = hfq4_group_size(a.down.type);
   const cudaError_t err = up == 256 ? (down == 256 ? launch_groups<256, 256>(a, stream) : launch_groups<256, 128>(a, stream))
