@@ -758,6 +758,13 @@ TEST_F(CudaOps, ImmaExpertsMatchTheOracle) {
     }
 }
 
+// Whether moe_experts of T tokens with top K over E experts takes the fused launch: 1-4 tokens,
+// and fewer pairs than the grouped GEMM takes (the backend's plan: 16+ pairs and 2+ per expert).
+bool takes_fused_experts(int64_t T, int64_t K, int64_t E) {
+  const int64_t pairs = T * K;
+  return T <= 4 && !(pairs >= 16 && pairs >= 2 * E);
+}
+
 // BackendOptions::fused_experts: decode's routed experts in one launch (moe_decode.cu) give the
 // four kernels' bytes (gate_up, the activation, down, the combine: the default path), and the
 // oracle's values within the products' budget. The 26B-A4B's stacks (gate_up G256, down G128)
@@ -767,7 +774,8 @@ TEST_F(CudaOps, ImmaExpertsMatchTheOracle) {
 // sums short (I 180, H 516); 1 to 4 tokens, GELU and SiLU; each twice (a launch must leave its
 // counters zeroed for the next); --ep's pairs of id -1, bytes against the four kernels too; one
 // block per SM (--fused-experts-blocks 1). 5 tokens are past the fused kernel's limit: the four
-// kernels run (the counter says which path ran).
+// kernels run, as at 4 tokens of top 8 over 16 experts, which take the grouped GEMM (the counter
+// says which path ran).
 TEST_F(CudaOps, FusedExpertsMatchTheFourKernels) {
   BackendOptions options;
   options.fused_experts = true;
@@ -802,7 +810,8 @@ TEST_F(CudaOps, FusedExpertsMatchTheFourKernels) {
             b.copy_to_device(out.gpu, nan_bytes.data());
             b.moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, route_ids.gpu, route_w.gpu, act);
             b.synchronize();
-            EXPECT_EQ(cuda_moe_experts_decode_launches(), launches + (T <= 4 ? 1 : 0)) << at << ": which path ran";
+            EXPECT_EQ(cuda_moe_experts_decode_launches(), launches + (takes_fused_experts(T, K, E) ? 1 : 0))
+                << at << ": which path ran";
             EXPECT_EQ(gpu_bytes(out), four_kernels) << at << " run " << run << ": not the four kernels' bytes";
           }
           return out;
@@ -831,7 +840,8 @@ TEST_F(CudaOps, FusedExpertsMatchTheFourKernels) {
 // counters left zeroed); and the oracle's logits and sums (on the GPU's routing) within budget.
 // Gemma 4's form (the 26B-A4B's expert shape on 16 experts, a per-expert scale, top 8; and 128
 // experts of a small shape) and Qwen3.5's (no scale; 300 experts: more than 8 per lane and a part
-// tile of logits, top 10). 5 tokens are past the fused kernel: the three ops run.
+// tile of logits, top 10). 5 tokens are past the fused kernel, and the 26B-A4B's top 8 of 16
+// experts at 4 tokens take the grouped GEMM (pairs >= 2E): the three ops run.
 TEST_F(CudaOps, FusedRouteMatchesTheRouterRouteAndExperts) {
   BackendOptions options;
   options.fused_experts = true;
@@ -849,7 +859,10 @@ TEST_F(CudaOps, FusedRouteMatchesTheRouterRouteAndExperts) {
         Shape{300, 256, 64, 10, false, Activation::silu}}) {
     const DType up_type = c.H % 256 == 0 ? DType::hfq4_g256 : DType::hfq4_g128;
     const DType down_type = c.I % 256 == 0 ? DType::hfq4_g256 : DType::hfq4_g128;
-    Twin router = twin_random(up_type, {c.E, c.H}, 0.5f), scale = twin_random(DType::bf16, {c.E});
+    // (logits of about unit spread, as Gemma 4's router input norm / sqrt(H) makes them: every
+    // chosen expert's weight then shows in the output's bytes)
+    Twin router = twin_random(up_type, {c.E, c.H}, 1.0f / std::sqrt(static_cast<float>(c.H)));
+    Twin scale = twin_random(DType::bf16, {c.E});
     Twin gate_up = twin_random(up_type, {c.E, 2 * c.I, c.H}, 0.3f),
          down = twin_random(down_type, {c.E, c.H, c.I}, 0.3f);
     const Tensor* gpu_scale = c.scale ? &scale.gpu : nullptr;
@@ -873,7 +886,8 @@ TEST_F(CudaOps, FusedRouteMatchesTheRouterRouteAndExperts) {
       for (int round = 0; round < 2; ++round) {
         const int64_t launches = cuda_moe_experts_decode_launches();
         const auto one = run(*fused);
-        EXPECT_EQ(cuda_moe_experts_decode_launches(), launches + (T <= 4 ? 1 : 0)) << what << ": which path ran";
+        EXPECT_EQ(cuda_moe_experts_decode_launches(), launches + (takes_fused_experts(T, c.K, c.E) ? 1 : 0))
+            << what << ": which path ran";
         const char* names[] = {"the output", "the logits", "the weights", "the ids"};
         for (int i = 0; i < 4; ++i)
           EXPECT_EQ(one[i], three_ops[i])

@@ -830,19 +830,18 @@ class CudaBackend final : public Backend {
     bool fused = options_.fused_experts && gate_up.ndim == 3 && down.ndim == 3 &&
                  cuda::moe_experts_decode_routes(router.dtype, gate_up.dtype, E, K) &&
                  cuda::moe_experts_decode_supports(gate_up.dtype, down.dtype, T, K, down.dim(2));
-    const auto plan = [&] {  // (the GEMM takes many pairs per expert)
-      return cuda::plan_experts_scratch(T, K, gate_up.dim(0), x.cols(), down.dim(2), gate_up.dtype, down.dtype,
-                                        options_, act_pieces_);
-    };
-    fused = fused && !plan().mma;
+    const int64_t I = fused ? down.dim(2) : 0;  // (the grouped GEMM takes many pairs per expert)
+    fused = fused &&
+            !cuda::plan_experts_scratch(T, K, E, x.cols(), I, gate_up.dtype, down.dtype, options_, act_pieces_).mma;
     if (!fused)
       return Backend::moe_route_experts(out, x, x_router, router, per_expert_scale, logits, weights, ids, gate_up, down,
                                         act);
     F32Rows xr = f32_rows(x_router, "moe_route_experts"), l = f32_rows(logits, "moe_route_experts");
     require_device(router, "moe_route_experts");
-    if (router.dim(1) != xr.cols || xr.cols != x.cols() || xr.rows != T || l.rows != T || l.cols != E || l.stride != E)
-      fail("moe_route_experts: router {}, x_router {} and logits {} do not fit x {}", router.describe(),
-           x_router.describe(), logits.describe(), x.describe());
+    if (router.dim(1) != xr.cols || xr.cols != x.cols() || xr.rows != T || l.rows != T || l.cols != E ||
+        l.stride != E || E != gate_up.dim(0) || ids.dtype != DType::i32 || ids.rows() != T)
+      fail("moe_route_experts: router {}, x_router {}, logits {} and ids {} do not fit x {} and experts {}",
+           router.describe(), x_router.describe(), logits.describe(), ids.describe(), x.describe(), gate_up.describe());
     if (per_expert_scale) require_device(*per_expert_scale, "moe_route_experts");
     if (per_expert_scale && per_expert_scale->numel() != E)
       fail("moe_route_experts: per_expert_scale must have {} elements", E);

@@ -61,7 +61,7 @@ struct MoeDecodeArgs {
     const uint8_t* per_expert_scale = nullptr;  // [E], or nullptr
     DType scale_type = DType::f32;
   };
-  Route route;
+  Route route{};
   float* activated = nullptr;      // scratch [T K, I]
   // kMoeDecodeCounters int32 in GPU memory, zero before the first launch; each launch leaves them
   // zero. Launches that share them must not overlap (one stream).
