@@ -888,8 +888,9 @@ class CudaBackend final : public Backend {
     const bool gated = options_.gated_matvec && !mma && !imma && cuda::matvec_gated_supported(gated_probe);
     const double expert_bytes = static_cast<double>(gate_up.stride[0] + down.stride[0]);
     const int kernels = fused ? 1 : mma || imma ? 5 : gated ? 3 : 4;
-    OpTimer timer(*this, "moe_experts", expert_bytes * (mma ? static_cast<double>(std::min(pairs, E)) : pairs),
-                  kernels);
+    const double bytes = expert_bytes * (mma ? static_cast<double>(std::min(pairs, E)) : pairs);
+    const cuda::MoeDecodeArgs::Route* r = route_in_experts_;  // (with the router: its rows, its own op name)
+    OpTimer timer(*this, r ? "moe_route_experts" : "moe_experts", bytes + (r ? r->row_bytes * r->E : 0), kernels);
     const int64_t max_items = sizes.max_items;
     const size_t split_bytes = sizes.split_bytes, head_floats = sizes.head_floats;
     float* scratch = workspace_floats(sizes.floats());
