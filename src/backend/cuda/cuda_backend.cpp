@@ -821,18 +821,21 @@ class CudaBackend final : public Backend {
     return s.floats() * sizeof(float);
   }
 
-  // BackendOptions::fused_experts: the router's product (the f32 matvec's bits) and the routing
-  // join the experts' one launch where that launch takes them; else the three ops.
+  // Whether moe_experts runs as the fused launch: 1-4 tokens, HFQ4 stacks, no grouped GEMM (plan).
+  bool takes_fused_experts(const cuda::ExpertsScratch& plan, DType gate_up, DType down, int64_t T, int64_t K,
+                           int64_t I) const {
+    return options_.fused_experts && !plan.mma && cuda::moe_experts_decode_supports(gate_up, down, T, K, I);
+  }
+  // fused_experts: the router's product (f32 matvec bits) and routing join the experts' launch; else 3 ops.
   void moe_route_experts(Tensor out, const Tensor& x, const Tensor& x_router, const Tensor& router,
                          const Tensor* per_expert_scale, Tensor logits, Tensor weights, Tensor ids,
                          const Tensor& gate_up, const Tensor& down, Activation act) override {
-    const int64_t T = x.rows(), K = ids.cols(), E = router.ndim == 2 ? router.dim(0) : 0;
-    bool fused = options_.fused_experts && gate_up.ndim == 3 && down.ndim == 3 &&
-                 cuda::moe_experts_decode_routes(router.dtype, gate_up.dtype, E, K) &&
-                 cuda::moe_experts_decode_supports(gate_up.dtype, down.dtype, T, K, down.dim(2));
-    const int64_t I = fused ? down.dim(2) : 0;  // (the grouped GEMM takes many pairs per expert)
-    fused = fused &&
-            !cuda::plan_experts_scratch(T, K, E, x.cols(), I, gate_up.dtype, down.dtype, options_, act_pieces_).mma;
+    const bool stacks = gate_up.ndim == 3 && down.ndim == 3;
+    const int64_t T = x.rows(), K = ids.cols(), E = router.ndim == 2 ? router.dim(0) : 0, I = stacks ? down.dim(2) : 0;
+    const bool fused = stacks && cuda::moe_experts_decode_routes(router.dtype, gate_up.dtype, E, K) &&
+                       takes_fused_experts(cuda::plan_experts_scratch(T, K, E, x.cols(), I, gate_up.dtype, down.dtype,
+                                                                      options_, act_pieces_),
+                                           gate_up.dtype, down.dtype, T, K, I);
     if (!fused)
       return Backend::moe_route_experts(out, x, x_router, router, per_expert_scale, logits, weights, ids, gate_up, down,
                                         act);
@@ -851,16 +854,15 @@ class CudaBackend final : public Backend {
     r.ids = ids.ptr<int32_t>(), r.weights = weights.ptr<float>();
     r.per_expert_scale = per_expert_scale ? static_cast<const uint8_t*>(per_expert_scale->data) : nullptr;
     r.scale_type = per_expert_scale ? per_expert_scale->dtype : DType::f32;
-    route_in_experts_ = &r;  // (taken by the fused launch, which the checks above chose)
-    struct Clear {
-      const cuda::MoeDecodeArgs::Route*& route;
-      ~Clear() { route = nullptr; }
-    } clear{route_in_experts_};
-    moe_experts(out, x, gate_up, down, ids, weights, act);
+    run_moe_experts(out, x, gate_up, down, ids, weights, act, &r);  // (the fused launch: the checks above chose it)
   }
-
   void moe_experts(Tensor out, const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
                    const Tensor& weights, Activation act) override {
+    run_moe_experts(out, x, gate_up, down, ids, weights, act, nullptr);
+  }
+  // moe_experts; with a route, moe_route_experts' routing joins the fused launch (which must take it).
+  void run_moe_experts(Tensor out, const Tensor& x, const Tensor& gate_up, const Tensor& down, const Tensor& ids,
+                       const Tensor& weights, Activation act, const cuda::MoeDecodeArgs::Route* route) {
     F32Rows o = f32_rows(out, "moe_experts"), in = f32_rows(x, "moe_experts"), w = f32_rows(weights, "moe_experts");
     same_shape(o, in, "moe_experts");
     for (const Tensor* t : std::initializer_list<const Tensor*>{&gate_up, &down, &ids}) require_device(*t, "moe_experts");
@@ -881,16 +883,15 @@ class CudaBackend final : public Backend {
     gated_probe.weight_type = gate_up.dtype;
     gated_probe.expert_ids = ids.ptr<int32_t>();
     gated_probe.gated = true;
-    const bool fused =
-        options_.fused_experts && !mma && cuda::moe_experts_decode_supports(gate_up.dtype, down.dtype, T, K, I);
-    if (route_in_experts_ && !fused) fail("moe_route_experts: the fused launch does not take these experts");
+    const bool fused = takes_fused_experts(sizes, gate_up.dtype, down.dtype, T, K, I);
+    if (route && !fused) fail("moe_route_experts: the fused launch does not take these experts");
     const bool imma = sizes.imma && !fused;
     const bool gated = options_.gated_matvec && !mma && !imma && cuda::matvec_gated_supported(gated_probe);
     const double expert_bytes = static_cast<double>(gate_up.stride[0] + down.stride[0]);
     const int kernels = fused ? 1 : mma || imma ? 5 : gated ? 3 : 4;
-    const double bytes = expert_bytes * (mma ? static_cast<double>(std::min(pairs, E)) : pairs);
-    const cuda::MoeDecodeArgs::Route* r = route_in_experts_;  // (with the router: its rows, its own op name)
-    OpTimer timer(*this, r ? "moe_route_experts" : "moe_experts", bytes + (r ? r->row_bytes * r->E : 0), kernels);
+    const double bytes = expert_bytes * (mma ? static_cast<double>(std::min(pairs, E)) : pairs) +
+                         (route ? static_cast<double>(route->row_bytes * route->E) : 0.0);  // (and the router's)
+    OpTimer timer(*this, route ? "moe_route_experts" : "moe_experts", bytes, kernels);
     const int64_t max_items = sizes.max_items;
     const size_t split_bytes = sizes.split_bytes, head_floats = sizes.head_floats;
     float* scratch = workspace_floats(sizes.floats());
@@ -915,7 +916,7 @@ class CudaBackend final : public Backend {
       f.counters = moe_decode_counters();
       f.T = T, f.K = K, f.H = H, f.I = I, f.act = static_cast<cuda::Act>(act);
       f.blocks_per_sm = options_.fused_experts_blocks;
-      if (route_in_experts_) f.route = *route_in_experts_;
+      if (route) f.route = *route;
       check(cuda::launch_moe_experts_decode(f, stream_), "moe_experts fused");
       return;
     }
@@ -1390,7 +1391,6 @@ class CudaBackend final : public Backend {
   int act_pieces_;
   BackendOptions options_;        // the switches, as this backend reads them (the constructor)
   uint64_t delta_step_op_ = 0;    // the op count (ops_) of the last fused DeltaNet step
-  const cuda::MoeDecodeArgs::Route* route_in_experts_ = nullptr;  // moe_route_experts' routing, for moe_experts
   // Ops issued so far (OpTimer, and the memory, capture, replay and branch calls and NCCL's
   // in-place all-reduce between them): a producer's pieces serve only the op right after it.
   // Shared with the captured graphs, whose replays count too.

@@ -79,8 +79,8 @@ __device__ void run_router_item(const MoeDecodeArgs& a, int64_t token, int64_t t
   }
 }
 
-// The (pair, activation tile) item: rows of expert ids[pair] (a.ids, or the launch's routing) for activations [i0, i0 + kUpOuts)
-// of each warp, act(gate) * up into a.activated [pairs, I].
+// The (pair, activation tile) item: rows of expert ids[pair] (a.ids, or the launch's routing)
+// for activations [i0, i0 + kUpOuts) of each warp, act(gate) * up into a.activated [pairs, I].
 template <int kGroup>
 __device__ void run_up_item(const MoeDecodeArgs& a, const int32_t* ids, int64_t pair, int64_t tile, bool vector_x) {
   using L = Hfq4Lanes<kGroup>;
