@@ -527,7 +527,10 @@ struct BackendOptions {
   // per-lane order; CudaOps.FusedExpertsMatchTheFourKernels). Takes precedence over imma_experts
   // where both are on. Without --ep the router's product (f32 input, the f32 matvec's bits) and
   // the routing join the launch (Backend::moe_route_experts; CudaOps.FusedRouteMatchesTheRouter
-  // RouteAndExperts). Off until timed. `fireline bench --fused-experts on|off`.
+  // RouteAndExperts). Off: slower on the H100 (decode 26B-A4B -13 %, Qwen3.5-35B-A3B -17 %; the
+  // launch 55 us where the four kernels and the router took ~42; without the router in it, 50 us
+  // from the route's end; bench/RESULTS.md thirty-sixth session). `fireline bench --fused-experts
+  // on|off`.
   bool fused_experts = false;
   // The fused experts' grid: blocks per SM, 1 or 2 (the most that fit at 128 registers). Two hold
   // twice the weight loads in flight but take every register of the SM while they run, so the

@@ -1418,12 +1418,12 @@ class CudaBackend final : public Backend {
   std::string name_;
   std::optional<MemoryPeak> memory_peak_;
   int sm_count_ = 0;
-  // The embed's error flag, then each stream's counters of the fused experts (zero between launches).
-  static constexpr int kDeviceWords = 1 + 2 * cuda::kMoeDecodeCounters;
+  // The embed's error flag, then each stream's fused-experts counters (zero between launches).
+  static constexpr int kDeviceWords = cuda::kMoeDecodeCounterStride + 2 * cuda::kMoeDecodeCounters;
   int32_t* device_words_ = nullptr;
   int32_t* error_flag() const { return device_words_; }
   int32_t* moe_decode_counters() const {
-    return device_words_ + 1 + (stream_ == main_stream_ ? 0 : cuda::kMoeDecodeCounters);
+    return device_words_ + cuda::kMoeDecodeCounterStride + (stream_ == main_stream_ ? 0 : cuda::kMoeDecodeCounters);
   }
   std::mutex weights_mutex_;
   std::vector<std::unique_ptr<CudaBuffer>> weight_chunks_;

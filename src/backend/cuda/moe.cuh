@@ -32,7 +32,12 @@ constexpr int64_t kMaxMoeDecodeTokens = 4;      // a token's down items re-stage
 constexpr int64_t kMaxMoeDecodeTopK = 16;
 constexpr size_t kMoeDecodeMaxSharedBytes = 46 * 1024;  // a token's activations [K, I] f32, padded
                                                         // (+ static: under 48 KB)
-constexpr int kMoeDecodeCounters = 4;           // int32 words of MoeDecodeArgs::counters
+// MoeDecodeArgs::counters: 4 counters, each alone on a 128-byte line (kMoeDecodeCounterStride
+// words apart): every block's thread 0 polls them (~54k polls in one 26B-A4B launch on the H100),
+// and on one line the polls shared an L2 slice with the ticket and done atomics. With the
+// activations' staging (moe_decode.cu) the launch went 57.8 -> 55.1 us (thirty-sixth session).
+constexpr int kMoeDecodeCounterStride = 32;
+constexpr int kMoeDecodeCounters = 4 * kMoeDecodeCounterStride;  // int32 words
 struct MoeDecodeArgs {
   float* out = nullptr;  // [T, H], row stride out_stride
   int64_t out_stride = 0;
@@ -63,8 +68,8 @@ struct MoeDecodeArgs {
   };
   Route route{};
   float* activated = nullptr;      // scratch [T K, I]
-  // kMoeDecodeCounters int32 in GPU memory, zero before the first launch; each launch leaves them
-  // zero. Launches that share them must not overlap (one stream).
+  // kMoeDecodeCounters int32 in GPU memory, 128-byte aligned, zero before the first launch; each
+  // launch leaves them zero. Launches that share them must not overlap (one stream).
   int32_t* counters = nullptr;
   int64_t T = 0, K = 0, H = 0, I = 0;
   Act act = Act::gelu_tanh;

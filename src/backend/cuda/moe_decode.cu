@@ -17,6 +17,13 @@
 // Same bits as the separate kernels: every row is summed through accumulate_hfq4_rows (the rows
 // kernels' lane order, hfq4_rows.cuh), the activation through gated_value, and each column's
 // sum over experts in ascending id order with one FMA per expert, as moe_combine_kernel does.
+//
+// Measured slower (H100, 26B-A4B, thirty-sixth session; BackendOptions::fused_experts stays off):
+// 55 us a launch with the router, 50 us from the route's end without it, against ~33 us for the
+// four kernels. The phases (router, route, up, down) follow one another, each a few dependent
+// rounds of loads per warp, and at 16 warps per SM (128 registers) the per-lane f32 arithmetic
+// issued an instruction every ~2.8 cycles per scheduler (ncu): the separate kernels run the same
+// arithmetic with more warps per SM.
 #include <atomic>
 
 #include "backend/cuda/device_common.cuh"
@@ -29,7 +36,9 @@ namespace {
 
 constexpr int kWarps = 8;
 // Two blocks per SM at <= 128 registers (ptxas, sm_90a): 2 activations per warp (2 gate and 2 up
-// rows) with 2 warp steps of loads in flight kept every register in place; 3 steps spilled.
+// rows) with 2 warp steps of loads in flight kept every register in place; 3 steps spilled. Every
+// item kind shares the kernel's registers: 3 activations per warp, 2 down columns, or a router
+// row a warp with its 6 steps in flight each spilled (thirty-sixth session).
 constexpr int kUpOuts = 2;      // activations per warp in an up item
 constexpr int kUpUnroll = 2;    // warp steps of loads in flight (G256, 2816 columns: 3 rounds)
 constexpr int kDownOuts = 1;    // output columns per warp in a down item
@@ -40,6 +49,10 @@ constexpr int kMaxBlocksPerSm = 2;
 constexpr int kRoutePerLane = 16;  // experts per lane in the routing (up to 512; fewer give the same bits)
 
 enum Counter : int { kTicket = 0, kUpDone = 1, kBlocksOut = 2, kRouterDone = 3 };
+// A counter's word: each on its own 128-byte line (kMoeDecodeCounterStride).
+__device__ __forceinline__ int32_t* counter(const MoeDecodeArgs& a, Counter c) {
+  return a.counters + static_cast<int>(c) * kMoeDecodeCounterStride;
+}
 
 // A launch's work items in ticket order: router items [0, router_items) (with MoeDecodeArgs::
 // route), up items [router_items, first_down), down items [first_down, items). The kernel and
@@ -159,6 +172,28 @@ __device__ void run_down_item(const MoeDecodeArgs& a, const TokenExperts& expert
     if (lane == 0 && c0 + c < a.H) a.out[token * a.out_stride + c0 + c] = sum[c];
 }
 
+// The token's activations [K, I] (written by other blocks in this launch, after their release and
+// this block's acquire) into shared memory, padded (shared_row_index): four floats a load where I
+// allows, no 64-bit division per element (the copy's volatile loads, one float each with a
+// division, were ~8 % of the launch's warp time on the H100; thirty-sixth session).
+__device__ __forceinline__ void stage_token_activations(const MoeDecodeArgs& a, int64_t token, float* token_act) {
+  const float* src = a.activated + token * a.K * a.I;
+  const int64_t row_floats = shared_row_floats(a.I);
+  if (a.I % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    const int quads = static_cast<int>(a.I / 4), n = static_cast<int>(a.K) * quads;  // (within shared memory)
+    for (int q = threadIdx.x; q < n; q += blockDim.x) {
+      const int j = q / quads, k = 4 * (q - j * quads);  // (k .. k + 3: within one padded run of 16)
+      const float4 v = gpu::load_other_blocks(reinterpret_cast<const float4*>(src + j * a.I + k));
+      float* dst = token_act + j * row_floats + shared_row_index(k);
+      dst[0] = v.x, dst[1] = v.y, dst[2] = v.z, dst[3] = v.w;
+    }
+  } else {
+    for (int64_t j = 0; j < a.K; ++j)
+      for (int64_t k = threadIdx.x; k < a.I; k += blockDim.x)
+        token_act[j * row_floats + shared_row_index(k)] = gpu::load_other_blocks(src + j * a.I + k);
+  }
+}
+
 template <int kGroupUp, int kGroupDown>
 __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm)
     moe_experts_decode_kernel(MoeDecodeArgs a, bool vector_x, bool vector_route_x) {
@@ -175,18 +210,18 @@ __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm)
   const bool routes = a.route.router != nullptr;
   bool routed = !routes;  // whether ids and weights hold the routing yet (block-uniform)
   int64_t staged_token = -1;  // whose activations token_act holds
-  if (threadIdx.x == 0) next_item = atomicAdd(&a.counters[kTicket], 1);
+  if (threadIdx.x == 0) next_item = atomicAdd(counter(a, kTicket), 1);
   __syncthreads();
   for (int64_t item = next_item; item < items;) {
     // The next ticket, asked for now so that its round trip overlaps this item's work (a block
     // holding a router or up ticket never waits for a later item: its current item is earlier).
     int64_t ticket = 0;
-    if (threadIdx.x == 0) ticket = atomicAdd(&a.counters[kTicket], 1);
+    if (threadIdx.x == 0) ticket = atomicAdd(counter(a, kTicket), 1);
     if (item >= router_items && !routed) {
       // Every router item is held by a running block, which does not wait: wait for their count,
       // then route every token here, a warp per token (the logits: volatile, written in this launch).
       if (threadIdx.x == 0) {
-        while (*reinterpret_cast<volatile int32_t*>(&a.counters[kRouterDone]) < router_items) gpu::pause_briefly();
+        while (*reinterpret_cast<volatile int32_t*>(counter(a, kRouterDone)) < router_items) gpu::pause_between_polls();
         __threadfence();
       }
       __syncthreads();
@@ -208,7 +243,7 @@ __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm)
       __syncthreads();  // every warp's stores, then one release
       if (threadIdx.x == 0) {
         __threadfence();
-        atomicAdd(&a.counters[kRouterDone], 1);
+        atomicAdd(counter(a, kRouterDone), 1);
       }
     } else if (item < first_down) {
       const int64_t up_item = item - router_items;
@@ -216,7 +251,7 @@ __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm)
       __syncthreads();  // every warp's stores, then one release: the fence, then the count
       if (threadIdx.x == 0) {
         __threadfence();
-        atomicAdd(&a.counters[kUpDone], 1);
+        atomicAdd(counter(a, kUpDone), 1);
       }
     } else {
       const int64_t token = (item - first_down) / down_tiles, tile = (item - first_down) % down_tiles;
@@ -253,16 +288,12 @@ __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm)
       }
       if (token != staged_token) {
         if (threadIdx.x == 0) {
-          while (*reinterpret_cast<volatile int32_t*>(&a.counters[kUpDone]) < first_down - router_items)
-            gpu::pause_briefly();
+          while (*reinterpret_cast<volatile int32_t*>(counter(a, kUpDone)) < first_down - router_items)
+            gpu::pause_between_polls();
           __threadfence();
         }
         __syncthreads();
-        // volatile: written by other blocks in this launch (the read-only path and L1 may not see it)
-        const volatile float* src = a.activated + token * a.K * a.I;
-        const int64_t row_floats = shared_row_floats(a.I);
-        for (int64_t i = threadIdx.x; i < a.K * a.I; i += blockDim.x)
-          token_act[i / a.I * row_floats + shared_row_index(i % a.I)] = src[i];
+        stage_token_activations(a, token, token_act);
         __syncthreads();
         staged_token = token;
       }
@@ -274,12 +305,12 @@ __global__ void __launch_bounds__(kWarps* kWarp, kMaxBlocksPerSm)
     item = next_item;
   }
   if (threadIdx.x == 0) __threadfence();  // (this block's last ticket and waits before its count out)
-  if (threadIdx.x == 0 && atomicAdd(&a.counters[kBlocksOut], 1) == static_cast<int>(gridDim.x) - 1) {
+  if (threadIdx.x == 0 && atomicAdd(counter(a, kBlocksOut), 1) == static_cast<int>(gridDim.x) - 1) {
     // every block has taken its last ticket and passed its waits: ready for the next launch
-    a.counters[kTicket] = 0;
-    a.counters[kUpDone] = 0;
-    a.counters[kBlocksOut] = 0;
-    a.counters[kRouterDone] = 0;
+    *counter(a, kTicket) = 0;
+    *counter(a, kUpDone) = 0;
+    *counter(a, kBlocksOut) = 0;
+    *counter(a, kRouterDone) = 0;
     __threadfence();
   }
 }
