@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "model/model.h"
+#include "backend/cuda/norm_pieces.h"
 #include "ops_harness.h"
 
 namespace fl {
@@ -640,6 +641,58 @@ TEST_F(CudaOps, ImmaReadyPiecesServeOnlyTheNextProduct) {
       expect_close(out, dot_budget(cols), "another group size: the product" + at);
     }
   }
+  // Three norms and a branch (Gemma 4's MoE layers: the dense MLP's input on the side line, the
+  // router's on the main line): the update cuts every norm's row, and each line's first product
+  // takes its row's pieces; a second product on the main line (the experts' row) cuts its own.
+  // In order on the main stream (concurrent_branches off) and on two streams alike.
+  for (bool concurrent : {false, true}) {
+    BackendOptions branch_options = options;
+    branch_options.concurrent_branches = concurrent;
+    auto b = make_backend("cuda", branch_options);
+    const int64_t cols = 2816, M = 200;
+    const std::string at = concurrent ? " (two streams)" : " (in order)";
+    Twin w = twin_random(DType::hfq4_g256, {M, cols}, 0.5f);
+    {
+      Twin out = twin_output(DType::f32, {1, M});
+      Twin x = twin_random(DType::f32, {1, cols});
+      b->matmul(out.gpu, x.gpu, w.gpu);  // (an integer product first: producers cut after one)
+    }
+    Twin h = twin_random(DType::f32, {1, cols}, 2.0f), term = twin_random(DType::f32, {1, cols}, 3.0f);
+    Twin gain = twin_random(DType::bf16, {cols});
+    std::vector<Twin> norm_gain, normed, out;
+    for (int i = 0; i < 3; ++i) {
+      norm_gain.push_back(twin_random(DType::bf16, {cols}));
+      normed.push_back(twin_output(DType::f32, {1, cols}));
+      out.push_back(twin_output(DType::f32, {1, M}));
+    }
+    const ResidualTerm terms[] = {{term.gpu, &gain.gpu, NormGain::weight, true}};
+    const StreamNorm norms[] = {{normed[0].gpu, &norm_gain[0].gpu, NormGain::weight, 1.0f},
+                                {normed[1].gpu, &norm_gain[1].gpu, NormGain::weight, 0.25f},
+                                {normed[2].gpu, &norm_gain[2].gpu, NormGain::one_plus_weight, 1.0f}};
+    ResidualUpdate r;
+    r.terms = terms;
+    r.norms = norms;
+    r.eps = 1e-6f;
+    b->synchronize();
+    const Counts before;
+    b->residual_update(h.gpu, r);
+    run_side_by_side(
+        *b, [&] { b->matmul(out[0].gpu, normed[0].gpu, w.gpu); },
+        [&] {
+          b->matmul(out[1].gpu, normed[1].gpu, w.gpu);
+          b->matmul(out[2].gpu, normed[2].gpu, w.gpu);
+        });
+    b->synchronize();
+    EXPECT_EQ(cuda_imma_pieces_launches() - before.pieces, 1)
+        << "a branch: only the second main-line product cuts" << at;
+    EXPECT_EQ(cuda_imma_matvec_launches() - before.products, 3) << "a branch: integer products" << at;
+    for (int i = 0; i < 3; ++i) {
+      const std::vector<uint8_t> bytes = gpu_bytes(normed[i]);  // the oracle multiplies the GPU's rows
+      std::memcpy(normed[i].host.data(), bytes.data(), bytes.size());
+      cpu_->matmul(out[i].cpu, normed[i].cpu, w.cpu);
+      expect_close(out[i], dot_budget(cols), "a branch: norm " + std::to_string(i) + "'s product" + at);
+    }
+  }
   // The gated activation (a dense MLP's down projection input; 2112 = 16.5 x 128: a part-used
   // last group) cuts its output in its own launch; the product right after launches none.
   for (int64_t I : {2112, 21504}) {
@@ -660,6 +713,42 @@ TEST_F(CudaOps, ImmaReadyPiecesServeOnlyTheNextProduct) {
       expect_close(out, dot_budget(I), "gated: the product" + at);
     }
   }
+}
+
+// NormPiecesBook's rule (norm_pieces.h), host logic alone: a residual update's pieces serve the
+// first op of each line after it, and nothing after another op, a copy or a replay.
+TEST(NormPiecesBook, ServesTheFirstProductOfEachLineOnly) {
+  float rows[3][16] = {};
+  char pieces[3] = {};
+  using Entry = cuda::NormPiecesBook::Entry;
+  const Entry cut[] = {{rows[0], 16, 128, &pieces[0]}, {rows[1], 16, 128, &pieces[1]}, {rows[2], 16, 256, &pieces[2]}};
+  cuda::NormPiecesBook book;
+  EXPECT_EQ(book.find(rows[0], 16, 128, cuda::OpLine::unbranched, 1), nullptr) << "nothing cut yet";
+  book.cut(cut, 10);
+  // no branch: the op right after the update, on any of the rows, in the row's own group
+  ASSERT_NE(book.find(rows[1], 16, 128, cuda::OpLine::unbranched, 11), nullptr);
+  EXPECT_EQ(book.find(rows[1], 16, 128, cuda::OpLine::unbranched, 11)->pieces, &pieces[1]);
+  EXPECT_EQ(book.find(rows[1], 16, 128, cuda::OpLine::unbranched, 12), nullptr) << "an op between";
+  EXPECT_EQ(book.find(rows[2], 16, 128, cuda::OpLine::unbranched, 11), nullptr) << "another group size";
+  EXPECT_EQ(book.find(rows[0], 8, 128, cuda::OpLine::unbranched, 11), nullptr) << "another width";
+  EXPECT_EQ(book.find(rows[0] + 1, 16, 128, cuda::OpLine::unbranched, 11), nullptr) << "another row";
+  // a branch forked right after it (op 11): the side line's first op (12), the main line's first
+  // op after the side line's end (side ops 12-13, end 14: op 15)
+  book.branch_forked(11);
+  EXPECT_NE(book.find(rows[0], 16, 128, cuda::OpLine::side, 12), nullptr);
+  EXPECT_EQ(book.find(rows[0], 16, 128, cuda::OpLine::side, 13), nullptr) << "the side line's second op";
+  book.side_ended(14);
+  EXPECT_NE(book.find(rows[1], 16, 128, cuda::OpLine::main, 15), nullptr);
+  EXPECT_EQ(book.find(rows[1], 16, 128, cuda::OpLine::main, 16), nullptr) << "the main line's second op";
+  // a branch forked later (an op between the update and the fork): neither line
+  book.cut(cut, 20);
+  book.branch_forked(22);
+  book.side_ended(24);
+  EXPECT_EQ(book.find(rows[0], 16, 128, cuda::OpLine::side, 23), nullptr);
+  EXPECT_EQ(book.find(rows[1], 16, 128, cuda::OpLine::main, 25), nullptr);
+  // an update that cut nothing (inside no branch) forgets the earlier rows
+  book.cut({}, 30);
+  EXPECT_EQ(book.find(rows[0], 16, 128, cuda::OpLine::unbranched, 31), nullptr);
 }
 
 TEST_F(CudaOps, MoeRouteAndExperts) {

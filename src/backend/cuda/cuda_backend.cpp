@@ -22,6 +22,7 @@
 #include "backend/cuda/matmul_mma.cuh"
 #include "backend/cuda/moe.cuh"
 #include "backend/cuda/norm.cuh"
+#include "backend/cuda/norm_pieces.h"
 #include "core/error.h"
 #include "core/log.h"
 #if !defined(FIRELINE_GPU_HIP)
@@ -270,8 +271,9 @@ class CudaBackend final : public Backend {
     cudaError_t err = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     check(err, "graph instantiate");
-    return std::make_unique<CudaGraph>(exec, stream_,
-                                       std::vector<std::shared_ptr<CudaBuffer>>{workspaces_[0], workspaces_[1]}, ops_);
+    return std::make_unique<CudaGraph>(
+        exec, stream_, std::vector<std::shared_ptr<CudaBuffer>>{workspaces_[0], workspaces_[1], norm_pieces_buffer_},
+        ops_);
   }
 
   // The side line goes to a second stream forked off the main one by an event and joined by
@@ -281,6 +283,7 @@ class CudaBackend final : public Backend {
   void branch_begin() override {
     if (branch_ != BranchState::none) fail("branch_begin: a concurrent branch is already open");
     ++*ops_;  // (pieces serve the next op of their own line only)
+    norm_pieces_.branch_forked(*ops_);
     if (!side_stream_ || profiling_) {
       branch_ = BranchState::in_order_side;
       return;
@@ -307,6 +310,7 @@ class CudaBackend final : public Backend {
   }
   void branch_end() override {
     ++*ops_;
+    norm_pieces_.side_ended(*ops_);
     if (branch_ == BranchState::in_order_side) {
       branch_ = BranchState::in_order_main;
       return;
@@ -438,62 +442,30 @@ class CudaBackend final : public Backend {
     check_residual_update(h, u);  // counts within cuda::kMaxResidualTerms / kMaxStreamNorms, aliases
     static_assert(cuda::kMaxResidualTerms == 2 && cuda::kMaxStreamNorms == 4,
                   "Backend::check_residual_update's limits");
-    F32Rows hr = f32_rows(h, "residual_update");
-    OpTimer timer(*this, "residual_update", 4.0 * hr.rows * hr.cols * (2 + 2 * u.terms.size() + u.norms.size()));
-    cuda::ResidualUpdateArgs a;
-    a.h = hr.data;
-    a.h_stride = hr.stride;
-    a.rows = hr.rows;
-    a.cols = hr.cols;
-    a.eps = u.eps;
+    cuda::ResidualUpdateArgs a = cuda::residual_update_args(h, u);
+    OpTimer timer(*this, "residual_update", 4.0 * a.rows * a.cols * (2 + 2 * u.terms.size() + u.norms.size()));
     a.cluster = options_.cluster_residual_update;
-    a.n_terms = static_cast<int>(u.terms.size());
-    for (size_t i = 0; i < u.terms.size(); ++i) {
-      const ResidualTerm& t = u.terms[i];
-      F32Rows r = f32_rows(t.x, "residual_update");
-      same_shape(hr, r, "residual_update");
-      if (t.normed) check_gain(t.weight, t.gain, hr.cols, "residual_update");
-      a.terms[i] = {r.data,
-                    r.stride,
-                    gain_data(t.weight),
-                    gain_dtype(t.weight),
-                    static_cast<cuda::Gain>(t.normed ? t.gain : NormGain::none),
-                    t.normed};
+    // One row: each norm's output is a product's input (Gemma 4's MoE layers: the dense MLP's, the
+    // router's, the experts'); cut them here, outside branches (norm_pieces.h).
+    a.pieces_group = pieces_group_for(a.cols);
+    static_assert(cuda::NormPiecesBook::kMaxEntries == cuda::kMaxStreamNorms, "a cut per norm");
+    cuda::NormPiecesBook::Entry cuts[cuda::kMaxStreamNorms];
+    int n_cuts = 0;
+    if (options_.imma_ready_pieces && imma_products_seen_ && branch_ == BranchState::none &&
+        cuda::residual_update_cuts_pieces(a)) {
+      const size_t each = (cuda::hfq4_imma_scratch_bytes(a.cols, a.pieces_group) + 255) / 256 * 256;
+      auto* buffer = static_cast<uint8_t*>(norm_pieces_buffer(each * a.n_norms));
+      for (int i = 0; i < a.n_norms && buffer; ++i) {
+        bool apart = true;  // (a row another norm also writes: its last bytes may not be this norm's)
+        for (int j = 0; j < a.n_norms; ++j)
+          apart = apart &&
+                  (j == i || a.norms[j].out + a.cols <= a.norms[i].out || a.norms[i].out + a.cols <= a.norms[j].out);
+        if (apart)
+          a.pieces[i] = buffer + i * each, cuts[n_cuts++] = {a.norms[i].out, a.cols, a.pieces_group, a.pieces[i]};
+      }
     }
-    if (u.merge_weight) {
-      check_gain(u.merge_weight, u.merge_gain, hr.cols, "residual_update");
-      a.merge = true;
-      a.merge_weight = u.merge_weight->data;
-      a.merge_type = u.merge_weight->dtype;
-      a.merge_gain = static_cast<cuda::Gain>(u.merge_gain);
-    }
-    if (u.layer_scalar) {
-      require_device(*u.layer_scalar, "residual_update");
-      if (u.layer_scalar->numel() != 1)
-        fail("residual_update: expected a 1-element layer scalar, got {}", u.layer_scalar->describe());
-      a.scalar = u.layer_scalar->data;
-      a.scalar_type = u.layer_scalar->dtype;
-    }
-    a.n_norms = static_cast<int>(u.norms.size());
-    for (size_t i = 0; i < u.norms.size(); ++i) {
-      const StreamNorm& n = u.norms[i];
-      F32Rows r = f32_rows(n.out, "residual_update");
-      same_shape(hr, r, "residual_update");
-      check_gain(n.weight, n.gain, hr.cols, "residual_update");
-      a.norms[i] = {r.data, r.stride, gain_data(n.weight), gain_dtype(n.weight), static_cast<cuda::Gain>(n.gain),
-                    n.scale};
-    }
-    // One row: the first norm's output is the next product's input; cut it here
-    // (BackendOptions::imma_ready_pieces).
-    a.pieces_group = pieces_group_for(hr.cols);
-    bool cut = options_.imma_ready_pieces && imma_products_seen_ && cuda::residual_update_cuts_pieces(a);
-    for (int i = 1; i < a.n_norms && cut; ++i) {  // (another norm writing over norm 0's row: its bytes win)
-      const float *first = a.norms[0].out, *other = a.norms[i].out;
-      cut = other + hr.cols <= first || first + hr.cols <= other;
-    }
-    if (cut) a.pieces = workspace_floats((cuda::hfq4_imma_scratch_bytes(hr.cols, a.pieces_group) + 3) / 4);
     check(cuda::launch_residual_update(a, stream_), "residual_update");
-    if (cut) ready_pieces_ = {a.norms[0].out, hr.cols, a.pieces_group, a.pieces, stream_, *ops_};
+    if (branch_ == BranchState::none) norm_pieces_.cut({cuts, static_cast<size_t>(n_cuts)}, *ops_);
   }
 
   void matmul_group(std::span<const Tensor> outs, const Tensor& x, std::span<const Tensor* const> weights) override {
@@ -1352,8 +1324,12 @@ class CudaBackend final : public Backend {
   void take_scratch_or_ready_pieces(cuda::MatvecArgs& a) {
     const ReadyPieces& r = ready_pieces_;
     const int group = hfq4_group_size(a.weight_type);
-    const bool ready = r.x && a.n_inputs == 1 && r.op + 1 == *ops_ && r.stream == stream_ && r.x == a.x && r.K == a.K &&
-                       r.group == group && cuda::hfq4_imma_scratch_bytes(r.K, r.group) >= a.scratch_bytes;
+    const bool next_op = r.x && a.n_inputs == 1 && r.op + 1 == *ops_ && r.stream == stream_ && r.x == a.x &&
+                         r.K == a.K && r.group == group;
+    const cuda::NormPiecesBook::Entry* normed =
+        a.n_inputs == 1 ? norm_pieces_.find(a.x, a.K, group, op_line(), *ops_) : nullptr;
+    void* pieces = next_op ? r.scratch : normed ? normed->pieces : nullptr;
+    const bool ready = pieces && cuda::hfq4_imma_scratch_bytes(a.K, group) >= a.scratch_bytes;
     // (one input: the scratch is the integer matvec's; many inputs' is the GEMM's, which a model
     // with q8 or bf16 products also runs)
     if (a.n_inputs == 1) imma_products_seen_ = true;
@@ -1362,7 +1338,7 @@ class CudaBackend final : public Backend {
       a.scratch_bytes = 0;
       return;
     }
-    a.scratch = ready ? r.scratch : workspace_floats((a.scratch_bytes + 3) / 4);
+    a.scratch = ready ? pieces : workspace_floats((a.scratch_bytes + 3) / 4);
     a.imma_pieces_ready = ready;
   }
   // The bytes of weights a one-input product reads: its matrix's, or its group's.
@@ -1407,6 +1383,23 @@ class CudaBackend final : public Backend {
     uint64_t op = 0;
   };
   ReadyPieces ready_pieces_;
+  cuda::NormPiecesBook norm_pieces_;                // the residual updates' pieces (norm_pieces.h)
+  std::shared_ptr<CudaBuffer> norm_pieces_buffer_;  // (held by the graphs captured with it)
+  cuda::OpLine op_line() const {
+    if (branch_ == BranchState::none) return cuda::OpLine::unbranched;
+    return branch_ == BranchState::side || branch_ == BranchState::in_order_side ? cuda::OpLine::side
+                                                                                 : cuda::OpLine::main;
+  }
+  // At least `bytes` of it; nullptr inside a capture where it would have to grow (no cut then).
+  void* norm_pieces_buffer(size_t bytes) {
+    if (!norm_pieces_buffer_ || norm_pieces_buffer_->size() < bytes) {
+      if (capturing_) return nullptr;
+      check(cudaStreamSynchronize(stream_), "norm pieces resize");
+      norm_pieces_buffer_.reset();
+      norm_pieces_buffer_ = std::make_shared<CudaBuffer>(bytes, stream_);
+    }
+    return norm_pieces_buffer_->data();
+  }
   // Ops go to stream_: the main stream, or the side stream inside a branch's side line.
   cudaStream_t stream_ = nullptr;
   cudaStream_t main_stream_ = nullptr;

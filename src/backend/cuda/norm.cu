@@ -266,32 +266,37 @@ __global__ void __launch_bounds__(kMaxThreads) residual_update_registers_kernel(
   if (a.n_norms == 0) return;
   if constexpr (!kNormGainsEarly) load_norm_gains();
   const float h_inv = rms_inverse_of_sum(block_sum(h_sq), cols, a.eps);
-  // With pieces: norm 0's row also goes to shared memory (cols floats, the launch's dynamic
-  // size), where warps take it a group at a time (8 consecutive elements per lane, unlike the
-  // strided columns here).
-  extern __shared__ float pieces_row[];
 #pragma unroll
   for (int n = 0; n < kMaxStreamNorms; ++n) {
     if (n >= a.n_norms) break;
     float* out = a.norms[n].out + blockIdx.x * a.norms[n].stride;
-    const float scale = a.norms[n].scale;
-    const bool to_shared = n == 0 && a.pieces;
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
       const int i = threadIdx.x + j * threads;
-      if (i < cols) {
-        const float v = h[j] * h_inv * norm_gain[n][j] * scale;
-        out[i] = v;
-        if (to_shared) pieces_row[i] = v;
-      }
+      if (i < cols) out[i] = h[j] * h_inv * norm_gain[n][j] * a.norms[n].scale;
     }
   }
-  if (!a.pieces) return;
-  __syncthreads();
-  if (a.pieces_group == 256)
-    cut_imma_row_from_shared<256>(pieces_row, cols, static_cast<uint8_t*>(a.pieces));
-  else
-    cut_imma_row_from_shared<128>(pieces_row, cols, static_cast<uint8_t*>(a.pieces));
+  // A norm with pieces: its row again (the same values) into shared memory (cols floats, the
+  // launch's dynamic size), where warps take it a group at a time (8 consecutive elements per
+  // lane, unlike the strided columns here); one row there at a time.
+  extern __shared__ float pieces_row[];
+#pragma unroll
+  for (int n = 0; n < kMaxStreamNorms; ++n) {
+    if (n >= a.n_norms) break;
+    uint8_t* pieces = static_cast<uint8_t*>(a.pieces[n]);  // (block-uniform)
+    if (!pieces) continue;
+    __syncthreads();  // (the last cut has read the shared row)
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = threadIdx.x + j * threads;
+      if (i < cols) pieces_row[i] = h[j] * h_inv * norm_gain[n][j] * a.norms[n].scale;
+    }
+    __syncthreads();
+    if (a.pieces_group == 256)
+      cut_imma_row_from_shared<256>(pieces_row, cols, pieces);
+    else
+      cut_imma_row_from_shared<128>(pieces_row, cols, pieces);
+  }
 }
 
 // Calls f(weight, format, elements) for every gain row the update reads, and the layer scalar.
@@ -311,7 +316,7 @@ cudaError_t launch_residual_update_registers(const ResidualUpdateArgs& a, DType 
                                              cudaStream_t stream) {
   const int64_t warps = (a.cols + kPer * kWarp - 1) / (kPer * kWarp);
   const dim3 grid(static_cast<unsigned>(a.rows)), block(static_cast<unsigned>(warps * kWarp));
-  const size_t shared = a.pieces ? static_cast<size_t>(a.cols) * sizeof(float) : 0;  // (<= 21 KB)
+  const size_t shared = a.cuts_pieces() ? static_cast<size_t>(a.cols) * sizeof(float) : 0;  // (<= 21 KB)
   if (gain_type == DType::bf16)
     return launch_kernel(residual_update_registers_kernel<kPer, kMaxThreads, uint16_t>, grid, block, shared, stream,
                          a, gains);
@@ -392,7 +397,7 @@ __device__ __forceinline__ void store_row_8(float* row, int col, const float (&v
 #endif
 
 // Same arithmetic as residual_update_registers_kernel per element (only the sums' order differs).
-// kPiecesGroup: 0, or the weight group norms[0]'s output is cut for (a.pieces).
+// kPiecesGroup: 0, or the weight group the norms' outputs are cut for (those with a.pieces[n]).
 template <typename G, int kPiecesGroup>
 __global__ void __launch_bounds__(kClusterMaxWarps* kWarp) residual_update_cluster_kernel(ResidualUpdateArgs a,
                                                                                           L2Spans gains) {
@@ -477,12 +482,12 @@ __global__ void __launch_bounds__(kClusterMaxWarps* kWarp) residual_update_clust
     for (int j = 0; j < 8; ++j) v[j] = h[j] * h_inv * norm_gain[n][j] * a.norms[n].scale;
     if (in_row) store_row_8(a.norms[n].out, col, v);
     if constexpr (kPiecesGroup != 0) {
-      if (n == 0) {
+      if (a.pieces[n]) {
         // A 256-column group is this warp's span; a 128-column one, each half of the warp's.
         constexpr int kLanes = ImmaGroup<kPiecesGroup>::kLanesPerGroup;
         const int group = warp * (kClusterSpan / kPiecesGroup) + lane / kLanes;
         const int n_groups = (cols + kPiecesGroup - 1) / kPiecesGroup;
-        uint8_t* pieces = static_cast<uint8_t*>(a.pieces);
+        uint8_t* pieces = static_cast<uint8_t*>(a.pieces[n]);
         cut_imma_group<kPiecesGroup>(v, lane % kLanes, group, group < n_groups, pieces,
                                      imma_group_scales<kPiecesGroup>(pieces, cols));
       }
@@ -510,7 +515,8 @@ bool cluster_update_fits(const ResidualUpdateArgs& a) {
   bool ok = normed && a.rows == 1 && a.cols > 0 && a.cols % 8 == 0 && a.cols <= kRegisterRowMax && aligned(a.h);
   for (int t = 0; t < a.n_terms; ++t) ok = ok && aligned(a.terms[t].x) && aligned(a.terms[t].weight);
   for (int n = 0; n < a.n_norms; ++n) ok = ok && aligned(a.norms[n].out) && aligned(a.norms[n].weight);
-  return ok && aligned(a.merge_weight) && (!a.pieces || aligned(a.pieces));
+  for (int n = 0; n < a.n_norms; ++n) ok = ok && aligned(a.pieces[n]);  // (nullptr is)
+  return ok && aligned(a.merge_weight);
 }
 
 cudaError_t launch_residual_update_cluster(const ResidualUpdateArgs& a, DType gain_type, const L2Spans& gains,
@@ -522,7 +528,7 @@ cudaError_t launch_residual_update_cluster(const ResidualUpdateArgs& a, DType ga
   const dim3 block(static_cast<unsigned>(warps_per_block * kWarp));
   auto launch = [&](auto kernel) { return launch_kernel_cluster(kernel, dim3(blocks), block, 0, stream, blocks, a, gains); };
   const bool bf16 = gain_type == DType::bf16;
-  if (!a.pieces)
+  if (!a.cuts_pieces())
     return bf16 ? launch(residual_update_cluster_kernel<uint16_t, 0>) : launch(residual_update_cluster_kernel<float, 0>);
   if (a.pieces_group == 256)
     return bf16 ? launch(residual_update_cluster_kernel<uint16_t, 256>)
@@ -578,7 +584,7 @@ cudaError_t launch_rms_norm_rope_group(const HeadNormPart* parts, int n_parts, i
 cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t stream) {
   if (a.n_terms <= 0 || a.n_terms > kMaxResidualTerms || a.n_norms < 0 || a.n_norms > kMaxStreamNorms)
     return cudaErrorInvalidValue;
-  if (a.pieces && !residual_update_cuts_pieces(a)) return cudaErrorInvalidValue;
+  if (a.cuts_pieces() && !residual_update_cuts_pieces(a)) return cudaErrorInvalidValue;
   if (a.rows == 0) return cudaSuccess;
   // The register kernel takes gains that share one format it reads (f32 or bf16); wider rows,
   // and gains in other or mixed formats, come from memory.

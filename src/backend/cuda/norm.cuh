@@ -71,12 +71,18 @@ struct ResidualUpdateArgs {
   DType scalar_type = DType::f32;
   int n_norms = 0;
   StreamNormArgs norms[kMaxStreamNorms];
-  // norms[0]'s output also cut into the integer matvec's pieces (imma_pieces.cuh) for
-  // pieces_group-weight groups, at `pieces` (hfq4_imma_scratch_bytes(cols, pieces_group) bytes):
-  // the next product's input cut where it is made (BackendOptions::imma_ready_pieces). Only where
-  // residual_update_cuts_pieces says so (one row, the register or cluster kernel; CUDA).
-  void* pieces = nullptr;
+  // Each norm's output also cut into the integer matvec's pieces (imma_pieces.cuh) for
+  // pieces_group-weight groups, at pieces[n] (hfq4_imma_scratch_bytes(cols, pieces_group) bytes;
+  // nullptr: not cut): the next products' inputs cut where they are made
+  // (BackendOptions::imma_ready_pieces). Only where residual_update_cuts_pieces says so (one row,
+  // the register or cluster kernel; CUDA).
+  void* pieces[kMaxStreamNorms] = {};
   int pieces_group = 0;
+  bool cuts_pieces() const {
+    for (int n = 0; n < n_norms; ++n)
+      if (pieces[n]) return true;
+    return false;
+  }
   // One row spread over a cluster of blocks (sm_90 devices, builds with sm_90a code; rows of
   // 16-byte-aligned f32 with a multiple of 8 columns, gains as the register kernel takes them)
   // instead of one block: BackendOptions::cluster_residual_update. Only the order of the row's
@@ -88,7 +94,7 @@ cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t str
 bool residual_update_cluster_available();
 // How many launches took that form (for tests that check it ran).
 int64_t residual_update_cluster_launches();
-// Whether launch_residual_update can cut norms[0]'s output into pieces for these arguments.
+// Whether launch_residual_update can cut its norms' outputs into pieces for these arguments.
 bool residual_update_cuts_pieces(const ResidualUpdateArgs& a);
 
 }  // namespace fl::cuda

@@ -54,4 +54,50 @@ void check_rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq
   if (inv_freq.numel() * 2 > x.dim(2)) fail("{}: inv_freq must be f32[<= {}]", op, x.dim(2) / 2);
 }
 
+ResidualUpdateArgs residual_update_args(const Tensor& h, const ResidualUpdate& u) {
+  F32Rows hr = f32_rows(h, "residual_update");
+  ResidualUpdateArgs a;
+  a.h = hr.data;
+  a.h_stride = hr.stride;
+  a.rows = hr.rows;
+  a.cols = hr.cols;
+  a.eps = u.eps;
+  a.n_terms = static_cast<int>(u.terms.size());
+  for (size_t i = 0; i < u.terms.size(); ++i) {
+    const ResidualTerm& t = u.terms[i];
+    F32Rows r = f32_rows(t.x, "residual_update");
+    same_shape(hr, r, "residual_update");
+    if (t.normed) check_gain(t.weight, t.gain, hr.cols, "residual_update");
+    a.terms[i] = {r.data,
+                  r.stride,
+                  gain_data(t.weight),
+                  gain_dtype(t.weight),
+                  static_cast<Gain>(t.normed ? t.gain : NormGain::none),
+                  t.normed};
+  }
+  if (u.merge_weight) {
+    check_gain(u.merge_weight, u.merge_gain, hr.cols, "residual_update");
+    a.merge = true;
+    a.merge_weight = u.merge_weight->data;
+    a.merge_type = u.merge_weight->dtype;
+    a.merge_gain = static_cast<Gain>(u.merge_gain);
+  }
+  if (u.layer_scalar) {
+    require_device(*u.layer_scalar, "residual_update");
+    if (u.layer_scalar->numel() != 1)
+      fail("residual_update: expected a 1-element layer scalar, got {}", u.layer_scalar->describe());
+    a.scalar = u.layer_scalar->data;
+    a.scalar_type = u.layer_scalar->dtype;
+  }
+  a.n_norms = static_cast<int>(u.norms.size());
+  for (size_t i = 0; i < u.norms.size(); ++i) {
+    const StreamNorm& n = u.norms[i];
+    F32Rows r = f32_rows(n.out, "residual_update");
+    same_shape(hr, r, "residual_update");
+    check_gain(n.weight, n.gain, hr.cols, "residual_update");
+    a.norms[i] = {r.data, r.stride, gain_data(n.weight), gain_dtype(n.weight), static_cast<Gain>(n.gain), n.scale};
+  }
+  return a;
+}
+
 }  // namespace fl::cuda

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "backend/backend.h"
+#include "backend/cuda/norm.cuh"
 
 namespace fl::cuda {
 
@@ -38,5 +39,9 @@ inline DType gain_dtype(const Tensor* weight) { return weight ? weight->dtype : 
 
 // RoPE's inputs: x contiguous f32 [T, heads, D], positions i32 [T], inv_freq f32 [<= D / 2].
 void check_rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, const char* op);
+
+// Backend::residual_update's tensors checked (Backend::check_residual_update's counts and aliases
+// are the caller's) and reduced to the launcher's arguments: no pieces, no cluster.
+ResidualUpdateArgs residual_update_args(const Tensor& h, const ResidualUpdate& u);
 
 }  // namespace fl::cuda
