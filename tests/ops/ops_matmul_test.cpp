@@ -644,13 +644,16 @@ TEST_F(CudaOps, ImmaReadyPiecesServeOnlyTheNextProduct) {
   // Three norms and a branch (Gemma 4's MoE layers: the dense MLP's input on the side line, the
   // router's on the main line): the update cuts every norm's row, and each line's first product
   // takes its row's pieces; a second product on the main line (the experts' row) cuts its own.
-  // In order on the main stream (concurrent_branches off) and on two streams alike.
-  for (bool concurrent : {false, true}) {
+  // In order on the main stream (concurrent_branches off) and on two streams alike; the update
+  // on a cluster (sm_90) and in one block (the register kernel, which cuts one row at a time).
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool concurrent = variant != 0, cluster = variant != 2;
     BackendOptions branch_options = options;
     branch_options.concurrent_branches = concurrent;
+    branch_options.cluster_residual_update = cluster;
     auto b = make_backend("cuda", branch_options);
     const int64_t cols = 2816, M = 200;
-    const std::string at = concurrent ? " (two streams)" : " (in order)";
+    const std::string at = std::string(concurrent ? " (two streams" : " (in order") + (cluster ? ")" : ", one block)");
     Twin w = twin_random(DType::hfq4_g256, {M, cols}, 0.5f);
     {
       Twin out = twin_output(DType::f32, {1, M});
@@ -675,7 +678,11 @@ TEST_F(CudaOps, ImmaReadyPiecesServeOnlyTheNextProduct) {
     r.eps = 1e-6f;
     b->synchronize();
     const Counts before;
+    const int64_t clusters_before = cuda_cluster_update_launches();
     b->residual_update(h.gpu, r);
+    if (!cluster) {
+      EXPECT_EQ(cuda_cluster_update_launches(), clusters_before) << "the register kernel ran" << at;
+    }
     run_side_by_side(
         *b, [&] { b->matmul(out[0].gpu, normed[0].gpu, w.gpu); },
         [&] {
