@@ -460,8 +460,9 @@ class CudaBackend final : public Backend {
         for (int j = 0; j < a.n_norms; ++j)
           apart = apart &&
                   (j == i || a.norms[j].out + a.cols <= a.norms[i].out || a.norms[i].out + a.cols <= a.norms[j].out);
-        if (apart)
-          a.pieces[i] = buffer + i * each, cuts[n_cuts++] = {a.norms[i].out, a.cols, a.pieces_group, a.pieces[i]};
+        if (!apart) continue;
+        a.pieces[i] = buffer + i * each;
+        cuts[n_cuts++] = {a.norms[i].out, a.cols, a.pieces_group, a.pieces[i]};
       }
     }
     check(cuda::launch_residual_update(a, stream_), "residual_update");
