@@ -88,6 +88,18 @@ void Backend::kv_write_rows(std::span<const KvView> caches, const Tensor& k, con
   for (int64_t i = 0; i < B; ++i) kv_write(caches[i], k.slice(i, i + 1), v.slice(i, i + 1), positions.slice(i, i + 1));
 }
 
+void Backend::attention_from_projections(Tensor out, std::span<const HeadNorm> norms, float eps,
+                                         const Tensor& positions, const Tensor& inv_freq, const KvView& cache,
+                                         const AttentionParams& params) {
+  if (norms.size() != 3) fail("attention_from_projections: {} head norms (q, k and v: 3)", norms.size());
+  if (norms[0].x.ndim != 3 || norms[0].x.dim(0) != 1)
+    fail("attention_from_projections: one decode row, got q {}", norms[0].x.describe());
+  const Tensor &q = norms[0].x, &k = norms[1].x, &v = norms[2].x;
+  rms_norm_rope_group(norms, eps, positions, inv_freq);
+  run_side_by_side(
+      *this, [&] { kv_write(cache, k, v, positions); }, [&] { attention(out, q, k, v, cache, positions, params); });
+}
+
 void Backend::check_moe_keep_experts(const Tensor& ids, const Tensor& weights, int64_t first, int64_t count) {
   if (ids.dtype != DType::i32 || weights.dtype != DType::f32 || !ids.is_contiguous() || !weights.is_contiguous() ||
       ids.numel() != weights.numel())

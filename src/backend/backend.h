@@ -264,6 +264,18 @@ class Backend {
   // the same ring row, the last one is what the row holds afterwards.
   virtual void kv_write(const KvView& cache, const Tensor& k, const Tensor& v, const Tensor& positions) = 0;
 
+  // One sequence's decode row of an attention layer from its projections, norms[0..2] holding q
+  // [1, n_heads, D], k and v [1, n_kv_heads, D]: what
+  //   rms_norm_rope_group(norms, eps, positions, inv_freq);
+  //   attention(out, q, k, v, cache, positions, params) beside kv_write(cache, k, v, positions)
+  // do (the default, the write as the side line of a concurrent branch). The write must be free
+  // to run beside the attention (kv_write_may_overlap_attention). q, k and v are scratch: the
+  // default leaves them normed, a GPU that runs it all in one launch (BackendOptions::
+  // fused_decode_attention) leaves the projections as they were; out and the cache are the same.
+  virtual void attention_from_projections(Tensor out, std::span<const HeadNorm> norms, float eps,
+                                          const Tensor& positions, const Tensor& inv_freq, const KvView& cache,
+                                          const AttentionParams& params);
+
   // Mixture-of-experts routing: softmax over logits [T, E], keep the top_k, renormalise them to
   // sum to 1, then multiply by per_expert_scale[e] when given. weights [T, top_k] f32,
   // ids [T, top_k] i32, highest probability first.
@@ -555,6 +567,19 @@ struct BackendOptions {
   // kernels. Only the output norm's sum goes in another order. `fireline bench --fused-delta-net
   // on|off`.
   bool fused_delta_net = true;
+  // One sequence's decode attention from its projections (attention_from_projections) in one
+  // launch where the decode kernel by KV head takes it (Q8_0 cache, head dims 256 / 512, up to 8
+  // query heads per KV head: Gemma 4): the q/k/v head norms with RoPE and the KV write inside the
+  // attention kernel, instead of a norm kernel before it and a write kernel beside it. The same
+  // bits as the separate kernels (CudaOps.AttentionFromProjectionsMatchesTheThreeOps).
+  // `fireline bench --fused-decode-attention on|off`.
+  bool fused_decode_attention = true;
+  // The routed experts' down products on the per-pair path (decode's few tokens; HFQ4, top-k up
+  // to 8) summed per token in their own launch, each output row taking its token's pairs in
+  // ascending expert id as moe_combine does, instead of a [pairs, H] output and a combine launch.
+  // The same bits (CudaOps.ExpertsDownSumMatchesTheCombine). `fireline bench --experts-down-sum
+  // on|off`.
+  bool experts_down_sum = true;
 };
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.

@@ -255,12 +255,20 @@ class Gemma4Model final : public Model {
       arena.rewind(layer_mark);  // this layer's temporaries reuse the previous layer's bytes
 
       // ---- attention ----
+      AttentionParams params;
+      params.n_heads = static_cast<int>(nH);
+      params.n_kv_heads = static_cast<int>(nKV);
+      params.head_dim = static_cast<int>(D);
+      params.scale = 1.0f;  // Gemma 4: q/k norms replace 1/sqrt(D)
+      params.window = lc.type == AttentionType::sliding ? c_.sliding_window : 0;
       Tensor q = arena.alloc(DType::f32, {T, nH, D});
-      int64_t kv_layer = l;
+      Tensor attn = arena.alloc(DType::f32, {T, nH, D});
       if (lc.kv_source_layer >= 0) {
-        kv_layer = lc.kv_source_layer;  // attend over the source layer's keys and values
+        // attend over the source layer's keys and values (its fresh rows, normed; written later)
+        const int64_t source = lc.kv_source_layer;
         b.matmul(q.reshape({T, nH * D}), x, layer.q_proj);
         b.rms_norm_rope(q, &layer.q_norm, NormGain::weight, c_.rms_norm_eps, positions, layer.inv_freq);
+        attend_and_write_kv(b, attn, q, fresh_k[source], fresh_v[source], parts, positions, params, source, false);
       } else {
         Tensor k = writes_deferred_[l] ? fresh_k[l] : arena.alloc(DType::f32, {T, nKV, D});
         Tensor v = writes_deferred_[l] ? fresh_v[l] : arena.alloc(DType::f32, {T, nKV, D});
@@ -271,20 +279,13 @@ class Gemma4Model final : public Model {
         const HeadNorm head_norms[] = {{q, &layer.q_norm, NormGain::weight, true},
                                        {k, &layer.k_norm, NormGain::weight, true},
                                        {v, nullptr, NormGain::none, false}};  // v_norm has no gain
-        b.rms_norm_rope_group(head_norms, eps, positions, layer.inv_freq);
-        fresh_k[l] = k;
-        fresh_v[l] = v;
+        if (writes_deferred_[l]) {  // (k and v are fresh_k[l], fresh_v[l]: sharers read them, then the write)
+          b.rms_norm_rope_group(head_norms, eps, positions, layer.inv_freq);
+          attend_and_write_kv(b, attn, q, k, v, parts, positions, params, l, false);
+        } else {  // (a decode step: one launch on a GPU)
+          attend_from_projections(b, attn, head_norms, eps, layer.inv_freq, parts, positions, params, l);
+        }
       }
-      AttentionParams params;
-      params.n_heads = static_cast<int>(nH);
-      params.n_kv_heads = static_cast<int>(nKV);
-      params.head_dim = static_cast<int>(D);
-      params.scale = 1.0f;  // Gemma 4: q/k norms replace 1/sqrt(D)
-      params.window = lc.type == AttentionType::sliding ? c_.sliding_window : 0;
-      Tensor attn = arena.alloc(DType::f32, {T, nH, D});
-      // (a layer that writes is its own KV layer: kv_layer == l)
-      attend_and_write_kv(b, attn, q, fresh_k[kv_layer], fresh_v[kv_layer], parts, positions, params, kv_layer,
-                          lc.kv_source_layer < 0 && !writes_deferred_[l]);
       b.matmul(tmp, attn.reshape({T, nH * D}), layer.o_proj);
       if (comm_) comm_->all_reduce_sum(tmp);  // a rank's heads' share of o_proj: the sum over ranks
 

@@ -201,6 +201,15 @@ void attend_and_write_kv(Backend& b, Tensor attn, const Tensor& q, const Tensor&
                          std::span<const SequenceRows> parts, const Tensor& positions, const AttentionParams& params,
                          int64_t layer, bool write_kv);
 
+// The same for a layer that writes its own keys now, from its projections: norms[0..2] hold q, k
+// and v with their head norms (as rms_norm_rope_group takes them; normed in place). One
+// sequence's decode step whose write may overlap its attention goes to
+// Backend::attention_from_projections (one launch on a GPU); anything else norms, then
+// attend_and_write_kv.
+void attend_from_projections(Backend& b, Tensor attn, std::span<const HeadNorm> norms, float eps,
+                             const Tensor& inv_freq, std::span<const SequenceRows> parts, const Tensor& positions,
+                             const AttentionParams& params, int64_t layer);
+
 // The checks every model makes, in one place so that a wrapper (model/tensor_parallel.h) refuses
 // exactly what the models it wraps would: sequence options (positive max_seq, a KV type of f32,
 // bf16 or q8_0), and a step's ids (at least one, within the context left, inside [0, vocab)).

@@ -128,6 +128,19 @@ void attend_and_write_kv(Backend& b, Tensor attn, const Tensor& q, const Tensor&
   }
 }
 
+void attend_from_projections(Backend& b, Tensor attn, std::span<const HeadNorm> norms, float eps,
+                             const Tensor& inv_freq, std::span<const SequenceRows> parts, const Tensor& positions,
+                             const AttentionParams& params, int64_t layer) {
+  if (norms.size() != 3) fail("attend_from_projections: {} head norms (q, k and v: 3)", norms.size());
+  const Tensor &q = norms[0].x, &k = norms[1].x, &v = norms[2].x;
+  if (parts.size() == 1 && q.dim(0) == 1 && kv_write_may_overlap_attention(parts[0].seq->kv[layer], params.window)) {
+    b.attention_from_projections(attn, norms, eps, positions, inv_freq, parts[0].seq->kv[layer], params);
+    return;
+  }
+  b.rms_norm_rope_group(norms, eps, positions, inv_freq);
+  attend_and_write_kv(b, attn, q, k, v, parts, positions, params, layer, true);
+}
+
 void check_sequence_options(const SequenceOptions& options) {
   if (options.max_seq <= 0) fail("max_seq must be positive (got {})", options.max_seq);
   if (options.kv_dtype != DType::f32 && options.kv_dtype != DType::bf16 && options.kv_dtype != DType::q8_0)

@@ -929,6 +929,55 @@ TEST_F(CudaOps, FusedExpertsMatchTheFourKernels) {
     }
 }
 
+// BackendOptions::experts_down_sum (on by default): on the per-pair path the down products and
+// the combine are one launch that writes out [T, H] itself. The same bytes as per-pair outputs and
+// the combine (the option off), and close to the CPU oracle; also with --ep's -1 ids (those pairs
+// add nothing). Shapes: the 26B-A4B's experts (H 2816, I 704, top 8), the Qwen3.5-35B-A3B's (2048,
+// 512, 8), odd sizes at top 6; G256 and G128 down rows; 1-5 tokens over 16 experts (4 tokens of 8
+// pairs take the grouped GEMM, which keeps its combine).
+TEST_F(CudaOps, ExpertsDownSumMatchesTheCombine) {
+  BackendOptions off;
+  off.experts_down_sum = false;
+  auto apart = make_backend("cuda", off), summed = make_backend("cuda", BackendOptions{});
+  const int64_t E = 16;
+  struct Shape {
+    int64_t H, I, K;
+  };
+  for (Shape shape : {Shape{2816, 704, 8}, Shape{2048, 512, 8}, Shape{516, 180, 6}})
+    for (auto [up_type, down_type] :
+         {std::pair{DType::hfq4_g256, DType::hfq4_g128}, {DType::hfq4_g128, DType::hfq4_g256}}) {
+      const int64_t H = shape.H, I = shape.I, K = shape.K;
+      Twin gate_up = twin_random(up_type, {E, 2 * I, H}, 0.3f), down = twin_random(down_type, {E, H, I}, 0.3f);
+      for (int64_t T : {1, 2, 3, 4, 5}) {
+        const std::string what = std::string(dtype_name(down_type)) + " H=" + std::to_string(H) +
+                                 " I=" + std::to_string(I) + " K=" + std::to_string(K) + " T=" + std::to_string(T);
+        const bool per_pair = !(T * K >= 16 && T * K >= 2 * E);  // (else the grouped GEMM: plan_experts_scratch)
+        auto [w, ids] = twin_routing(T, E, K);
+        Twin x = twin_random(DType::f32, {T, H});
+        for (bool ep : {false, true}) {
+          Twin route_ids = twin_bytes(DType::i32, {T, K}, ids.host.data());
+          Twin route_w = twin_bytes(DType::f32, {T, K}, w.host.data());
+          if (ep) gpu_->moe_keep_experts(route_ids.gpu, route_w.gpu, E / 4, E / 2);
+          gpu_->synchronize();
+          Twin out = twin_output(DType::f32, {T, H}), out_apart = twin_output(DType::f32, {T, H});
+          const int64_t launches = cuda_experts_down_sum_launches();
+          summed->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, route_ids.gpu, route_w.gpu, Activation::gelu_tanh);
+          summed->synchronize();
+          EXPECT_EQ(cuda_experts_down_sum_launches(), launches + (per_pair ? 1 : 0)) << what << ": which path ran";
+          apart->moe_experts(out_apart.gpu, x.gpu, gate_up.gpu, down.gpu, route_ids.gpu, route_w.gpu,
+                             Activation::gelu_tanh);
+          apart->synchronize();
+          EXPECT_EQ(cuda_experts_down_sum_launches(), launches + (per_pair ? 1 : 0)) << what << ": off, yet summed";
+          EXPECT_EQ(gpu_bytes(out), gpu_bytes(out_apart)) << what << (ep ? " --ep" : "") << ": not the combine's bytes";
+          if (!ep) {
+            cpu_->moe_experts(out.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, Activation::gelu_tanh);
+            expect_close(out, dot_budget(std::max(H, I)), "experts down sum " + what);
+          }
+        }
+      }
+    }
+}
+
 // BackendOptions::fused_experts with the routing (Backend::moe_route_experts): the router's
 // product, the routing and the experts in the experts' one launch write the bytes of the three ops
 // apart (the router on the f32 matvec, as every product of several tokens and, with the integer

@@ -3,6 +3,8 @@
 // tensor-core precision, Gated DeltaNet's ops, and graph capture.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include "model/model.h"
 #include "ops_harness.h"
 
@@ -535,6 +537,96 @@ TEST_F(CudaOps, AttentionAndKvWriteAcrossRingRollovers) {
         expect_close(out, kSumBudget, "attention", 1.0f);
       }
     }
+  }
+}
+
+// One sequence's decode step from its projections (Backend::attention_from_projections): with
+// BackendOptions::fused_decode_attention on, the decode kernel by KV head norms and rotates q, k
+// and v and writes the cache row itself; off, the default's norm kernel, attention and write
+// kernel. The two must give the same bytes (output and both caches: the kernels share the norm's
+// order of sums, the gain, the rotation and the Q8_0 store), and both the CPU default's numbers.
+// Shapes: the 26B-A4B's sliding layer (a ring past its rollover) and global layer (D 512, partial
+// RoPE), the 31B's global layer, 1 and 4 query heads per KV head, position 0 (no cached key), a
+// ring that wraps inside a tile, a partial tile; then what the kernel declines (16 heads per KV
+// head, a RoPE half of 40, an f32 cache): the default runs, the counter stays.
+TEST_F(CudaOps, AttentionFromProjectionsMatchesTheThreeOps) {
+  BackendOptions on, off;
+  on.fused_decode_attention = true;
+  off.fused_decode_attention = false;
+  auto fused = make_backend("cuda", on), separate = make_backend("cuda", off);
+  struct Case {
+    int64_t D;
+    int n_heads, n_kv, window;
+    int64_t past, half;
+    DType cache = DType::q8_0;
+    bool one_launch = true;
+  };
+  const Case cases[] = {{256, 16, 8, 1024, 3000, 128},
+                        {512, 16, 2, 0, 4000, 64},
+                        {512, 32, 4, 0, 700, 64},
+                        {256, 8, 8, 0, 100, 128},
+                        {256, 16, 4, 0, 500, 32},
+                        {256, 16, 8, 64, 0, 128},
+                        {512, 16, 8, 100, 1500, 64},
+                        {256, 16, 2, 0, 33, 128},
+                        {256, 16, 1, 0, 32, 128, DType::q8_0, false},
+                        {256, 16, 8, 0, 50, 40, DType::q8_0, false},
+                        {256, 16, 8, 0, 50, 128, DType::f32, false}};
+  for (const Case& c : cases) {
+    const int64_t rows = c.window > 0 ? c.window : c.past + 1;
+    SCOPED_TRACE("D=" + std::to_string(c.D) + " heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv) +
+                 " window=" + std::to_string(c.window) + " past=" + std::to_string(c.past) +
+                 " half=" + std::to_string(c.half) + " cache " + std::string(dtype_name(c.cache)));
+    // the history: the CPU's and the fused backend's caches (kc, vc), the separate one's (kc2, vc2)
+    auto [kc, vc] = zeroed_caches(c.cache, rows, c.n_kv, c.D);
+    auto [kc2, vc2] = zeroed_caches(c.cache, rows, c.n_kv, c.D);
+    for (int64_t at = 0; at < c.past;) {
+      const int64_t n = std::min<int64_t>(29, c.past - at);
+      Twin k = twin_random(DType::f32, {n, c.n_kv, c.D}), v = twin_random(DType::f32, {n, c.n_kv, c.D});
+      Twin pos = twin_positions(at, n);
+      cpu_->kv_write({kc.cpu, vc.cpu}, k.cpu, v.cpu, pos.cpu);
+      gpu_->kv_write({kc.gpu, vc.gpu}, k.gpu, v.gpu, pos.gpu);
+      gpu_->kv_write({kc2.gpu, vc2.gpu}, k.gpu, v.gpu, pos.gpu);
+      at += n;
+    }
+    gpu_->synchronize();
+    // the projections (each backend's copy: the default norms them in place), gains, RoPE
+    Twin q = twin_random(DType::f32, {1, c.n_heads, c.D}, 3.0f);
+    Twin k = twin_random(DType::f32, {1, c.n_kv, c.D}, 3.0f), v = twin_random(DType::f32, {1, c.n_kv, c.D}, 3.0f);
+    Twin q2 = twin_bytes(DType::f32, {1, c.n_heads, c.D}, q.host.data());
+    Twin k2 = twin_bytes(DType::f32, {1, c.n_kv, c.D}, k.host.data());
+    Twin v2 = twin_bytes(DType::f32, {1, c.n_kv, c.D}, v.host.data());
+    Twin qw = twin_random(DType::bf16, {c.D}), kw = twin_random(DType::f32, {c.D});
+    std::vector<float> freq(static_cast<size_t>(c.half));
+    for (int64_t i = 0; i < c.half; ++i) freq[i] = 1.0f / std::pow(1e4f, static_cast<float>(2 * i) / c.D);
+    Twin inv = twin_bytes(DType::f32, {c.half}, freq.data());
+    Twin pos = twin_positions(c.past, 1);
+    Twin out = twin_output(DType::f32, {1, c.n_heads, c.D}), out2 = twin_output(DType::f32, {1, c.n_heads, c.D});
+    const AttentionParams p{c.n_heads, c.n_kv, static_cast<int>(c.D), 1.0f / std::sqrt(static_cast<float>(c.D)),
+                            c.window};
+    auto norms = [&](const Tensor& qx, const Tensor& kx, const Tensor& vx, bool gpu) {
+      return std::array<HeadNorm, 3>{HeadNorm{qx, gpu ? &qw.gpu : &qw.cpu, NormGain::weight, true},
+                                     HeadNorm{kx, gpu ? &kw.gpu : &kw.cpu, NormGain::one_plus_weight, true},
+                                     HeadNorm{vx, nullptr, NormGain::none, false}};
+    };
+    const float eps = 1e-6f;
+    cpu_->attention_from_projections(out.cpu, norms(q.cpu, k.cpu, v.cpu, false), eps, pos.cpu, inv.cpu,
+                                     {kc.cpu, vc.cpu}, p);
+    const int64_t before = cuda_attention_from_projections_launches();
+    fused->attention_from_projections(out.gpu, norms(q.gpu, k.gpu, v.gpu, true), eps, pos.gpu, inv.gpu,
+                                      {kc.gpu, vc.gpu}, p);
+    fused->synchronize();
+    EXPECT_EQ(cuda_attention_from_projections_launches() - before, c.one_launch ? 1 : 0);
+    separate->attention_from_projections(out2.gpu, norms(q2.gpu, k2.gpu, v2.gpu, true), eps, pos.gpu, inv.gpu,
+                                         {kc2.gpu, vc2.gpu}, p);
+    separate->synchronize();
+    EXPECT_EQ(cuda_attention_from_projections_launches() - before, c.one_launch ? 1 : 0) << "off: never fused";
+    EXPECT_EQ(gpu_bytes(out), gpu_bytes(out2)) << "output, one launch against the separate kernels";
+    EXPECT_EQ(gpu_bytes(kc), gpu_bytes(kc2)) << "K cache, one launch against the separate kernels";
+    EXPECT_EQ(gpu_bytes(vc), gpu_bytes(vc2)) << "V cache, one launch against the separate kernels";
+    // Relative to max(1, |out|) as in AttentionAndKvWriteAcrossRingRollovers, with the norms'
+    // rounding (q and k at ~1e-6 each) carried through the scores.
+    expect_close(out, 10 * kSumBudget, "attention from projections against the CPU", 1.0f);
   }
 }
 

@@ -13,6 +13,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_prefetch.cuh"
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/head_rows.cuh"
 
 namespace fl::cuda {
 namespace {
@@ -330,22 +331,9 @@ __global__ void kv_write_kernel(uint8_t* k_cache, uint8_t* v_cache, uint8_t* con
       if (i < D) reinterpret_cast<float*>(dst)[i] = x;
     } else if (type == DType::bf16) {
       if (i < D) reinterpret_cast<uint16_t*>(dst)[i] = gpu::float_to_bf16_bits(x);
-    } else {  // q8_0, as quantize_row_q8_0_ref: d = amax / 127, q = round(x / d), f16 scale
-      // Each 32 consecutive threads hold one block (a wave64 wave holds two: the xor offsets
-      // below 32 keep the max within each block).
-      float amax = fabsf(x);
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, gpu::shfl_xor(amax, offset));
-      const float d = amax / 127.0f;
-      const float id = d != 0.0f ? 1.0f / d : 0.0f;
-      if (i >= (D + 31) / 32 * 32) continue;  // a wave64 wave's idle half past the row
-      uint8_t* block = dst + (i / 32) * 34;
-      const float qf = fminf(fmaxf(roundf(x * id), -128.0f), 127.0f);
-      block[2 + i % 32] = static_cast<uint8_t>(static_cast<int8_t>(qf));
-      // One 16-bit store of the scale (rows are 34-byte blocks from a cudaMalloc base, so it is
-      // aligned). Two byte stores of the half's bits lost the low byte on sm_90a with nvcc 13.0
-      // (the ops harness caught it: every scale's low byte read back 0).
-      if (i % 32 == 0) *reinterpret_cast<uint16_t*>(block) = gpu::float_to_f16_bits(d);
+    } else {  // q8_0: each 32 consecutive threads hold one block (a wave64 wave holds two)
+      // (a wave64 wave's idle half past the row joins the max and stores nothing)
+      store_q8_0_lane(dst + (i / 32) * 34, x, static_cast<int>(i % 32), i < (D + 31) / 32 * 32);
     }
   }
 }

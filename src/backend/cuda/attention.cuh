@@ -7,6 +7,7 @@
 
 #include "backend/cuda/attention_plan.h"
 #include "backend/cuda/gpu_runtime.h"
+#include "backend/cuda/norm.cuh"
 #include "core/dtype.h"
 
 namespace fl::cuda {
@@ -45,6 +46,19 @@ struct AttentionArgs {
   // Device scratch of the bf16 prompt kernel (flash_bf16_scratch_bytes), else unused.
   void* scratch = nullptr;
   size_t scratch_bytes = 0;
+  // Decode from the projections (Backend::attention_from_projections; by_kv_head, one sequence,
+  // n_tokens == 1): q, k_new and v_new are the raw projections, which the kernel norms (and
+  // rotates) as launch_rms_norm_rope_group(fresh_norms, 3, 1, norm_eps, positions, inv_freq,
+  // rope_half) would, without writing them back; and the block holding the step's own key writes
+  // it into k_cache_write / v_cache_write (the cache rows k_cache / v_cache read, Q8_0), as
+  // launch_kv_write would. fresh_norms[i].x is unused (q, k_new, v_new say where the rows are).
+  bool from_projections = false;
+  HeadNormPart fresh_norms[3];
+  float norm_eps = 0.0f;
+  const float* inv_freq = nullptr;
+  int rope_half = 0;
+  uint8_t* k_cache_write = nullptr;
+  uint8_t* v_cache_write = nullptr;
 };
 // Runs the decode kernel by KV head for by_kv_head (attention_decode.cu), the tensor-core kernel
 // (attention_mma.cu) for prefill-sized steps (flash_attention_applies, n_splits == 1) and for
@@ -66,6 +80,11 @@ cudaError_t launch_flash_attention(const AttentionArgs& args, cudaStream_t strea
 // two); the keys of a split walked in tiles of decode_by_kv_head_tile_keys(). CUDA builds only.
 int64_t decode_by_kv_head_tile_keys();
 cudaError_t launch_attention_by_kv_head(const AttentionArgs& args, cudaStream_t stream);
+// Whether that kernel takes a step from its projections (AttentionArgs::from_projections): one
+// query row, 1-8 query heads per KV head, RoPE pairs (i, i + rope_half) in whole warps
+// (rope_half % 32 == 0, 2 * rope_half <= head_dim), v without gain or RoPE. False in HIP builds.
+bool decode_from_projections_applies(const AttentionArgs& args);
+int64_t decode_from_projections_launches();  // such launches so far (tests)
 // The bf16 prompt kernel (attention_flash_bf16.cu): pieces == 1, one sequence's prompt of a shape
 // the tensor-core kernel takes (flash_attention_applies), whose shared memory fits the current
 // device (D = 512: Hopper). It gathers the keys the step sees into bf16 scratch first:

@@ -22,11 +22,22 @@
 //
 // The numbers are the f32 ones up to summation order: q is scaled first, each 32-element block's
 // dot is taken over the int8 codes and multiplied by the block's scale, exp is expf.
+//
+// From the projections (kFromProjections, one sequence's decode row): the launch also does the
+// work of the two kernels before it, the head norms with RoPE (rms_norm_rope_group_kernel) and the
+// KV write (kv_write_kernel): each block norms its KV head's G query rows (and, the block holding
+// the step's own key, that key and value) one row per warp, into the idle second tile buffer,
+// with the separate kernels' arithmetic in their order, so the results are their bits; the
+// fresh row's block stores K and V into the cache. On the 26B-A4B's replayed step the norm
+// kernel took ~3.2 us a layer between the q/k/v product and the attention (thirty-seventh
+// session's timeline), for ~10 KB of work.
+#include <atomic>
 #include <cfloat>
 
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/attention_prefetch.cuh"
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/head_rows.cuh"
 #if !defined(FIRELINE_GPU_HIP)
 #include "backend/cuda/mma_sync.cuh"  // cp.async
 #endif
@@ -121,6 +132,47 @@ struct DecodeLayout {
   static_assert((kKeySets - 1) * G * D * sizeof(float) <= 2 * kTileBytes, "merge space");
 };
 
+// The step's fresh head rows normed by one warp each, as rms_norm_rope_group_kernel does with a
+// block of 256 threads (norm_threads for D = 256 and 512): lane j holds elements j + 32 i.
+// Thread t of that block holds elements t and t + 256 (its squares added in that order), its
+// warp w = t / 32 sums them with warp_sum, and block_sum's butterfly over lanes 0-7 then adds
+// the 8 warp sums as ((w0 + w4) + (w2 + w6)) + ((w1 + w5) + (w3 + w7)) (bitwise the same in every
+// lane: each level adds the same two values). Element j + 32 i sits in warp i % 8, pass i / 8.
+template <int D>
+struct FreshRow {
+  static constexpr int kPer = D / 32;  // elements per lane
+  static_assert(D == 256 || D == 512, "rms_norm_rope_group_kernel's 256 threads hold one or two elements each");
+
+  __device__ static float rms_inverse(const float (&x)[kPer], float eps) {
+    float warp_sums[8];
+#pragma unroll
+    for (int w = 0; w < 8; ++w) {
+      float sum_sq = 0.0f;
+#pragma unroll
+      for (int pass = 0; pass < D / 256; ++pass) sum_sq += x[w + 8 * pass] * x[w + 8 * pass];
+      warp_sums[w] = warp_sum(sum_sq);
+    }
+    const float total = ((warp_sums[0] + warp_sums[4]) + (warp_sums[2] + warp_sums[6])) +
+                        ((warp_sums[1] + warp_sums[5]) + (warp_sums[3] + warp_sums[7]));
+    return rms_inverse_of_sum(total, D, eps);
+  }
+
+  // dst[e] (shared memory) = the normed, gained and rotated x: apply_gain(x * inv), then
+  // rotate_pair on (e, e + half) for e < half. half % 32 == 0, so a pair is one lane's: each
+  // lane reads back only what it wrote.
+  __device__ static void store(float* dst, const float (&x)[kPer], const float (&gain)[kPer], float inv, bool rope,
+                               int half, const float (&sin_e)[kPer / 2], const float (&cos_e)[kPer / 2], int lane) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) dst[lane + 32 * i] = x[i] * inv * gain[i];
+    if (!rope) return;
+#pragma unroll
+    for (int i = 0; i < kPer / 2; ++i) {
+      const int e = lane + 32 * i;
+      if (e < half) rotate_pair(dst[e], dst[e + half], sin_e[i], cos_e[i], dst[e], dst[e + half]);
+    }
+  }
+};
+
 // Copies the K and V rows of keys first_key .. first_key + rows - 1 (ring rows first_row on,
 // wrapping at cache_rows) into a tile buffer, 16 bytes per copy, and commits the group.
 template <int kRowBytes>
@@ -144,9 +196,12 @@ __device__ __forceinline__ void copy_tile(uint8_t* tile, const uint8_t* k_rows, 
   cp_async_commit();
 }
 
-template <int D, int G>
+template <int D, int G, bool kFromProjections>
 __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(AttentionArgs a) {
   using L = DecodeLayout<D, G>;
+  using Fresh = FreshRow<D>;
+  // the fresh rows [G + 2][D] (q heads, k, v) in the second tile buffer, idle until tile 0's turn
+  static_assert(!kFromProjections || (G + 2) * D * sizeof(float) <= L::kTileBytes, "fresh rows fit a tile buffer");
   extern __shared__ __align__(16) uint8_t smem[];
   float* score_parts = reinterpret_cast<float*>(smem + 2 * L::kTileBytes);  // [kSlabs][G][kScoreStride]
   float* probs = score_parts + L::kSlabs * G * L::kScoreStride;             // [kTileKeys][G]
@@ -172,23 +227,90 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
   // Earlier steps wrote these rows: the first tile's pulled into L2 while the previous kernel runs.
   prefetch_cached_keys(k_rows, v_rows, begin, begin + min(n_cached, int64_t{kTileKeys}), a.cache_rows, row_stride,
                        a.cache_row_bytes);
+  const int64_t q_head0 = static_cast<int64_t>(t) * a.n_heads + static_cast<int64_t>(kv) * G;
+  const int64_t fresh = (static_cast<int64_t>(t) * a.n_kv_heads + kv) * D;  // this row's fresh K / V
+  // From the projections: the q and k gains and this lane's RoPE angles (elements lane + 32 i)
+  // come from weights and the position, so they are read before the wait.
+  float q_gain[Fresh::kPer], k_gain[Fresh::kPer], sin_e[Fresh::kPer / 2], cos_e[Fresh::kPer / 2];
+  if constexpr (kFromProjections) {
+    const HeadNormPart& qn = a.fresh_norms[0];
+    const HeadNormPart& kn = a.fresh_norms[1];
+#pragma unroll
+    for (int i = 0; i < Fresh::kPer; ++i) {
+      q_gain[i] = gain_factor(static_cast<const uint8_t*>(qn.weight), qn.weight_type, qn.gain, lane + 32 * i);
+      k_gain[i] = gain_factor(static_cast<const uint8_t*>(kn.weight), kn.weight_type, kn.gain, lane + 32 * i);
+    }
+    const float pos = static_cast<float>(query_pos);
+#pragma unroll
+    for (int i = 0; i < Fresh::kPer / 2; ++i) {
+      const int e = lane + 32 * i;
+      sin_e[i] = 0.0f, cos_e[i] = 1.0f;
+      if (e < a.rope_half) sincosf(a.inv_freq[e] * pos, &sin_e[i], &cos_e[i]);
+    }
+  }
   enter_kernel();
   if (n_tiles > 0)
     copy_tile<L::kRowBytes>(smem, k_rows, v_rows, first_row, static_cast<int>(min(n_cached, int64_t{kTileKeys})),
                             a.cache_rows, row_stride);
 
+  // The rows the block reads: q's G heads [G][D], the fresh K and V [D] (from the projections:
+  // normed here into the second tile buffer).
+  const float* q_rows = a.q + q_head0 * D;
+  const float* k_fresh = a.k_new + fresh;
+  const float* v_fresh = a.v_new + fresh;
+  if constexpr (kFromProjections) {
+    float* rows = reinterpret_cast<float*>(smem + L::kTileBytes);  // [G + 2][D]
+    constexpr int kRowsPerWarp = (G + 2 + kDecodeWarps - 1) / kDecodeWarps;
+    const int n_rows = G + (has_fresh ? 2 : 0);
+    float x[kRowsPerWarp][Fresh::kPer];  // every row's loads in flight before any arithmetic
+#pragma unroll
+    for (int m = 0; m < kRowsPerWarp; ++m) {
+      const int r = warp + kDecodeWarps * m;
+      if (r >= n_rows) break;
+      const float* src = r < G ? q_rows + r * D : r == G ? k_fresh : v_fresh;
+#pragma unroll
+      for (int i = 0; i < Fresh::kPer; ++i) x[m][i] = src[lane + 32 * i];
+    }
+#pragma unroll
+    for (int m = 0; m < kRowsPerWarp; ++m) {
+      const int r = warp + kDecodeWarps * m;
+      if (r >= n_rows) break;
+      const int part = r < G ? 0 : r - G + 1;  // q, k, v
+      const float inv = Fresh::rms_inverse(x[m], a.norm_eps);
+      if (part == 2) {  // v: no gain, no RoPE (decode_from_projections_applies)
+        float ones[Fresh::kPer];
+#pragma unroll
+        for (int i = 0; i < Fresh::kPer; ++i) ones[i] = 1.0f;
+        Fresh::store(rows + r * D, x[m], ones, inv, false, 0, sin_e, cos_e, lane);
+      } else {
+        Fresh::store(rows + r * D, x[m], part == 0 ? q_gain : k_gain, inv, a.fresh_norms[part].rope, a.rope_half,
+                     sin_e, cos_e, lane);
+      }
+    }
+    __syncthreads();
+    q_rows = rows;
+    k_fresh = rows + G * D;
+    v_fresh = rows + (G + 1) * D;
+    if (has_fresh) {  // the step's K and V into their cache row: D / 32 Q8_0 blocks each, a warp per block
+      const int64_t offset = (query_pos % a.cache_rows) * row_stride + static_cast<int64_t>(kv) * a.cache_row_bytes;
+      for (int b = warp; b < 2 * (D / 32); b += kDecodeWarps) {
+        const int which = b / (D / 32), block = b % (D / 32);
+        store_q8_0_lane((which ? a.v_cache_write : a.k_cache_write) + offset + block * 34,
+                        rows[(G + which) * D + block * 32 + lane], lane, true);
+      }
+    }
+  }
+
   // This warp's slab of each head's query, scaled: [G][4]. (q, the fresh rows and out are read and
   // written element by element: once per block, and views of any alignment are allowed.)
   const int d0 = slab * 128 + lane * 4;
-  const int64_t q_head0 = static_cast<int64_t>(t) * a.n_heads + static_cast<int64_t>(kv) * G;
   float q[G][4];
 #pragma unroll
   for (int h = 0; h < G; ++h) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) q[h][e] = a.q[(q_head0 + h) * D + d0 + e] * a.scale;
+    for (int e = 0; e < 4; ++e) q[h][e] = q_rows[h * D + d0 + e] * a.scale;
   }
   // The running softmax of the heads this warp owns (h = warp + 4 i), seeded by the fresh key.
-  const int64_t fresh = (static_cast<int64_t>(t) * a.n_kv_heads + kv) * D;  // this row's fresh K / V
   float m_run[L::kHeadsPerWarp], l_run[L::kHeadsPerWarp];
 #pragma unroll
   for (int i = 0; i < L::kHeadsPerWarp; ++i) {
@@ -196,9 +318,9 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
     m_run[i] = -FLT_MAX;
     l_run[i] = 0.0f;
     if (h < G && has_fresh) {
-      const float* qh = a.q + (q_head0 + h) * D;
+      const float* qh = q_rows + h * D;
       float dot = 0.0f;
-      for (int d = lane; d < D; d += 32) dot += qh[d] * a.scale * a.k_new[fresh + d];
+      for (int d = lane; d < D; d += 32) dot += qh[d] * a.scale * k_fresh[d];
       m_run[i] = warp_sum(dot);
       l_run[i] = 1.0f;
     }
@@ -209,7 +331,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (has_fresh && key_set == 0)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) v[e] = a.v_new[fresh + d0 + e];
+      for (int e = 0; e < 4; ++e) v[e] = v_fresh[d0 + e];
 #pragma unroll
     for (int h = 0; h < G; ++h)
 #pragma unroll
@@ -333,10 +455,10 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
   }
 }
 
-template <int D, int G>
+template <int D, int G, bool kFromProjections = false>
 cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
   constexpr size_t smem = DecodeLayout<D, G>::kSmemBytes;
-  auto kernel = attention_decode_kernel<D, G>;
+  auto kernel = attention_decode_kernel<D, G, kFromProjections>;
   const cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
@@ -344,8 +466,20 @@ cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
   return launch_kernel(kernel, grid, kDecodeThreads, smem, stream, a);
 }
 
+std::atomic<int64_t> g_from_projections_launches{0};  // decode_from_projections_launches
+
 template <int D>
 cudaError_t launch_decode_group(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.from_projections) {
+    g_from_projections_launches.fetch_add(1, std::memory_order_relaxed);
+    switch (a.n_heads / a.n_kv_heads) {
+      case 1: return launch_decode<D, 1, true>(a, stream);
+      case 2: return launch_decode<D, 2, true>(a, stream);
+      case 4: return launch_decode<D, 4, true>(a, stream);
+      case 8: return launch_decode<D, 8, true>(a, stream);
+      default: return cudaErrorInvalidValue;
+    }
+  }
   switch (a.n_heads / a.n_kv_heads) {
     case 1: return launch_decode<D, 1>(a, stream);
     case 2: return launch_decode<D, 2>(a, stream);
@@ -370,6 +504,16 @@ bool decode_by_kv_head_applies(int64_t n_heads, int64_t n_kv_heads, int64_t head
 
 int64_t decode_by_kv_head_tile_keys() { return kTileKeys; }
 
+int64_t decode_from_projections_launches() { return g_from_projections_launches.load(std::memory_order_relaxed); }
+
+bool decode_from_projections_applies(const AttentionArgs& a) {
+  const HeadNormPart& v = a.fresh_norms[2];
+  const int64_t group = a.n_kv_heads > 0 ? a.n_heads / a.n_kv_heads : 0;
+  return decode_by_kv_head_applies(a.n_heads, a.n_kv_heads, a.head_dim, a.cache_type) && group <= 8 &&
+         a.n_tokens == 1 && !a.k_row_caches && a.k_cache_write && a.v_cache_write && a.inv_freq &&
+         a.rope_half >= 0 && a.rope_half % 32 == 0 && 2 * a.rope_half <= a.head_dim && v.gain == Gain::none && !v.rope;
+}
+
 cudaError_t launch_attention_by_kv_head(const AttentionArgs& a, cudaStream_t stream) {
   if (!decode_by_kv_head_applies(a.n_heads, a.n_kv_heads, a.head_dim, a.cache_type) || a.n_splits < 1 ||
       (a.n_splits > 1 && !a.partial) || (!a.k_row_caches && a.n_tokens != 1))
@@ -377,6 +521,7 @@ cudaError_t launch_attention_by_kv_head(const AttentionArgs& a, cudaStream_t str
   // cp.async copies 16-byte pieces: packed rows of 272 and 544 bytes keep them aligned from an
   // aligned base
   if (a.cache_row_bytes != a.head_dim / 32 * 34) return cudaErrorInvalidValue;
+  if (a.from_projections && !decode_from_projections_applies(a)) return cudaErrorInvalidValue;
   if (!a.k_row_caches && ((reinterpret_cast<uintptr_t>(a.k_cache) | reinterpret_cast<uintptr_t>(a.v_cache)) % 16))
     return cudaErrorMisalignedAddress;
   return a.head_dim == 256 ? launch_decode_group<256>(a, stream) : launch_decode_group<512>(a, stream);
@@ -386,6 +531,8 @@ cudaError_t launch_attention_by_kv_head(const AttentionArgs& a, cudaStream_t str
 
 bool decode_by_kv_head_applies(int64_t, int64_t, int64_t, DType) { return false; }
 int64_t decode_by_kv_head_tile_keys() { return 0; }
+bool decode_from_projections_applies(const AttentionArgs&) { return false; }
+int64_t decode_from_projections_launches() { return 0; }
 cudaError_t launch_attention_by_kv_head(const AttentionArgs&, cudaStream_t) { return cudaErrorInvalidValue; }
 
 #endif

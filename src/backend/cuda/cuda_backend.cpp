@@ -407,32 +407,11 @@ class CudaBackend final : public Backend {
 
   void rms_norm_rope_group(std::span<const HeadNorm> parts, float eps, const Tensor& positions,
                            const Tensor& inv_freq) override {
-    if (parts.empty() || parts.size() > cuda::kMaxHeadNormParts)
-      fail("rms_norm_rope_group: {} parts (1 to {})", parts.size(), cuda::kMaxHeadNormParts);
     double bytes = 0;
     for (const HeadNorm& p : parts) bytes += 2.0 * p.x.numel() * 4;
     OpTimer timer(*this, "rms_norm_rope", bytes);
     cuda::HeadNormPart args[cuda::kMaxHeadNormParts];
-    const int64_t T = parts[0].x.ndim == 3 ? parts[0].x.dim(0) : -1;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      const HeadNorm& p = parts[i];
-      if (p.rope) {
-        check_rope(p.x, positions, inv_freq, "rms_norm_rope_group");
-      } else if (p.x.ndim != 3 || !p.x.is_contiguous()) {
-        fail("rms_norm_rope_group: expected a contiguous x [T, heads, D], got {}", p.x.describe());
-      } else {
-        f32_rows(p.x, "rms_norm_rope_group");
-      }
-      if (p.x.dim(0) != T) fail("rms_norm_rope_group: part {} has {} tokens, part 0 has {}", i, p.x.dim(0), T);
-      check_gain(p.weight, p.gain, p.x.dim(2), "rms_norm_rope_group");
-      args[i] = {p.x.ptr<float>(),
-                 p.x.dim(1),
-                 p.x.dim(2),
-                 gain_data(p.weight),
-                 gain_dtype(p.weight),
-                 static_cast<cuda::Gain>(p.gain),
-                 p.rope};
-    }
+    const int64_t T = cuda::head_norm_parts(parts, positions, inv_freq, args, "rms_norm_rope_group");
     check(cuda::launch_rms_norm_rope_group(args, static_cast<int>(parts.size()), T, eps, positions.ptr<int32_t>(),
                                            inv_freq.ptr<float>(), inv_freq.numel(), stream_),
           "rms_norm_rope_group");
@@ -605,6 +584,24 @@ class CudaBackend final : public Backend {
     run_attention(out, q, k_new, v_new, cache, positions, p, nullptr);
   }
 
+  // The head norms, RoPE and KV write inside the decode kernel by KV head where it takes the step
+  // (run_attention says), else the default's three ops.
+  void attention_from_projections(Tensor out, std::span<const HeadNorm> norms, float eps, const Tensor& positions,
+                                  const Tensor& inv_freq, const KvView& cache, const AttentionParams& p) override {
+    if (options_.fused_decode_attention && norms.size() == 3) {
+      cuda::AttentionArgs fused;
+      cuda::head_norm_parts(norms, positions, inv_freq, fused.fresh_norms, "attention_from_projections");
+      fused.from_projections = true;
+      fused.norm_eps = eps;
+      fused.inv_freq = inv_freq.ptr<float>();
+      fused.rope_half = static_cast<int>(inv_freq.numel());
+      fused.k_cache_write = static_cast<uint8_t*>(cache.k.data);
+      fused.v_cache_write = static_cast<uint8_t*>(cache.v.data);
+      if (run_attention(out, norms[0].x, norms[1].x, norms[2].x, cache, positions, p, nullptr, &fused)) return;
+    }
+    Backend::attention_from_projections(out, norms, eps, positions, inv_freq, cache, p);
+  }
+
   // Batched decode: one launch for all rows, each reading its own cache through a device table of
   // cache addresses (uploaded per call: a few hundred bytes).
   void attention_rows(Tensor out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
@@ -638,20 +635,11 @@ class CudaBackend final : public Backend {
   // rows from one description.
   const void* const* upload_cache_table(std::span<const KvView> caches, const char* op) {
     if (capturing_) fail("{}: not inside a captured graph (the cache table is uploaded per call)", op);
-    const KvView& first = caches[0];
+    cuda::check_row_caches(caches, op);
     std::vector<const void*> table(2 * caches.size());
     for (size_t i = 0; i < caches.size(); ++i) {
-      const KvView& c = caches[i];
-      require_device(c.k, op);
-      require_device(c.v, op);
-      if (c.k.ndim != 3 || c.v.ndim != 3 || c.k.dtype != first.k.dtype || c.v.dtype != first.k.dtype ||
-          c.v.dim(0) != first.k.dim(0) || c.v.dim(1) != first.k.dim(1) || c.v.dim(2) != first.k.dim(2) ||
-          c.k.dim(0) != first.k.dim(0) || c.k.dim(1) != first.k.dim(1) || c.k.dim(2) != first.k.dim(2) ||
-          c.k.stride[1] != first.k.stride[1] || c.v.stride[1] != first.k.stride[1] || c.k.stride[0] != first.k.stride[0] ||
-          c.v.stride[0] != first.k.stride[0])
-        fail("{}: cache {} of {} differs from the first ({} vs {})", op, i, caches.size(), c.k.describe(), first.k.describe());
-      table[i] = c.k.data;
-      table[caches.size() + i] = c.v.data;
+      table[i] = caches[i].k.data;
+      table[caches.size() + i] = caches[i].v.data;
     }
     return upload_pointer_table(table, op);
   }
@@ -682,8 +670,11 @@ class CudaBackend final : public Backend {
 
   // One sequence (row_tables null): T queries at consecutive positions over `cache`; or one query
   // per row, each over its own cache (row_tables: K caches then V caches, `cache` describing all).
-  void run_attention(Tensor out, const Tensor& q, const Tensor& k_new, const Tensor& v_new, const KvView& cache,
-                     const Tensor& positions, const AttentionParams& p, const void* const* row_tables) {
+  // from_projections: its fields of that name (AttentionArgs) for a step from raw projections;
+  // false (nothing launched) where the planned kernel does not take them.
+  bool run_attention(Tensor out, const Tensor& q, const Tensor& k_new, const Tensor& v_new, const KvView& cache,
+                     const Tensor& positions, const AttentionParams& p, const void* const* row_tables,
+                     const cuda::AttentionArgs* from_projections = nullptr) {
     const int64_t T = q.dim(0), D = p.head_dim;
     if (q.ndim != 3 || q.dim(1) != p.n_heads || q.dim(2) != D || !q.is_contiguous())
       fail("attention: q {} does not match the params", q.describe());
@@ -732,6 +723,14 @@ class CudaBackend final : public Backend {
     a.group_queries = plan.group_queries;
     a.by_kv_head = plan.by_kv_head;
     a.n_splits = plan.n_splits;
+    if (from_projections) {
+      const cuda::AttentionArgs& f = *from_projections;
+      a.from_projections = true;
+      std::copy(std::begin(f.fresh_norms), std::end(f.fresh_norms), std::begin(a.fresh_norms));
+      a.norm_eps = f.norm_eps, a.inv_freq = f.inv_freq, a.rope_half = f.rope_half;
+      a.k_cache_write = f.k_cache_write, a.v_cache_write = f.v_cache_write;
+      if (!a.by_kv_head || !cuda::decode_from_projections_applies(a)) return false;
+    }
     // The prompt's tensor-core attention takes the backend's precision; a lone decode row (the
     // group kernel) stays f32, as decode does everywhere.
     a.pieces = plan.group_queries ? cuda::kMmaExactParts : act_pieces_;
@@ -746,6 +745,7 @@ class CudaBackend final : public Backend {
     OpTimer timer(*this, "attention", 2.0 * kv_rows * p.n_kv_heads * a.cache_row_bytes + 8.0 * q.numel(),
                   a.n_splits > 1 || a.scratch ? 2 : 1);  // + the merge, or the bf16 kernel's gather
     check(cuda::launch_attention(a, stream_), "attention");
+    return true;
   }
 
   void kv_write(const KvView& cache, const Tensor& k, const Tensor& v, const Tensor& positions) override {
@@ -853,15 +853,17 @@ class CudaBackend final : public Backend {
     // With BackendOptions::gated_matvec the matvec path's gate_up product stores the activated
     // rows itself where it can (HFQ4).
     cuda::MatvecArgs gated_probe;
-    gated_probe.weight_type = gate_up.dtype;
-    gated_probe.expert_ids = ids.ptr<int32_t>();
-    gated_probe.gated = true;
+    gated_probe.weight_type = gate_up.dtype, gated_probe.expert_ids = ids.ptr<int32_t>(), gated_probe.gated = true;
     const bool fused = takes_fused_experts(sizes, gate_up.dtype, down.dtype, T, K, I);
     if (route && !fused) fail("moe_route_experts: the fused launch does not take these experts");
     const bool imma = sizes.imma && !fused;
     const bool gated = options_.gated_matvec && !mma && !imma && cuda::matvec_gated_supported(gated_probe);
     const double expert_bytes = static_cast<double>(gate_up.stride[0] + down.stride[0]);
-    const int kernels = fused ? 1 : mma || imma ? 5 : gated ? 3 : 4;
+    cuda::MatvecArgs down_probe = gated_probe;  // (down's products and the combine in one launch)
+    down_probe.weight_type = down.dtype, down_probe.gated = false, down_probe.n_inputs = pairs;
+    const bool summed =
+        !mma && !imma && !fused && options_.experts_down_sum && cuda::hfq4_pairs_sum_takes(down_probe, K);
+    const int kernels = fused ? 1 : mma || imma ? 5 : (gated ? 3 : 4) - (summed ? 1 : 0);
     const double bytes = expert_bytes * (mma ? static_cast<double>(std::min(pairs, E)) : pairs) +
                          (route ? static_cast<double>(route->row_bytes * route->E) : 0.0);  // (and the router's)
     OpTimer timer(*this, route ? "moe_route_experts" : "moe_experts", bytes, kernels);
@@ -959,6 +961,10 @@ class CudaBackend final : public Backend {
       a.scratch_bytes = cuda::hfq4_imma_rows_scratch_bytes(pairs, I, down_group);
       a.imma_pieces_ready = true;
       check(cuda::launch_hfq4_imma_experts(a, down_group, stream_), "moe_experts down");
+    } else if (summed) {
+      a.out = o.data, a.out_stride = o.stride;  // out [T, H] straight from the pairs
+      check(cuda::launch_hfq4_pairs_sum(a, w.data, static_cast<int>(K), stream_), "moe_experts down");
+      return;
     } else {
       expert_product(a, "moe_experts down");
     }

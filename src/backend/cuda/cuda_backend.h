@@ -65,6 +65,12 @@ bool cuda_cluster_update_available(Backend& backend);
 // fused_delta_net), and whether the backend's GPU runs that launch (sm_90, a build with sm_90a code).
 int64_t cuda_delta_net_step_launches();
 bool cuda_delta_net_step_available(Backend& backend);
+// How many decode attention steps have run from their projections in one launch (BackendOptions::
+// fused_decode_attention).
+int64_t cuda_attention_from_projections_launches();
+// How many routed experts' down products have run summed per token in their launch
+// (BackendOptions::experts_down_sum).
+int64_t cuda_experts_down_sum_launches();
 // A write on the backend's stream that is not one of its ops (NCCL's in-place all-reduce): the
 // integer matvec's input pieces cut before it serve no product after it.
 void cuda_note_foreign_write(Backend& backend);

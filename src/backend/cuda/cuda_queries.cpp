@@ -30,6 +30,8 @@ int64_t cuda_imma_pieces_launches() { return cuda::imma_pieces_launches(); }
 int64_t cuda_cluster_update_launches() { return cuda::residual_update_cluster_launches(); }
 int64_t cuda_moe_experts_decode_launches() { return cuda::moe_experts_decode_launches(); }
 int64_t cuda_delta_net_step_launches() { return cuda::delta_net_step_launches(); }
+int64_t cuda_attention_from_projections_launches() { return cuda::decode_from_projections_launches(); }
+int64_t cuda_experts_down_sum_launches() { return cuda::hfq4_pairs_sum_launches(); }
 
 // A kernel family's availability on the backend's GPU (the answer depends on the current device).
 static bool available_on(Backend& backend, bool (*available)()) {

@@ -311,6 +311,69 @@ __global__ void __launch_bounds__(4 * kWarp, 6) matvec_hfq4_rows_split_kernel(Ma
   }
 }
 
+// Decode's expert down products with their combine (moe_experts on the per-pair path, up to
+// kMaxPairs pairs per token): warp w of block (x, t) owns output row m of token t and takes the
+// token's pairs' rows m (each pair's expert) against the pairs' inputs, every dot the rows
+// kernel's (accumulate_hfq4_rows: a lane's blocks in order, then warp_sum), then
+//   out[t, m] = sum over the pairs in ascending expert id (a stable order) of fmaf(dot, weight, sum),
+// moe_combine_kernel's sum: the bits of the rows kernel's [pairs, M] outputs and the combine,
+// without their round trip through memory and the combine's launch. A pair with id -1 (another
+// rank's, --ep) adds nothing; its loads read expert 0's row.
+// GlobalInputRow with a 32-bit width (an expert's intermediate size): eight of them in registers.
+struct PairInputRow {
+  const float* x;
+  int K;
+  bool vector_x;
+  __device__ __forceinline__ float operator()(int64_t k0, float xv[16]) const { return load_x16(x, k0, K, vector_x, xv); }
+};
+
+template <int kGroup, int kMaxPairs, int kUnroll>
+__global__ void __launch_bounds__(4 * kWarp, 4) matvec_hfq4_pairs_sum_kernel(MatvecArgs a, const float* pair_weights,
+                                                                         int top_k, bool vector_x) {
+  using L = Hfq4Lanes<kGroup>;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int sub = lane % L::kLanesPerBlock, lane_block = lane / L::kLanesPerBlock;
+  const int64_t t = blockIdx.y, m = static_cast<int64_t>(blockIdx.x) * 4 + warp;
+  enter_kernel();
+  if (m >= a.M) return;
+  int32_t ids[kMaxPairs];
+  const uint8_t* rows[kMaxPairs];
+  PairInputRow inputs[kMaxPairs];
+#pragma unroll
+  for (int r = 0; r < kMaxPairs; ++r) {  // pairs past top_k repeat pair 0 and are not summed
+    const int64_t pair = t * top_k + (r < top_k ? r : 0);
+    ids[r] = r < top_k ? a.expert_ids[pair] : -1;
+    const int64_t expert = ids[r] >= 0 ? ids[r] : 0;
+    rows[r] = a.weight + expert * a.expert_bytes + m * a.row_bytes + 8 * sub;
+    inputs[r] = PairInputRow{a.x + pair * a.x_stride, static_cast<int>(a.K), vector_x};
+  }
+  float acc[kMaxPairs];
+  accumulate_hfq4_rows<kGroup, kMaxPairs, kUnroll, 1, kMaxPairs>(acc, rows, inputs, lane_block,
+                                                                  (a.K + kGroup - 1) / kGroup);
+  float dot[kMaxPairs];
+  int rank[kMaxPairs];  // a pair's place in ascending id order, ties in pair order (a stable sort)
+#pragma unroll
+  for (int r = 0; r < kMaxPairs; ++r) {
+    dot[r] = warp_sum(acc[r]);
+    rank[r] = 0;
+#pragma unroll
+    for (int s = 0; s < kMaxPairs; ++s)
+      if (s < top_k && (ids[s] < ids[r] || (ids[s] == ids[r] && s < r))) ++rank[r];
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kMaxPairs; ++j) {
+    if (j >= top_k) break;
+    float d = 0.0f, w = 0.0f;
+    bool skip = true;
+#pragma unroll
+    for (int r = 0; r < kMaxPairs; ++r)
+      if (r < top_k && rank[r] == j) d = dot[r], w = pair_weights[t * top_k + r], skip = ids[r] < 0;
+    if (!skip) sum = fmaf(d, w, sum);  // (moe_combine_kernel's FMA)
+  }
+  if (lane == 0) a.out[t * a.out_stride + m] = sum;
+}
+
 #if !defined(FIRELINE_GPU_HIP)
 // The shared memory of matvec_hfq4_rows_async_kernel: per warp, kStages transaction barriers and
 // kStages stages of kRows row chunks. A chunk is kSteps warp steps of blocks (8 G256 or 16 G128
@@ -742,6 +805,36 @@ size_t matvec_scratch_bytes(const MatvecArgs& a) {
   if (takes_imma(a)) return hfq4_imma_scratch_bytes(a.K, a.weight_type == DType::hfq4_g256 ? 256 : 128);
   return 0;
 }
+
+std::atomic<int64_t> g_pairs_sum_launches{0};  // hfq4_pairs_sum_launches
+
+constexpr int kMaxSummedPairs = 8;
+
+bool hfq4_pairs_sum_takes(const MatvecArgs& a, int64_t top_k) {
+  const bool hfq4 = a.weight_type == DType::hfq4_g256 || a.weight_type == DType::hfq4_g128;
+  return hfq4 && a.expert_ids && !a.gated && a.n_segments == 0 && top_k >= 1 && top_k <= kMaxSummedPairs &&
+         a.n_inputs % top_k == 0 && a.n_inputs / top_k <= 65535 && a.x_row_div == 1;
+}
+
+cudaError_t launch_hfq4_pairs_sum(const MatvecArgs& a, const float* pair_weights, int top_k, cudaStream_t stream) {
+  constexpr int kMaxPairs = kMaxSummedPairs;
+  if (!hfq4_pairs_sum_takes(a, top_k) || !pair_weights) return cudaErrorInvalidValue;
+  const int64_t tokens = a.n_inputs / top_k;
+  if (a.M == 0 || tokens == 0) return cudaSuccess;
+  const dim3 grid(static_cast<unsigned>((a.M + 3) / 4), static_cast<unsigned>(tokens));
+  // 2 warp steps of loads in flight per lane (8 rows each): the experts' rows are short (26B-A4B
+  // down: 6 G128 blocks, 2 steps), so one round of loads covers them.
+  const cudaError_t err =
+      a.weight_type == DType::hfq4_g256
+          ? launch_kernel(matvec_hfq4_pairs_sum_kernel<256, kMaxPairs, 2>, grid, 4 * kWarp, 0, stream, a, pair_weights,
+                          top_k, vector_x_ok(a))
+          : launch_kernel(matvec_hfq4_pairs_sum_kernel<128, kMaxPairs, 2>, grid, 4 * kWarp, 0, stream, a, pair_weights,
+                          top_k, vector_x_ok(a));
+  if (err == cudaSuccess) g_pairs_sum_launches.fetch_add(1, std::memory_order_relaxed);
+  return err;
+}
+
+int64_t hfq4_pairs_sum_launches() { return g_pairs_sum_launches.load(std::memory_order_relaxed); }
 
 int64_t async_matvec_launches() { return g_async_matvec_launches.load(std::memory_order_relaxed); }
 int64_t split_matvec_launches() { return g_split_matvec_launches.load(std::memory_order_relaxed); }

@@ -108,6 +108,15 @@ cudaError_t launch_matvec_group(const MatvecArgs& args, cudaStream_t stream);
 // matrix (one input row, or routed expert pairs), no segments. Otherwise the caller runs the two
 // products and gated_activation.
 bool matvec_gated_supported(const MatvecArgs& args);
+// Routed experts' down products summed per token in the launch (moe_experts' per-pair path): out
+// [T, M] with out[t] = the sum over token t's top_k pairs (a.n_inputs = T * top_k, ids in
+// a.expert_ids, weights pair_weights [T * top_k]) of weight * (that pair's expert rows . its input
+// row), in ascending expert id: the bits of launch_matvec's per-pair outputs followed by
+// launch_moe_combine. HFQ4 expert stacks, top_k <= 8, x_row_div 1; cudaErrorInvalidValue for
+// anything else. Its launches in this process, for tests.
+bool hfq4_pairs_sum_takes(const MatvecArgs& a, int64_t top_k);
+cudaError_t launch_hfq4_pairs_sum(const MatvecArgs& a, const float* pair_weights, int top_k, cudaStream_t stream);
+int64_t hfq4_pairs_sum_launches();
 // Launches of the asynchronous-copy matvec in this process (MatvecArgs::async_rows), for tests
 // that check it ran.
 int64_t async_matvec_launches();

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cluster.cuh"
 #include "backend/cuda/device_common.cuh"
+#include "backend/cuda/head_rows.cuh"
 #include "backend/cuda/imma_pieces.cuh"
 #include "backend/cuda/norm.cuh"
 
@@ -18,12 +19,6 @@ __device__ __forceinline__ float rms_inverse(const float* src, int64_t cols, flo
   float sum_sq = 0.0f;
   for (int64_t i = threadIdx.x; i < cols; i += blockDim.x) sum_sq += src[i] * src[i];
   return rms_inverse_of_sum(block_sum(sum_sq), cols, eps);
-}
-
-__device__ __forceinline__ float apply_gain(float v, const uint8_t* weight, DType weight_type, Gain gain, int64_t i) {
-  if (gain == Gain::none) return v;
-  const float w = load_weight(weight, i, weight_type);
-  return v * (gain == Gain::one_plus_weight ? 1.0f + w : w);
 }
 
 // out = rms(x) * gain; with `residual`, also residual += out (add_rms_norm).
@@ -94,8 +89,7 @@ __global__ void rms_norm_rope_group_kernel(HeadNormParts parts, float eps, const
     sincosf(inv_freq[i] * pos, &s, &c);
     const float a = apply_gain(v[i] * inv, weight, part.weight_type, part.gain, i);
     const float b = apply_gain(v[i + rope_half] * inv, weight, part.weight_type, part.gain, i + rope_half);
-    v[i] = a * c - b * s;
-    v[i + rope_half] = b * c + a * s;
+    rotate_pair(a, b, s, c, v[i], v[i + rope_half]);
   }
   for (int64_t i = 2 * rope_half + threadIdx.x; i < D; i += blockDim.x)
     v[i] = apply_gain(v[i] * inv, weight, part.weight_type, part.gain, i);

@@ -54,6 +54,46 @@ void check_rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq
   if (inv_freq.numel() * 2 > x.dim(2)) fail("{}: inv_freq must be f32[<= {}]", op, x.dim(2) / 2);
 }
 
+int64_t head_norm_parts(std::span<const HeadNorm> parts, const Tensor& positions, const Tensor& inv_freq,
+                        HeadNormPart* out, const char* op) {
+  if (parts.empty() || parts.size() > kMaxHeadNormParts)
+    fail("{}: {} parts (1 to {})", op, parts.size(), kMaxHeadNormParts);
+  const int64_t T = parts[0].x.ndim == 3 ? parts[0].x.dim(0) : -1;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const HeadNorm& p = parts[i];
+    if (p.rope) {
+      check_rope(p.x, positions, inv_freq, op);
+    } else if (p.x.ndim != 3 || !p.x.is_contiguous()) {
+      fail("{}: expected a contiguous x [T, heads, D], got {}", op, p.x.describe());
+    } else {
+      f32_rows(p.x, op);
+    }
+    if (p.x.dim(0) != T) fail("{}: part {} has {} tokens, part 0 has {}", op, i, p.x.dim(0), T);
+    check_gain(p.weight, p.gain, p.x.dim(2), op);
+    HeadNormPart& o = out[i];
+    o.x = p.x.ptr<float>(), o.heads = p.x.dim(1), o.head_dim = p.x.dim(2);
+    o.weight = gain_data(p.weight), o.weight_type = gain_dtype(p.weight), o.gain = static_cast<Gain>(p.gain);
+    o.rope = p.rope;
+  }
+  return T;
+}
+
+void check_row_caches(std::span<const KvView> caches, const char* op) {
+  const KvView& first = caches[0];
+  for (size_t i = 0; i < caches.size(); ++i) {
+    const KvView& c = caches[i];
+    require_device(c.k, op);
+    require_device(c.v, op);
+    if (c.k.ndim != 3 || c.v.ndim != 3 || c.k.dtype != first.k.dtype || c.v.dtype != first.k.dtype ||
+        c.v.dim(0) != first.k.dim(0) || c.v.dim(1) != first.k.dim(1) || c.v.dim(2) != first.k.dim(2) ||
+        c.k.dim(0) != first.k.dim(0) || c.k.dim(1) != first.k.dim(1) || c.k.dim(2) != first.k.dim(2) ||
+        c.k.stride[1] != first.k.stride[1] || c.v.stride[1] != first.k.stride[1] ||
+        c.k.stride[0] != first.k.stride[0] || c.v.stride[0] != first.k.stride[0])
+      fail("{}: cache {} of {} differs from the first ({} vs {})", op, i, caches.size(), c.k.describe(),
+           first.k.describe());
+  }
+}
+
 ResidualUpdateArgs residual_update_args(const Tensor& h, const ResidualUpdate& u) {
   F32Rows hr = f32_rows(h, "residual_update");
   ResidualUpdateArgs a;

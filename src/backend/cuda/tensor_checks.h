@@ -4,6 +4,7 @@
 // an fl::Error naming the op. Host code (fmt); cuda_backend.cpp's ops call these before a launch,
 // since the kernels trust their arguments.
 #include <cstdint>
+#include <span>
 
 #include "backend/backend.h"
 #include "backend/cuda/norm.cuh"
@@ -39,6 +40,17 @@ inline DType gain_dtype(const Tensor* weight) { return weight ? weight->dtype : 
 
 // RoPE's inputs: x contiguous f32 [T, heads, D], positions i32 [T], inv_freq f32 [<= D / 2].
 void check_rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, const char* op);
+
+// Backend::rms_norm_rope_group's parts checked (each a contiguous f32 [T, heads, D] of one T, the
+// RoPE parts against positions and inv_freq, the gains) and reduced to the launcher's in `out`
+// (kMaxHeadNormParts at most); returns T.
+int64_t head_norm_parts(std::span<const HeadNorm> parts, const Tensor& positions, const Tensor& inv_freq,
+                        HeadNormPart* out, const char* op);
+
+// The per-row caches of one batched launch (attention_rows, kv_write_rows): in GPU memory, each
+// with the first's rows, layout and type (the kernels size the grid and read rows from one
+// description). caches is not empty.
+void check_row_caches(std::span<const KvView> caches, const char* op);
 
 // Backend::residual_update's tensors checked (Backend::check_residual_update's counts and aliases
 // are the caller's) and reduced to the launcher's arguments: no pieces, no cluster.
