@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -936,9 +937,11 @@ TEST_F(CudaOps, FusedExpertsMatchTheFourKernels) {
 // 512, 8), odd sizes at top 6; G256 and G128 down rows; 1-5 tokens over 16 experts (4 tokens of 8
 // pairs take the grouped GEMM, which keeps its combine).
 TEST_F(CudaOps, ExpertsDownSumMatchesTheCombine) {
-  BackendOptions off;
+  BackendOptions on;  // (the f32 per-pair path whatever the other switches' defaults)
+  on.experts_down_sum = true, on.fused_experts = false, on.imma_experts = false, on.gated_matvec = false;
+  BackendOptions off = on;
   off.experts_down_sum = false;
-  auto apart = make_backend("cuda", off), summed = make_backend("cuda", BackendOptions{});
+  auto apart = make_backend("cuda", off), summed = make_backend("cuda", on);
   const int64_t E = 16;
   struct Shape {
     int64_t H, I, K;
@@ -957,8 +960,15 @@ TEST_F(CudaOps, ExpertsDownSumMatchesTheCombine) {
         for (bool ep : {false, true}) {
           Twin route_ids = twin_bytes(DType::i32, {T, K}, ids.host.data());
           Twin route_w = twin_bytes(DType::f32, {T, K}, w.host.data());
-          if (ep) gpu_->moe_keep_experts(route_ids.gpu, route_w.gpu, E / 4, E / 2);
-          gpu_->synchronize();
+          if (ep) {  // the pairs --ep leaves out (id -1) get a NaN weight: adding them would show
+            cpu_->moe_keep_experts(route_ids.cpu, route_w.cpu, E / 4, E / 2);
+            float* kept_w = static_cast<float*>(route_w.host.data());
+            const int32_t* kept_ids = static_cast<const int32_t*>(route_ids.host.data());
+            for (int64_t i = 0; i < T * K; ++i)
+              if (kept_ids[i] < 0) kept_w[i] = std::numeric_limits<float>::quiet_NaN();
+            gpu_->copy_to_device(route_ids.gpu, route_ids.host.data());
+            gpu_->copy_to_device(route_w.gpu, route_w.host.data());
+          }
           Twin out = twin_output(DType::f32, {T, H}), out_apart = twin_output(DType::f32, {T, H});
           const int64_t launches = cuda_experts_down_sum_launches();
           summed->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, route_ids.gpu, route_w.gpu, Activation::gelu_tanh);

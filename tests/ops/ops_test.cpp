@@ -547,8 +547,9 @@ TEST_F(CudaOps, AttentionAndKvWriteAcrossRingRollovers) {
 // order of sums, the gain, the rotation and the Q8_0 store), and both the CPU default's numbers.
 // Shapes: the 26B-A4B's sliding layer (a ring past its rollover) and global layer (D 512, partial
 // RoPE), the 31B's global layer, 1 and 4 query heads per KV head, position 0 (no cached key), a
-// ring that wraps inside a tile, a partial tile; then what the kernel declines (16 heads per KV
-// head, a RoPE half of 40, an f32 cache): the default runs, the counter stays.
+// ring that wraps inside a tile, a partial tile, one split (the kernel writes out, no merge), D 512
+// with 4 and 1 query heads per KV head; then what the kernel declines (16 heads per KV head, a
+// RoPE half of 40, an f32 cache): the default runs, the counter stays.
 TEST_F(CudaOps, AttentionFromProjectionsMatchesTheThreeOps) {
   BackendOptions on, off;
   on.fused_decode_attention = true;
@@ -569,6 +570,9 @@ TEST_F(CudaOps, AttentionFromProjectionsMatchesTheThreeOps) {
                         {256, 16, 8, 64, 0, 128},
                         {512, 16, 8, 100, 1500, 64},
                         {256, 16, 2, 0, 33, 128},
+                        {256, 16, 8, 0, 20, 128},  // one tile: one split, the kernel writes out itself
+                        {512, 16, 4, 0, 30, 64},
+                        {512, 8, 8, 0, 300, 64},
                         {256, 16, 1, 0, 32, 128, DType::q8_0, false},
                         {256, 16, 8, 0, 50, 40, DType::q8_0, false},
                         {256, 16, 8, 0, 50, 128, DType::f32, false}};

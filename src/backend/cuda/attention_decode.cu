@@ -282,9 +282,10 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
 #pragma unroll
         for (int i = 0; i < Fresh::kPer; ++i) ones[i] = 1.0f;
         Fresh::store(rows + r * D, x[m], ones, inv, false, 0, sin_e, cos_e, lane);
+      } else if (part == 0) {  // (two calls: an array chosen at run time went to local memory)
+        Fresh::store(rows + r * D, x[m], q_gain, inv, a.fresh_norms[0].rope, a.rope_half, sin_e, cos_e, lane);
       } else {
-        Fresh::store(rows + r * D, x[m], part == 0 ? q_gain : k_gain, inv, a.fresh_norms[part].rope, a.rope_half,
-                     sin_e, cos_e, lane);
+        Fresh::store(rows + r * D, x[m], k_gain, inv, a.fresh_norms[1].rope, a.rope_half, sin_e, cos_e, lane);
       }
     }
     __syncthreads();

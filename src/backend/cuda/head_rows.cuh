@@ -24,10 +24,12 @@ __device__ __forceinline__ float apply_gain(float v, const uint8_t* weight, DTyp
 }
 
 // Rotate-half RoPE of one pair (a = x[i], b = x[i + half], both normed): the angle's sine and
-// cosine from sincosf(inv_freq[i] * position), an f32 angle as transformers computes it.
+// cosine from sincosf(inv_freq[i] * position), an f32 angle as transformers computes it. Each
+// product and sum rounded on its own (the _rn intrinsics): left to ptxas, `a * c - b * s` may be
+// contracted into an FMA one way in one kernel and another way in the next.
 __device__ __forceinline__ void rotate_pair(float a, float b, float s, float c, float& lo, float& hi) {
-  lo = a * c - b * s;
-  hi = b * c + a * s;
+  lo = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+  hi = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
 }
 
 // A Q8_0 block (34 bytes: f16 scale, 32 int8 codes) from the 32 values held by 32 consecutive

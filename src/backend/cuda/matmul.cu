@@ -822,14 +822,22 @@ cudaError_t launch_hfq4_pairs_sum(const MatvecArgs& a, const float* pair_weights
   const int64_t tokens = a.n_inputs / top_k;
   if (a.M == 0 || tokens == 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>((a.M + 3) / 4), static_cast<unsigned>(tokens));
-  // 2 warp steps of loads in flight per lane (8 rows each): the experts' rows are short (26B-A4B
-  // down: 6 G128 blocks, 2 steps), so one round of loads covers them.
-  const cudaError_t err =
-      a.weight_type == DType::hfq4_g256
-          ? launch_kernel(matvec_hfq4_pairs_sum_kernel<256, kMaxPairs, 2>, grid, 4 * kWarp, 0, stream, a, pair_weights,
-                          top_k, vector_x_ok(a))
-          : launch_kernel(matvec_hfq4_pairs_sum_kernel<128, kMaxPairs, 2>, grid, 4 * kWarp, 0, stream, a, pair_weights,
-                          top_k, vector_x_ok(a));
+  // 2 warp steps of loads in flight per lane: the experts' rows are short (26B-A4B down: 6 G128
+  // blocks, 2 steps), so one round of loads covers them. Pair slots: the fewest of 2, 4 or 8 that
+  // hold top_k (slots past it repeat pair 0's loads).
+  auto launch = [&](auto kernel) {
+    return launch_kernel(kernel, grid, 4 * kWarp, 0, stream, a, pair_weights, top_k, vector_x_ok(a));
+  };
+  const bool g256 = a.weight_type == DType::hfq4_g256;
+  cudaError_t err;
+  if (top_k <= 2) {
+    err = g256 ? launch(matvec_hfq4_pairs_sum_kernel<256, 2, 2>) : launch(matvec_hfq4_pairs_sum_kernel<128, 2, 2>);
+  } else if (top_k <= 4) {
+    err = g256 ? launch(matvec_hfq4_pairs_sum_kernel<256, 4, 2>) : launch(matvec_hfq4_pairs_sum_kernel<128, 4, 2>);
+  } else {
+    err = g256 ? launch(matvec_hfq4_pairs_sum_kernel<256, kMaxPairs, 2>)
+               : launch(matvec_hfq4_pairs_sum_kernel<128, kMaxPairs, 2>);
+  }
   if (err == cudaSuccess) g_pairs_sum_launches.fetch_add(1, std::memory_order_relaxed);
   return err;
 }
