@@ -37,10 +37,14 @@ void Backend::rms_norm_rope_group(std::span<const HeadNorm> parts, float eps, co
                                   const Tensor& inv_freq) {
   if (parts.empty() || parts.size() > 4) fail("rms_norm_rope_group: {} parts (1 to 4)", parts.size());
   for (const HeadNorm& p : parts) {
-    if (p.rope)
+    if (p.source) {  // (out of place: the norm into x, then RoPE there)
+      rms_norm(p.x, *p.source, p.weight, p.gain, eps);
+      if (p.rope) rope(p.x, positions, inv_freq);
+    } else if (p.rope) {
       rms_norm_rope(p.x, p.weight, p.gain, eps, positions, inv_freq);
-    else
+    } else {
       rms_norm(p.x, p.x, p.weight, p.gain, eps);
+    }
   }
 }
 

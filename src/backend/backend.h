@@ -63,6 +63,9 @@ struct HeadNorm {
   const Tensor* weight = nullptr;
   NormGain gain = NormGain::none;
   bool rope = false;  // then rope(x, positions, inv_freq) after the norm
+  // Where set, the rows come from this [T, heads, D] view (any token and head strides: Qwen3.5's
+  // query half of its query/gate projection) and x receives them normed, instead of in place.
+  const Tensor* source = nullptr;
 };
 
 // Storage on a backend's device. Freed when the object dies.
@@ -217,7 +220,8 @@ class Backend {
     rope(x, positions, inv_freq);
   }
   // The head norms of one step's q, k and v (at most 4 parts, one positions / inv_freq), each as
-  // rms_norm_rope (rope) or rms_norm over its head rows.
+  // rms_norm_rope (rope) or rms_norm over its head rows; a part with a source as rms_norm from
+  // it into x, then rope.
   virtual void rms_norm_rope_group(std::span<const HeadNorm> parts, float eps, const Tensor& positions,
                                    const Tensor& inv_freq);
   // h = (h + branch) * layer_scalar, with branch = the sum of u.terms (each rms(x) * gain when

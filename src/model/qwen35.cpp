@@ -364,10 +364,12 @@ class Qwen35Model final : public Model {
     const Tensor outs[] = {query_gate.reshape({T, nH * 2 * D}), k.reshape({T, nKV * D}), v.reshape({T, nKV * D})};
     const Tensor* weights[] = {&layer.q_proj, &layer.k_proj, &layer.v_proj};
     b.matmul_group(outs, x, weights);
+    // q from the projection's query halves, k in place; RoPE on the first rope_dim dims of each head
     Tensor q = arena.alloc(DType::f32, {T, nH, D});
-    b.rms_norm(q, query_gate.narrow(2, 0, D), &layer.q_norm, NormGain::one_plus_weight, c_.rms_norm_eps);
-    b.rope(q, positions, inv_freq_);  // the first rope_dim dims of each head
-    b.rms_norm_rope(k, &layer.k_norm, NormGain::one_plus_weight, c_.rms_norm_eps, positions, inv_freq_);
+    const Tensor query = query_gate.narrow(2, 0, D);
+    const HeadNorm head_norms[] = {{q, &layer.q_norm, NormGain::one_plus_weight, true, &query},
+                                   {k, &layer.k_norm, NormGain::one_plus_weight, true}};
+    b.rms_norm_rope_group(head_norms, c_.rms_norm_eps, positions, inv_freq_);
     AttentionParams params;
     params.n_heads = static_cast<int>(nH);
     params.n_kv_heads = static_cast<int>(nKV);

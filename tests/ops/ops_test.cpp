@@ -409,6 +409,29 @@ TEST_F(CudaOps, RmsNormRopeGroupMatchesThePartsOneByOne) {
       expect_close(k, kSumBudget + kUlpBudget * 8, what + " (k)");
       expect_close(v, kSumBudget, what + " (v)");
     }
+  // A part read from a strided source (Qwen3.5's query halves of [T, heads, 2D] query/gate rows)
+  // into its own rows, with partial RoPE (32 of 128 pairs), beside a part normed in place.
+  for (int64_t T : {1, 3}) {
+    const int64_t D = 256, half = 32;
+    std::vector<float> freq(half);
+    for (int64_t i = 0; i < half; ++i) freq[i] = 1.0f / std::pow(1e7f, static_cast<float>(2 * i) / 64);
+    Twin inv = twin_bytes(DType::f32, {half}, freq.data());
+    Twin pos = twin_positions(4000 + T, T);
+    Twin query_gate = twin_random(DType::f32, {T, 16, 2 * D}, 3.0f), k = twin_random(DType::f32, {T, 4, D}, 3.0f);
+    Twin q = twin_output(DType::f32, {T, 16, D});
+    Twin qw = twin_random(DType::bf16, {D}, 0.2f), kw = twin_random(DType::bf16, {D}, 0.2f);
+    for (bool gpu : {false, true}) {
+      Backend& b = gpu ? *gpu_ : *cpu_;
+      const Tensor query = (gpu ? query_gate.gpu : query_gate.cpu).narrow(2, 0, D);
+      const HeadNorm parts[] = {{gpu ? q.gpu : q.cpu, gpu ? &qw.gpu : &qw.cpu, NormGain::one_plus_weight, true, &query},
+                                {gpu ? k.gpu : k.cpu, gpu ? &kw.gpu : &kw.cpu, NormGain::one_plus_weight, true}};
+      b.rms_norm_rope_group(parts, 1e-6f, gpu ? pos.gpu : pos.cpu, gpu ? inv.gpu : inv.cpu);
+    }
+    const std::string what = "rms_norm_rope_group from a source, T=" + std::to_string(T);
+    expect_close(q, kSumBudget + kUlpBudget * 8, what + " (q)");
+    expect_close(k, kSumBudget + kUlpBudget * 8, what + " (k)");
+    expect_identical(query_gate, what + ": the source is left as it was");
+  }
   Twin a = twin_random(DType::f32, {2, 4, 64}), b = twin_random(DType::f32, {3, 4, 64});
   Twin inv = twin_random(DType::f32, {32}), pos = twin_positions(0, 2);
   const HeadNorm mismatched[] = {{a.gpu, nullptr, NormGain::none, false}, {b.gpu, nullptr, NormGain::none, false}};

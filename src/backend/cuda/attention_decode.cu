@@ -512,7 +512,8 @@ bool decode_from_projections_applies(const AttentionArgs& a) {
   const int64_t group = a.n_kv_heads > 0 ? a.n_heads / a.n_kv_heads : 0;
   return decode_by_kv_head_applies(a.n_heads, a.n_kv_heads, a.head_dim, a.cache_type) && group <= 8 &&
          a.n_tokens == 1 && !a.k_row_caches && a.k_cache_write && a.v_cache_write && a.inv_freq &&
-         a.rope_half >= 0 && a.rope_half % 32 == 0 && 2 * a.rope_half <= a.head_dim && v.gain == Gain::none && !v.rope;
+         a.rope_half >= 0 && a.rope_half % 32 == 0 && 2 * a.rope_half <= a.head_dim && v.gain == Gain::none && !v.rope &&
+         !a.fresh_norms[0].src && !a.fresh_norms[1].src && !v.src;  // (rows in place: q, k_new, v_new)
 }
 
 cudaError_t launch_attention_by_kv_head(const AttentionArgs& a, cudaStream_t stream) {

@@ -80,19 +80,21 @@ __global__ void rms_norm_rope_group_kernel(HeadNormParts parts, float eps, const
   const int64_t row = blockIdx.x - parts.first_block[p], D = part.head_dim;
   const uint8_t* weight = static_cast<const uint8_t*>(part.weight);
   float* v = part.x + row * D;
-  const float inv = rms_inverse(v, D, eps);
+  const float* src =
+      part.src ? part.src + row / part.heads * part.src_token_stride + row % part.heads * part.src_head_stride : v;
+  const float inv = rms_inverse(src, D, eps);
   __syncthreads();  // every thread has read the row before any writes it
   const int64_t rope_half = part.rope ? half : 0;
   const float pos = part.rope ? static_cast<float>(positions[row / part.heads]) : 0.0f;
   for (int64_t i = threadIdx.x; i < rope_half; i += blockDim.x) {
     float s, c;
     sincosf(inv_freq[i] * pos, &s, &c);
-    const float a = apply_gain(v[i] * inv, weight, part.weight_type, part.gain, i);
-    const float b = apply_gain(v[i + rope_half] * inv, weight, part.weight_type, part.gain, i + rope_half);
+    const float a = apply_gain(src[i] * inv, weight, part.weight_type, part.gain, i);
+    const float b = apply_gain(src[i + rope_half] * inv, weight, part.weight_type, part.gain, i + rope_half);
     rotate_pair(a, b, s, c, v[i], v[i + rope_half]);
   }
   for (int64_t i = 2 * rope_half + threadIdx.x; i < D; i += blockDim.x)
-    v[i] = apply_gain(v[i] * inv, weight, part.weight_type, part.gain, i);
+    v[i] = apply_gain(src[i] * inv, weight, part.weight_type, part.gain, i);
 }
 
 // Backend::residual_update, one block per row, in the default's order of operations (each term

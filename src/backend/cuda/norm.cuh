@@ -31,6 +31,9 @@ struct HeadNormPart {
   DType weight_type = DType::f32;
   Gain gain = Gain::none;
   bool rope = false;  // with positions / inv_freq / half of the launch
+  // Rows read from here (token and head strides in elements) into x, normed; null: x in place.
+  const float* src = nullptr;
+  int64_t src_token_stride = 0, src_head_stride = 0;
 };
 constexpr int kMaxHeadNormParts = 4;
 // Every part's head rows normed (and RoPE'd where asked) in one launch.
