@@ -575,15 +575,22 @@ struct BackendOptions {
   // launch where the decode kernel by KV head takes it (Q8_0 cache, head dims 256 / 512, up to 8
   // query heads per KV head: Gemma 4): the q/k/v head norms with RoPE and the KV write inside the
   // attention kernel, instead of a norm kernel before it and a write kernel beside it. The same
-  // bits as the separate kernels (CudaOps.AttentionFromProjectionsMatchesTheThreeOps).
+  // bits as the separate kernels (CudaOps.AttentionFromProjectionsMatchesTheThreeOps). Off:
+  // slower on the H100 (26B-A4B decode -10 %, 31B -6 %): on the replayed step the attention ended
+  // 18 us after the q/k/v product where the norm kernel and the attention took 9.5, 45 us on a
+  // global layer (G = 8, three rows per warp) where they took 18, about 8 us per round of rows a
+  // warp norms; not yet explained (bench/RESULTS.md thirty-seventh session).
   // `fireline bench --fused-decode-attention on|off`.
-  bool fused_decode_attention = true;
+  bool fused_decode_attention = false;
   // The routed experts' down products on the per-pair path (decode's few tokens; HFQ4, top-k up
   // to 8) summed per token in their own launch, each output row taking its token's pairs in
   // ascending expert id as moe_combine does, instead of a [pairs, H] output and a combine launch.
-  // The same bits (CudaOps.ExpertsDownSumMatchesTheCombine). `fireline bench --experts-down-sum
-  // on|off`.
-  bool experts_down_sum = true;
+  // The same bits (CudaOps.ExpertsDownSumMatchesTheCombine). Off: slower on the H100 (26B-A4B
+  // decode -11 %, Qwen3.5-35B-A3B -2 %): the launch took 24 us a layer where down and the
+  // combine took 12.8; a warp's 8 pairs each read their own activation row, 16 floats a lane per
+  // 8 bytes of codes (the rows kernel shares one row over 4 weight rows), at 128 registers
+  // (bench/RESULTS.md thirty-seventh session). `fireline bench --experts-down-sum on|off`.
+  bool experts_down_sum = false;
 };
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.

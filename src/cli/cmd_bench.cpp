@@ -75,12 +75,12 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "launch on a cluster of blocks per key head (sm_90); off: six kernels (results differ in the order of the norm's "
      "sum; for A/B timing)"},
     {"--fused-decode-attention", &BackendOptions::fused_decode_attention, "fused_decode_attention",
-     "on (default): one sequence's decode attention (Gemma 4) with its q/k/v head norms, RoPE and KV-cache write in "
-     "one launch (Q8_0 cache); off: a norm kernel before it and a write kernel beside it (identical results; for A/B "
+     "on: one sequence's decode attention (Gemma 4) with its q/k/v head norms, RoPE and KV-cache write in one launch "
+     "(Q8_0 cache); off (default): a norm kernel before it and a write kernel beside it (identical results; for A/B "
      "timing)"},
     {"--experts-down-sum", &BackendOptions::experts_down_sum, "experts_down_sum",
-     "on (default): decode's routed expert down products (HFQ4, top-k <= 8) summed per token in their own launch; "
-     "off: per-pair outputs, then a combine launch (identical results; for A/B timing)"},
+     "on: decode's routed expert down products (HFQ4, top-k <= 8) summed per token in their own launch; off "
+     "(default): per-pair outputs, then a combine launch (identical results; for A/B timing)"},
 };
 
 struct BenchOptions {

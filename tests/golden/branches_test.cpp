@@ -151,12 +151,12 @@ INSTANTIATE_TEST_SUITE_P(DenseFixtures, ConcurrentBranches,
                          branch_case_name);
 
 // The GPU's switches for A/B timing (BackendOptions::gated_matvec on, weight_prefetch on,
-// hopper_expert_gemm on, fused_experts on; each the other way from its default; imma_ready_pieces against the integer
-// matvec's own pieces) move no numbers in the whole model either: the same bytes
-// as the defaults on every path above, at both tensor-core precisions (the Hopper expert GEMM takes one-piece products
-// only: bf16). HFQ4 is the format the gated matvec takes; the dense fixtures reach matmul_gated, the MoE ones also the
-// experts' gated product and, in a 36-token chunk, the grouped expert GEMM's 64-pair items. group_gemm (one launch for
-// q/k/v, one for gate/up) changes the order of K-split sums, so it is held to a tolerance instead.
+// hopper_expert_gemm on, fused_experts on, experts_down_sum on; each the other way from its default; imma_ready_pieces
+// against the integer matvec's own pieces) move no numbers in the whole model either: the same bytes as the defaults on
+// every path above, at both tensor-core precisions (the Hopper expert GEMM takes one-piece products only: bf16). HFQ4
+// is the format the gated matvec takes; the dense fixtures reach matmul_gated, the MoE ones also the experts' gated
+// product and, in a 36-token chunk, the grouped expert GEMM's 64-pair items. group_gemm (one launch for q/k/v, one for
+// gate/up) changes the order of K-split sums, so it is held to a tolerance instead.
 class GpuSwitches : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
@@ -178,6 +178,7 @@ TEST_P(GpuSwitches, GiveTheSameBytesAsTheDefaults) {
     switched.weight_prefetch = true;
     switched.hopper_expert_gemm = true;
     switched.fused_experts = true;  // (decode's 1-4 tokens: one launch, which takes precedence over the gated form)
+    switched.experts_down_sum = true;  // (where fused_experts declines: the down products and their combine in one)
     TwoWays w = load_two_ways(fire, switched, defaults);
     const int64_t fused_before = cuda_moe_experts_decode_launches();
     expect_identical_paths(w, ids);
