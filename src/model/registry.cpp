@@ -101,6 +101,16 @@ void copy_sequence_storage(Backend& backend, const Sequence& src, Sequence& dst)
   dst.n_past = src.n_past;
 }
 
+namespace {
+// One sequence's decode row (T == 1) whose KV write may run beside its attention: its cache.
+const KvView* cache_written_beside_attention(std::span<const SequenceRows> parts, int64_t T, int64_t layer,
+                                             int window) {
+  if (parts.size() != 1 || T != 1) return nullptr;
+  const KvView& cache = parts[0].seq->kv[layer];
+  return kv_write_may_overlap_attention(cache, window) ? &cache : nullptr;
+}
+}  // namespace
+
 void attend_and_write_kv(Backend& b, Tensor attn, const Tensor& q, const Tensor& k, const Tensor& v,
                          std::span<const SequenceRows> parts, const Tensor& positions, const AttentionParams& params,
                          int64_t layer, bool write_kv) {
@@ -113,11 +123,11 @@ void attend_and_write_kv(Backend& b, Tensor attn, const Tensor& q, const Tensor&
     for (const SequenceRows& part : parts) caches.push_back(part.seq->kv[layer]);
     b.attention_rows(attn, q, k, v, caches, positions, params);
     if (write_kv) b.kv_write_rows(caches, k, v, positions);
-  } else if (write_kv && parts.size() == 1 && T == 1 &&
-             kv_write_may_overlap_attention(parts[0].seq->kv[layer], params.window)) {
-    const KvView& cache = parts[0].seq->kv[layer];
+  } else if (const KvView* cache =
+                 write_kv ? cache_written_beside_attention(parts, T, layer, params.window) : nullptr) {
     run_side_by_side(
-        b, [&] { b.kv_write(cache, k, v, positions); }, [&] { b.attention(attn, q, k, v, cache, positions, params); });
+        b, [&] { b.kv_write(*cache, k, v, positions); },
+        [&] { b.attention(attn, q, k, v, *cache, positions, params); });
   } else {
     for (const SequenceRows& part : parts) {
       const int64_t r0 = part.first_row, r1 = part.first_row + part.n_rows;
@@ -133,8 +143,8 @@ void attend_from_projections(Backend& b, Tensor attn, std::span<const HeadNorm> 
                              const AttentionParams& params, int64_t layer) {
   if (norms.size() != 3) fail("attend_from_projections: {} head norms (q, k and v: 3)", norms.size());
   const Tensor &q = norms[0].x, &k = norms[1].x, &v = norms[2].x;
-  if (parts.size() == 1 && q.dim(0) == 1 && kv_write_may_overlap_attention(parts[0].seq->kv[layer], params.window)) {
-    b.attention_from_projections(attn, norms, eps, positions, inv_freq, parts[0].seq->kv[layer], params);
+  if (const KvView* cache = cache_written_beside_attention(parts, q.dim(0), layer, params.window)) {
+    b.attention_from_projections(attn, norms, eps, positions, inv_freq, *cache, params);
     return;
   }
   b.rms_norm_rope_group(norms, eps, positions, inv_freq);

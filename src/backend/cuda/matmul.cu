@@ -319,14 +319,6 @@ __global__ void __launch_bounds__(4 * kWarp, 6) matvec_hfq4_rows_split_kernel(Ma
 // moe_combine_kernel's sum: the bits of the rows kernel's [pairs, M] outputs and the combine,
 // without their round trip through memory and the combine's launch. A pair with id -1 (another
 // rank's, --ep) adds nothing; its loads read expert 0's row.
-// GlobalInputRow with a 32-bit width (an expert's intermediate size): eight of them in registers.
-struct PairInputRow {
-  const float* x;
-  int K;
-  bool vector_x;
-  __device__ __forceinline__ float operator()(int64_t k0, float xv[16]) const { return load_x16(x, k0, K, vector_x, xv); }
-};
-
 template <int kGroup, int kMaxPairs, int kUnroll>
 __global__ void __launch_bounds__(4 * kWarp, 4) matvec_hfq4_pairs_sum_kernel(MatvecArgs a, const float* pair_weights,
                                                                          int top_k, bool vector_x) {
@@ -338,14 +330,14 @@ __global__ void __launch_bounds__(4 * kWarp, 4) matvec_hfq4_pairs_sum_kernel(Mat
   if (m >= a.M) return;
   int32_t ids[kMaxPairs];
   const uint8_t* rows[kMaxPairs];
-  PairInputRow inputs[kMaxPairs];
+  GlobalInputRow inputs[kMaxPairs];
 #pragma unroll
   for (int r = 0; r < kMaxPairs; ++r) {  // pairs past top_k repeat pair 0 and are not summed
     const int64_t pair = t * top_k + (r < top_k ? r : 0);
     ids[r] = r < top_k ? a.expert_ids[pair] : -1;
     const int64_t expert = ids[r] >= 0 ? ids[r] : 0;
     rows[r] = a.weight + expert * a.expert_bytes + m * a.row_bytes + 8 * sub;
-    inputs[r] = PairInputRow{a.x + pair * a.x_stride, static_cast<int>(a.K), vector_x};
+    inputs[r] = GlobalInputRow{a.x + pair * a.x_stride, a.K, vector_x};
   }
   float acc[kMaxPairs];
   accumulate_hfq4_rows<kGroup, kMaxPairs, kUnroll, 1, kMaxPairs>(acc, rows, inputs, lane_block,
@@ -817,7 +809,6 @@ bool hfq4_pairs_sum_takes(const MatvecArgs& a, int64_t top_k) {
 }
 
 cudaError_t launch_hfq4_pairs_sum(const MatvecArgs& a, const float* pair_weights, int top_k, cudaStream_t stream) {
-  constexpr int kMaxPairs = kMaxSummedPairs;
   if (!hfq4_pairs_sum_takes(a, top_k) || !pair_weights) return cudaErrorInvalidValue;
   const int64_t tokens = a.n_inputs / top_k;
   if (a.M == 0 || tokens == 0) return cudaSuccess;
@@ -835,8 +826,8 @@ cudaError_t launch_hfq4_pairs_sum(const MatvecArgs& a, const float* pair_weights
   } else if (top_k <= 4) {
     err = g256 ? launch(matvec_hfq4_pairs_sum_kernel<256, 4, 2>) : launch(matvec_hfq4_pairs_sum_kernel<128, 4, 2>);
   } else {
-    err = g256 ? launch(matvec_hfq4_pairs_sum_kernel<256, kMaxPairs, 2>)
-               : launch(matvec_hfq4_pairs_sum_kernel<128, kMaxPairs, 2>);
+    err = g256 ? launch(matvec_hfq4_pairs_sum_kernel<256, kMaxSummedPairs, 2>)
+               : launch(matvec_hfq4_pairs_sum_kernel<128, kMaxSummedPairs, 2>);
   }
   if (err == cudaSuccess) g_pairs_sum_launches.fetch_add(1, std::memory_order_relaxed);
   return err;

@@ -70,17 +70,14 @@ int64_t head_norm_parts(std::span<const HeadNorm> parts, const Tensor& positions
     }
     if (p.x.dim(0) != T) fail("{}: part {} has {} tokens, part 0 has {}", op, i, p.x.dim(0), T);
     check_gain(p.weight, p.gain, p.x.dim(2), op);
-    if (p.source) {
-      const F32Heads s = f32_heads(*p.source, op, "a norm's source");
-      if (s.tokens != p.x.dim(0) || s.heads != p.x.dim(1) || s.dim != p.x.dim(2))
-        fail("{}: part {}'s source {} does not match {}", op, i, p.source->describe(), p.x.describe());
-    }
     HeadNormPart& o = out[i];
     o.x = p.x.ptr<float>(), o.heads = p.x.dim(1), o.head_dim = p.x.dim(2);
     o.weight = gain_data(p.weight), o.weight_type = gain_dtype(p.weight), o.gain = static_cast<Gain>(p.gain);
     o.rope = p.rope;
     if (p.source) {
       const F32Heads s = f32_heads(*p.source, op, "a norm's source");
+      if (s.tokens != p.x.dim(0) || s.heads != p.x.dim(1) || s.dim != p.x.dim(2))
+        fail("{}: part {}'s source {} does not match {}", op, i, p.source->describe(), p.x.describe());
       o.src = s.data, o.src_token_stride = s.token_stride, o.src_head_stride = s.head_stride;
     }
   }
