@@ -538,6 +538,16 @@ struct BackendOptions {
   // launches join the chain (thirty-third session). Results differ within the op harness's
   // budget. `fireline bench --imma-experts on|off`.
   bool imma_experts = false;
+  // Decode's routed expert pairs on the f32 rows kernels (HFQ4, not gated): rows per warp and
+  // warp steps of loads in flight per lane. rows 0: the plain products' choice (4 x 2 on the
+  // 26B-A4B: its 8 gate_up pairs, 6 steps a row, ~1.07 waves of warps that each wait 3 DRAM round
+  // trips); rows -1: the shape with the fewest waves x rounds of loads (8 x 3 there); or a shape
+  // of 4 x 2, 2 x 4, 4 x 3, 4 x 4, 8 x 2, 8 x 3. The same bits whatever the shape.
+  // `fireline bench --expert-matvec plain|auto|RxS`.
+  struct ExpertMatvecShape {
+    int rows = 0;
+    int steps = 0;
+  } expert_matvec;
   // Decode's routed experts (moe_experts for 1-4 tokens on the per-pair path, HFQ4 G256/G128
   // stacks) in one launch (moe_decode.cu) instead of gate_up, the activation, down and the
   // combine: the down rows are pulled into L2 while the last gate_up rows are read, and three
@@ -592,6 +602,11 @@ struct BackendOptions {
   // (bench/RESULTS.md thirty-seventh session). `fireline bench --experts-down-sum on|off`.
   bool experts_down_sum = false;
 };
+
+// BackendOptions::expert_matvec by name: "plain", "auto" or "RxS" (one of the built shapes); throws
+// fl::Error naming the choices otherwise. And back.
+BackendOptions::ExpertMatvecShape parse_expert_matvec_shape(std::string_view name);
+std::string expert_matvec_shape_name(BackendOptions::ExpertMatvecShape shape);
 
 // A backend by name: "cpu", or "cuda" / "cuda:N" (GPU N) when fireline was built with CUDA.
 // Throws fl::Error naming the available backends otherwise.

@@ -1,6 +1,8 @@
 // make_backend: the one place that knows which backends this build has.
 #include <charconv>
 
+#include <fmt/format.h>
+
 #include "backend/backend.h"
 #include "backend/communicator.h"
 #include "core/error.h"
@@ -31,6 +33,24 @@ TensorCorePrecision parse_tensor_core_precision(std::string_view name) {
   if (name == "f32") return TensorCorePrecision::f32;
   if (name == "bf16") return TensorCorePrecision::bf16;
   fail("precision '{}' is not one of f32, bf16", name);
+}
+
+namespace {
+constexpr std::string_view kExpertMatvecShapes[] = {"4x2", "2x4", "4x3", "4x4", "8x2", "8x3"};
+}  // namespace
+
+BackendOptions::ExpertMatvecShape parse_expert_matvec_shape(std::string_view name) {
+  if (name == "plain") return {0, 0};
+  if (name == "auto") return {-1, 0};
+  for (std::string_view shape : kExpertMatvecShapes)
+    if (name == shape) return {shape[0] - '0', shape[2] - '0'};
+  fail("expert matvec shape '{}' is not one of plain, auto, 4x2, 2x4, 4x3, 4x4, 8x2, 8x3", name);
+}
+
+std::string expert_matvec_shape_name(BackendOptions::ExpertMatvecShape shape) {
+  if (shape.rows == 0) return "plain";
+  if (shape.rows < 0) return "auto";
+  return fmt::format("{}x{}", shape.rows, shape.steps);
 }
 
 std::unique_ptr<Backend> make_backend(std::string_view name, const BackendOptions& options) {

@@ -235,7 +235,8 @@ TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
 
 // --gated-matvec, --weight-prefetch, --hopper-experts, --group-gemm, --async-matvec, --split-matvec,
 // --imma-matvec, --imma-ready-pieces, --imma-experts, --fused-experts, --cluster-update,
-// --fused-delta-net, --fused-decode-attention, --experts-down-sum and --imma-l2-ahead: GPU switches for A/B timing. The
+// --fused-delta-net, --fused-decode-attention, --experts-down-sum, --imma-l2-ahead and --expert-matvec: GPU switches
+// for A/B timing. The
 // CPU has neither (the JSON says false whatever is asked); a value other than on or off is refused before anything
 // loads.
 TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
@@ -245,11 +246,11 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
         " --gated-matvec on --weight-prefetch on --hopper-experts on --group-gemm on --async-matvec on"
         " --split-matvec on --imma-matvec on --imma-ready-pieces on --cluster-update on"
         " --fused-delta-net on --imma-l2-ahead 2 --imma-experts on --imma-min-bytes 1048576 --fused-experts on"
-        " --fused-experts-blocks 1 --fused-decode-attention on --experts-down-sum on",
+        " --fused-experts-blocks 1 --fused-decode-attention on --experts-down-sum on --expert-matvec 8x3",
         " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
         " --split-matvec off --imma-matvec off --imma-ready-pieces off --cluster-update off"
         " --fused-delta-net off --imma-experts off --fused-experts off --fused-decode-attention off --experts-down-sum "
-        "off"}) {
+        "off --expert-matvec auto"}) {
     auto r = fireline(common + asked + " --json");
     ASSERT_EQ(r.exit_code, 0) << asked << ": " << r.err;
     const json j = json::parse(r.out);
@@ -270,11 +271,13 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["imma_l2_ahead"], 0) << asked;
     EXPECT_EQ(j["imma_min_bytes"], 0) << asked;
     EXPECT_EQ(j["fused_experts_blocks"], 0) << asked;
+    EXPECT_EQ(j["expert_matvec"], "plain") << asked;
   }
   for (const char* flag :
        {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm", "--async-matvec", "--split-matvec",
         "--imma-matvec", "--imma-ready-pieces", "--cluster-update", "--fused-delta-net", "--imma-experts",
-        "--fused-experts", "--fused-decode-attention", "--experts-down-sum", "--imma-l2-ahead", "--imma-min-bytes"}) {
+        "--fused-experts", "--fused-decode-attention", "--experts-down-sum", "--imma-l2-ahead", "--imma-min-bytes",
+        "--expert-matvec"}) {
     auto bad = fireline(common + " " + flag + " maybe");
     EXPECT_NE(bad.exit_code, 0) << flag;
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;
@@ -285,6 +288,12 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_NE(bad.exit_code, 0) << ahead;
     EXPECT_NE(bad.err.find("--imma-l2-ahead"), std::string::npos) << bad.err;
     EXPECT_EQ(bad.out, "") << ahead;
+  }
+  for (const char* shape : {"8x4", "3x3", "8"}) {  // shapes not built
+    auto bad = fireline(common + " --expert-matvec " + shape);
+    EXPECT_NE(bad.exit_code, 0) << shape;
+    EXPECT_NE(bad.err.find("--expert-matvec"), std::string::npos) << bad.err;
+    EXPECT_EQ(bad.out, "") << shape;
   }
   for (const char* blocks : {"0", "3"}) {  // blocks per SM outside 1..2
     auto bad = fireline(common + " --fused-experts-blocks " + blocks);

@@ -988,6 +988,80 @@ TEST_F(CudaOps, ExpertsDownSumMatchesTheCombine) {
     }
 }
 
+// BackendOptions::expert_matvec: decode's routed expert pairs at each built shape of the rows
+// kernel (rows per warp x steps in flight), and the automatic choice, give the plain choice's
+// bytes (a row's sum is its lanes' blocks in order, then the warp sum, whatever the shape): the
+// 26B-A4B's expert shape (gate_up rows of 11 G256 blocks, down rows of 5.5 G128 groups), the
+// 35B-A3B's, and a small one with part-used groups and a top 6; 1 and 3 tokens (the per-pair
+// path), --ep's dropped pairs (id -1, NaN weight) too. Two shaped launches per call (gate_up,
+// down), each of the asked shape; the outputs also within budget of the CPU oracle.
+TEST_F(CudaOps, ExpertMatvecShapesGiveThePlainBits) {
+  BackendOptions plain_options;  // (the f32 per-pair path whatever the other switches' defaults)
+  plain_options.fused_experts = plain_options.imma_experts = plain_options.gated_matvec = false;
+  plain_options.experts_down_sum = false;
+  plain_options.expert_matvec = {0, 0};
+  auto plain = make_backend("cuda", plain_options);
+  const std::pair<int, int> shapes[] = {{-1, 0}, {4, 2}, {2, 4}, {4, 3}, {4, 4}, {8, 2}, {8, 3}};
+  std::vector<std::unique_ptr<Backend>> shaped;
+  for (auto [rows, steps] : shapes) {
+    BackendOptions o = plain_options;
+    o.expert_matvec = {rows, steps};
+    shaped.push_back(make_backend("cuda", o));
+  }
+  const int64_t E = 16;
+  struct Shape {
+    int64_t H, I, K;
+  };
+  for (Shape shape : {Shape{2816, 704, 8}, Shape{2048, 512, 8}, Shape{516, 180, 6}})
+    for (auto [up_type, down_type] :
+         {std::pair{DType::hfq4_g256, DType::hfq4_g128}, {DType::hfq4_g128, DType::hfq4_g256}}) {
+      const int64_t H = shape.H, I = shape.I, K = shape.K;
+      Twin gate_up = twin_random(up_type, {E, 2 * I, H}, 0.3f), down = twin_random(down_type, {E, H, I}, 0.3f);
+      for (int64_t T : {1, 3}) {
+        auto [w, ids] = twin_routing(T, E, K);
+        Twin x = twin_random(DType::f32, {T, H});
+        for (bool ep : {false, true}) {
+          const std::string what = std::string(dtype_name(up_type)) + "/" + std::string(dtype_name(down_type)) +
+                                   " H=" + std::to_string(H) + " I=" + std::to_string(I) + " K=" + std::to_string(K) +
+                                   " T=" + std::to_string(T) + (ep ? " --ep" : "");
+          Twin route_ids = twin_bytes(DType::i32, {T, K}, ids.host.data());
+          Twin route_w = twin_bytes(DType::f32, {T, K}, w.host.data());
+          if (ep) {  // the pairs --ep leaves out (id -1) get a NaN weight: running them would show
+            cpu_->moe_keep_experts(route_ids.cpu, route_w.cpu, E / 4, E / 2);
+            float* kept_w = static_cast<float*>(route_w.host.data());
+            const int32_t* kept_ids = static_cast<const int32_t*>(route_ids.host.data());
+            for (int64_t i = 0; i < T * K; ++i)
+              if (kept_ids[i] < 0) kept_w[i] = std::numeric_limits<float>::quiet_NaN();
+            gpu_->copy_to_device(route_ids.gpu, route_ids.host.data());
+            gpu_->copy_to_device(route_w.gpu, route_w.host.data());
+          }
+          Twin expected = twin_output(DType::f32, {T, H});
+          const int64_t before_plain = cuda_expert_rows_launches(0, 0);
+          plain->moe_experts(expected.gpu, x.gpu, gate_up.gpu, down.gpu, route_ids.gpu, route_w.gpu,
+                             Activation::gelu_tanh);
+          plain->synchronize();
+          EXPECT_EQ(cuda_expert_rows_launches(0, 0), before_plain) << what << ": plain ran a shaped launch";
+          if (!ep) {
+            cpu_->moe_experts(expected.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, Activation::gelu_tanh);
+            expect_close(expected, dot_budget(std::max(H, I)), "expert matvec plain " + what);
+          }
+          for (size_t i = 0; i < shaped.size(); ++i) {
+            const auto [rows, steps] = shapes[i];
+            Twin out = twin_output(DType::f32, {T, H});
+            const int64_t before = cuda_expert_rows_launches(rows < 0 ? 0 : rows, rows < 0 ? 0 : steps);
+            shaped[i]->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, route_ids.gpu, route_w.gpu,
+                                   Activation::gelu_tanh);
+            shaped[i]->synchronize();
+            const std::string at = rows < 0 ? std::string("auto") : std::to_string(rows) + "x" + std::to_string(steps);
+            EXPECT_EQ(cuda_expert_rows_launches(rows < 0 ? 0 : rows, rows < 0 ? 0 : steps), before + 2)
+                << what << " " << at << ": not two launches of that shape";
+            EXPECT_EQ(gpu_bytes(out), gpu_bytes(expected)) << what << " " << at << ": not the plain choice's bytes";
+          }
+        }
+      }
+    }
+}
+
 // BackendOptions::fused_experts with the routing (Backend::moe_route_experts): the router's
 // product, the routing and the experts in the experts' one launch write the bytes of the three ops
 // apart (the router on the f32 matvec, as every product of several tokens and, with the integer

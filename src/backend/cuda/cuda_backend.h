@@ -48,6 +48,9 @@ int64_t cuda_async_matvec_launches();
 bool cuda_async_matvec_available(Backend& backend);
 // How many one-input products it has run on the split-steps matvec (BackendOptions::split_matvec).
 int64_t cuda_split_matvec_launches();
+// Decode's routed expert pairs run at a shape of their own (BackendOptions::expert_matvec): at
+// rows x steps, or (0, 0) at any.
+int64_t cuda_expert_rows_launches(int rows, int steps);
 // How many one-input products it has run on the integer tensor-core matvec (BackendOptions::
 // imma_matvec), and whether the backend's GPU runs it (sm_80 and later).
 int64_t cuda_imma_matvec_launches();

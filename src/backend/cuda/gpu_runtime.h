@@ -60,6 +60,7 @@ static_assert(__AMDGCN_WAVEFRONT_SIZE == FIRELINE_GPU_WARP,
 #define cudaError_t hipError_t
 #define cudaSuccess hipSuccess
 #define cudaErrorInvalidValue hipErrorInvalidValue
+#define cudaErrorNotSupported hipErrorNotSupported
 #define cudaGetLastError hipGetLastError
 #define cudaGetErrorName hipGetErrorName
 #define cudaGetErrorString hipGetErrorString

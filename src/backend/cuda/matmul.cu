@@ -619,6 +619,86 @@ cudaError_t launch_hfq4_rows(MatvecArgs a, cudaStream_t stream) {
                        dim3(static_cast<unsigned>(blocks), y), kWarps * kWarp, 0, stream, a, vector_x_ok(a), prefetch);
 }
 
+// Routed expert pairs on the rows kernel at a shape of their own (MatvecArgs::expert_rows /
+// expert_steps; 4-warp blocks). Why: the 26B-A4B's gate_up pairs (8 x 1408 rows of 11 G256
+// blocks, 6 warp steps) ran at the plain products' 4 rows and 2 steps: 2816 warps, ~1.07 waves at
+// 5 blocks per SM, each warp waiting out 3 rounds of DRAM latency (14.3 us a layer in the H100's
+// replayed step for 17.8 MB). A product this short is bound by how many round trips its slowest
+// warps wait, so the automatic choice (-1) takes the shape with the fewest waves x rounds
+// (ties: fewer registers, i.e. the earlier entry below).
+struct ExpertRowsShape {
+  int rows, steps;
+};
+constexpr ExpertRowsShape kExpertRowsShapes[] = {{4, 2}, {2, 4}, {4, 3}, {4, 4}, {8, 2}, {8, 3}};
+
+// Launches per shape of kExpertRowsShapes, in its order (expert_rows_launches).
+std::atomic<int64_t> g_expert_rows_launches[std::size(kExpertRowsShapes)];
+
+template <int kGroup, int kRows, int kSteps>
+cudaError_t launch_expert_rows_shape(MatvecArgs& a, int64_t blocks, cudaStream_t stream) {
+  const unsigned y = static_cast<unsigned>(a.n_inputs < 65535 ? a.n_inputs : 65535);
+  const cudaError_t err =
+      launch_kernel(matvec_hfq4_rows_kernel<kGroup, kRows, kSteps, 4, false>, dim3(static_cast<unsigned>(blocks), y),
+                    4 * kWarp, 0, stream, a, vector_x_ok(a), false);
+  for (size_t i = 0; i < std::size(kExpertRowsShapes); ++i)
+    if (err == cudaSuccess && kExpertRowsShapes[i].rows == kRows && kExpertRowsShapes[i].steps == kSteps)
+      g_expert_rows_launches[i].fetch_add(1, std::memory_order_relaxed);
+  return err;
+}
+// Blocks of that kernel one SM holds (the occupancy API, once per shape).
+template <int kGroup, int kRows, int kSteps>
+int expert_rows_blocks_per_sm() {
+  static const int blocks = [] {
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, matvec_hfq4_rows_kernel<kGroup, kRows, kSteps, 4, false>,
+                                                      4 * kWarp, 0) != cudaSuccess)
+      n = 1;
+    return n < 1 ? 1 : n;
+  }();
+  return blocks;
+}
+template <int kGroup>
+int expert_rows_blocks_per_sm(ExpertRowsShape s) {
+  switch (s.rows * 10 + s.steps) {
+    case 42: return expert_rows_blocks_per_sm<kGroup, 4, 2>();
+    case 24: return expert_rows_blocks_per_sm<kGroup, 2, 4>();
+    case 43: return expert_rows_blocks_per_sm<kGroup, 4, 3>();
+    case 44: return expert_rows_blocks_per_sm<kGroup, 4, 4>();
+    case 82: return expert_rows_blocks_per_sm<kGroup, 8, 2>();
+    default: return expert_rows_blocks_per_sm<kGroup, 8, 3>();
+  }
+}
+
+// cudaErrorNotSupported for a shape not built here (the caller then makes the usual choice).
+template <int kGroup>
+cudaError_t launch_hfq4_expert_rows(MatvecArgs a, cudaStream_t stream) {
+  ExpertRowsShape shape{a.expert_rows, a.expert_steps};
+  if (a.expert_rows < 0) {
+    using L = Hfq4Lanes<kGroup>;
+    const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
+    const int64_t steps = (n_blocks + L::kBlocksPerStep - 1) / L::kBlocksPerStep;  // warp steps a row takes
+    const int64_t sms = current_device_traits().sm_count;
+    int64_t best_cost = 0;
+    for (const ExpertRowsShape s : kExpertRowsShapes) {
+      const int64_t per_block = 4 * static_cast<int64_t>(s.rows), blocks = (a.M + per_block - 1) / per_block * a.n_inputs;
+      const int64_t wave = sms * expert_rows_blocks_per_sm<kGroup>(s);
+      const int64_t cost = (blocks + wave - 1) / wave * ((steps + s.steps - 1) / s.steps);
+      if (best_cost == 0 || cost < best_cost) best_cost = cost, shape = s;
+    }
+  }
+  const int64_t blocks = number_row_blocks(a, 4 * static_cast<int64_t>(shape.rows));
+  if (blocks == 0) return cudaSuccess;
+  switch (shape.rows * 10 + shape.steps) {
+    case 42: return launch_expert_rows_shape<kGroup, 4, 2>(a, blocks, stream);
+    case 24: return launch_expert_rows_shape<kGroup, 2, 4>(a, blocks, stream);
+    case 43: return launch_expert_rows_shape<kGroup, 4, 3>(a, blocks, stream);
+    case 44: return launch_expert_rows_shape<kGroup, 4, 4>(a, blocks, stream);
+    case 82: return launch_expert_rows_shape<kGroup, 8, 2>(a, blocks, stream);
+    case 83: return launch_expert_rows_shape<kGroup, 8, 3>(a, blocks, stream);
+    default: return cudaErrorNotSupported;
+  }
+}
+
 std::atomic<int64_t> g_split_matvec_launches{0};  // split_matvec_launches
 
 // matvec_hfq4_rows_split_kernel: 4 rows per warp, 2 warp steps of loads in flight per lane (the
@@ -711,6 +791,10 @@ cudaError_t launch_hfq4(const MatvecArgs& a, cudaStream_t stream) {
       default: break;
     }
 #endif
+    if (a.expert_ids && !a.gated && a.expert_rows != 0) {
+      const cudaError_t err = launch_hfq4_expert_rows<kGroup>(a, stream);
+      if (err != cudaErrorNotSupported) return err;
+    }
     const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
     const int64_t sms = current_device_traits().sm_count;
     const bool plain = !a.expert_ids && !a.gated && a.n_segments == 0;
@@ -837,6 +921,13 @@ int64_t hfq4_pairs_sum_launches() { return g_pairs_sum_launches.load(std::memory
 
 int64_t async_matvec_launches() { return g_async_matvec_launches.load(std::memory_order_relaxed); }
 int64_t split_matvec_launches() { return g_split_matvec_launches.load(std::memory_order_relaxed); }
+int64_t expert_rows_launches(int rows, int steps) {
+  int64_t n = 0;
+  for (size_t i = 0; i < std::size(kExpertRowsShapes); ++i)
+    if ((rows == 0 && steps == 0) || (kExpertRowsShapes[i].rows == rows && kExpertRowsShapes[i].steps == steps))
+      n += g_expert_rows_launches[i].load(std::memory_order_relaxed);
+  return n;
+}
 
 bool async_matvec_available() { return sm90a_kernels_available(); }
 

@@ -94,6 +94,11 @@ struct MatvecArgs {
   // The integer matvec's warps also pull into L2 the codes of the group this many of their
   // iterations past the one they load into registers (BackendOptions::imma_l2_ahead); 0: none.
   int imma_l2_ahead = 0;
+  // Routed expert pairs on the HFQ4 register kernel (expert_ids, not gated): rows per warp and
+  // warp steps of loads in flight per lane (BackendOptions::expert_matvec_rows/_steps); 0: the
+  // launcher's choice, as for any one-input product. Other pairs are ignored. Same bits whatever
+  // the shape (a row's sum is its lanes' blocks in order, then warp_sum).
+  int expert_rows = 0, expert_steps = 0;
 };
 // With n_inputs >= kMmaMinInputs (and no expert ids) on a format the tensor-core GEMM takes, the
 // product runs there; otherwise on the matvec kernels.
@@ -125,6 +130,9 @@ int64_t async_matvec_launches();
 bool async_matvec_available();
 // Launches of the split-steps matvec in this process (MatvecArgs::split_rows), for tests.
 int64_t split_matvec_launches();
+// Launches of routed expert pairs at a shape of their own (MatvecArgs::expert_rows), that shape
+// (rows, steps), or 0, 0: every shape; for tests.
+int64_t expert_rows_launches(int rows, int steps);
 // The integer tensor-core matvec (matvec_imma.cu): the scratch it needs for rows of K weights in
 // groups of `group` (the input's int8 pieces and per-group factors), whether this GPU runs it
 // (sm_80 and later, CUDA), the launch (HFQ4 rows of one matrix or a group, one input;
