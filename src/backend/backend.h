@@ -548,6 +548,13 @@ struct BackendOptions {
     int rows = 0;
     int steps = 0;
   } expert_matvec;
+  // With expert_matvec not plain: each warp's loads as a ring of its steps, a step's registers
+  // refilled with the step `steps` past it as soon as its arithmetic is done, instead of a round
+  // of `steps` loads, their arithmetic, then the next round (the same bits). Why: at one wave the
+  // 26B-A4B's 8x3 gate_up still moved its 17.8 MB at ~1.2 TB/s (H200, ncu; thirty-eighth
+  // session), 16 % occupancy, each warp's arithmetic and its next round's wait back to back.
+  // `fireline bench --expert-matvec-ring on|off`.
+  bool expert_matvec_ring = false;
   // Decode's routed experts (moe_experts for 1-4 tokens on the per-pair path, HFQ4 G256/G128
   // stacks) in one launch (moe_decode.cu) instead of gate_up, the activation, down and the
   // combine: the down rows are pulled into L2 while the last gate_up rows are read, and three

@@ -78,6 +78,9 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "on: one sequence's decode attention (Gemma 4) with its q/k/v head norms, RoPE and KV-cache write in one launch "
      "(Q8_0 cache); off (default): a norm kernel before it and a write kernel beside it (identical results; for A/B "
      "timing)"},
+    {"--expert-matvec-ring", &BackendOptions::expert_matvec_ring, "expert_matvec_ring",
+     "on: with --expert-matvec not plain, each warp's weight loads as a ring (a step's registers refilled as soon as "
+     "it is multiplied); off (default): rounds of loads, then their arithmetic (identical results; for A/B timing)"},
     {"--experts-down-sum", &BackendOptions::experts_down_sum, "experts_down_sum",
      "on: decode's routed expert down products (HFQ4, top-k <= 8) summed per token in their own launch; off "
      "(default): per-pair outputs, then a combine launch (identical results; for A/B timing)"},

@@ -989,7 +989,8 @@ TEST_F(CudaOps, ExpertsDownSumMatchesTheCombine) {
 }
 
 // BackendOptions::expert_matvec: decode's routed expert pairs at each built shape of the rows
-// kernel (rows per warp x steps in flight), and the automatic choice, give the plain choice's
+// kernel (rows per warp x steps in flight), and the automatic choice, with and without the ring of
+// loads (expert_matvec_ring), give the plain choice's
 // bytes (a row's sum is its lanes' blocks in order, then the warp sum, whatever the shape): the
 // 26B-A4B's expert shape (gate_up rows of 11 G256 blocks, down rows of 5.5 G128 groups), the
 // 35B-A3B's, and a small one with part-used groups and a top 6; 1 and 3 tokens (the per-pair
@@ -1001,11 +1002,19 @@ TEST_F(CudaOps, ExpertMatvecShapesGiveThePlainBits) {
   plain_options.experts_down_sum = false;
   plain_options.expert_matvec = {0, 0};
   auto plain = make_backend("cuda", plain_options);
-  const std::pair<int, int> shapes[] = {{-1, 0}, {4, 2}, {2, 4}, {4, 3}, {4, 4}, {8, 2}, {8, 3}};
+  struct Asked {
+    int rows, steps;
+    bool ring;  // BackendOptions::expert_matvec_ring
+  };
+  std::vector<Asked> shapes;
+  for (bool ring : {false, true})
+    for (auto [rows, steps] : {std::pair{-1, 0}, {4, 2}, {2, 4}, {4, 3}, {4, 4}, {8, 2}, {8, 3}})
+      shapes.push_back({rows, steps, ring});
   std::vector<std::unique_ptr<Backend>> shaped;
-  for (auto [rows, steps] : shapes) {
+  for (const Asked& asked : shapes) {
     BackendOptions o = plain_options;
-    o.expert_matvec = {rows, steps};
+    o.expert_matvec = {asked.rows, asked.steps};
+    o.expert_matvec_ring = asked.ring;
     shaped.push_back(make_backend("cuda", o));
   }
   const int64_t E = 16;
@@ -1046,13 +1055,14 @@ TEST_F(CudaOps, ExpertMatvecShapesGiveThePlainBits) {
             expect_close(expected, dot_budget(std::max(H, I)), "expert matvec plain " + what);
           }
           for (size_t i = 0; i < shaped.size(); ++i) {
-            const auto [rows, steps] = shapes[i];
+            const auto [rows, steps, ring] = shapes[i];
             Twin out = twin_output(DType::f32, {T, H});
             const int64_t before = cuda_expert_rows_launches(rows < 0 ? 0 : rows, rows < 0 ? 0 : steps);
             shaped[i]->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, route_ids.gpu, route_w.gpu,
                                    Activation::gelu_tanh);
             shaped[i]->synchronize();
-            const std::string at = rows < 0 ? std::string("auto") : std::to_string(rows) + "x" + std::to_string(steps);
+            const std::string at = (rows < 0 ? std::string("auto") : std::to_string(rows) + "x" + std::to_string(steps)) +
+                                   (ring ? " ring" : "");
             EXPECT_EQ(cuda_expert_rows_launches(rows < 0 ? 0 : rows, rows < 0 ? 0 : steps), before + 2)
                 << what << " " << at << ": not two launches of that shape";
             EXPECT_EQ(gpu_bytes(out), gpu_bytes(expected)) << what << " " << at << ": not the plain choice's bytes";

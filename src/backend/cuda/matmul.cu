@@ -190,7 +190,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarp)
 // gated): a warp's kRows rows are kRows / 2 gate rows and the same up rows, and it stores
 // act(gate) * up for each: the products' loop is the plain one's, row by row, so the values are
 // those of the two products and gated_activation, one launch and one store fewer.
-template <int kGroup, int kRows, int kUnroll, int kWarps, bool kGated>
+//
+// kRing: the loads as a ring of kUnroll steps: a step's registers are refilled with the step
+// kUnroll past it as soon as its arithmetic is done, so a warp's next loads fly while it works on
+// the steps it holds (without it the warp issues kUnroll steps, multiplies them all, then waits a
+// whole round trip for the next kUnroll). The same steps in the same order: the same bits.
+template <int kGroup, int kRows, int kUnroll, int kWarps, bool kGated, bool kRing = false>
 __global__ void __launch_bounds__(kWarps* kWarp) matvec_hfq4_rows_kernel(MatvecArgs a, bool vector_x, bool prefetch) {
   using L = Hfq4Lanes<kGroup>;
   static_assert(!kGated || kRows % 2 == 0, "gated: pairs of gate and up rows");
@@ -229,30 +234,68 @@ __global__ void __launch_bounds__(kWarps* kWarp) matvec_hfq4_rows_kernel(MatvecA
     float acc[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
-    for (int64_t first = lane_block; first < n_blocks; first += L::kBlocksPerStep * kUnroll) {
+    if constexpr (kRing) {
       uint2 codes[kUnroll][kRows];
       float2 scale_min[kUnroll][kRows];
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const int64_t b = first + u * L::kBlocksPerStep;
+        const int64_t b = lane_block + u * L::kBlocksPerStep;
         if (b < n_blocks) {
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
-            const uint8_t* p = rows[r] + b * L::kBlockBytes;  // this lane's 8 code bytes, at 8 * sub
+            const uint8_t* p = rows[r] + b * L::kBlockBytes;
             codes[u][r] = *reinterpret_cast<const uint2*>(p + 8);
             scale_min[u][r] = *reinterpret_cast<const float2*>(p - 8 * sub);
           }
         }
       }
+      for (int64_t first = lane_block; first < n_blocks; first += L::kBlocksPerStep * kUnroll) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t b = first + u * L::kBlocksPerStep;
-        if (b >= n_blocks) break;
-        float xv[16];
-        const float x_sum = load_x16(x, b * kGroup + 16 * sub, a.K, vector_x, xv);
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t b = first + u * L::kBlocksPerStep;
+          if (b >= n_blocks) break;
+          float xv[16];
+          const float x_sum = load_x16(x, b * kGroup + 16 * sub, a.K, vector_x, xv);
 #pragma unroll
-        for (int r = 0; r < kRows; ++r)
-          acc[r] += hfq4_lane_dot(codes[u][r], scale_min[u][r].x, scale_min[u][r].y, xv, x_sum);
+          for (int r = 0; r < kRows; ++r)
+            acc[r] += hfq4_lane_dot(codes[u][r], scale_min[u][r].x, scale_min[u][r].y, xv, x_sum);
+          const int64_t next = b + L::kBlocksPerStep * kUnroll;  // this slot's next step
+          if (next < n_blocks) {
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+              const uint8_t* p = rows[r] + next * L::kBlockBytes;
+              codes[u][r] = *reinterpret_cast<const uint2*>(p + 8);
+              scale_min[u][r] = *reinterpret_cast<const float2*>(p - 8 * sub);
+            }
+          }
+        }
+      }
+    } else {
+      for (int64_t first = lane_block; first < n_blocks; first += L::kBlocksPerStep * kUnroll) {
+        uint2 codes[kUnroll][kRows];
+        float2 scale_min[kUnroll][kRows];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t b = first + u * L::kBlocksPerStep;
+          if (b < n_blocks) {
+#pragma unroll
+            for (int r = 0; r < kRows; ++r) {
+              const uint8_t* p = rows[r] + b * L::kBlockBytes;  // this lane's 8 code bytes, at 8 * sub
+              codes[u][r] = *reinterpret_cast<const uint2*>(p + 8);
+              scale_min[u][r] = *reinterpret_cast<const float2*>(p - 8 * sub);
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int64_t b = first + u * L::kBlocksPerStep;
+          if (b >= n_blocks) break;
+          float xv[16];
+          const float x_sum = load_x16(x, b * kGroup + 16 * sub, a.K, vector_x, xv);
+#pragma unroll
+          for (int r = 0; r < kRows; ++r)
+            acc[r] += hfq4_lane_dot(codes[u][r], scale_min[u][r].x, scale_min[u][r].y, xv, x_sum);
+        }
       }
     }
 #pragma unroll
@@ -637,9 +680,12 @@ std::atomic<int64_t> g_expert_rows_launches[std::size(kExpertRowsShapes)];
 template <int kGroup, int kRows, int kSteps>
 cudaError_t launch_expert_rows_shape(MatvecArgs& a, int64_t blocks, cudaStream_t stream) {
   const unsigned y = static_cast<unsigned>(a.n_inputs < 65535 ? a.n_inputs : 65535);
+  const dim3 grid(static_cast<unsigned>(blocks), y);
   const cudaError_t err =
-      launch_kernel(matvec_hfq4_rows_kernel<kGroup, kRows, kSteps, 4, false>, dim3(static_cast<unsigned>(blocks), y),
-                    4 * kWarp, 0, stream, a, vector_x_ok(a), false);
+      a.expert_ring ? launch_kernel(matvec_hfq4_rows_kernel<kGroup, kRows, kSteps, 4, false, true>, grid, 4 * kWarp, 0,
+                                    stream, a, vector_x_ok(a), false)
+                    : launch_kernel(matvec_hfq4_rows_kernel<kGroup, kRows, kSteps, 4, false>, grid, 4 * kWarp, 0,
+                                    stream, a, vector_x_ok(a), false);
   for (size_t i = 0; i < std::size(kExpertRowsShapes); ++i)
     if (err == cudaSuccess && kExpertRowsShapes[i].rows == kRows && kExpertRowsShapes[i].steps == kSteps)
       g_expert_rows_launches[i].fetch_add(1, std::memory_order_relaxed);

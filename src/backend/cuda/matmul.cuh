@@ -99,6 +99,9 @@ struct MatvecArgs {
   // launcher's choice, as for any one-input product. Other pairs are ignored. Same bits whatever
   // the shape (a row's sum is its lanes' blocks in order, then warp_sum).
   int expert_rows = 0, expert_steps = 0;
+  // With a shape of their own (expert_rows != 0): the rows kernel's loads as a ring
+  // (BackendOptions::expert_matvec_ring; the same bits).
+  bool expert_ring = false;
 };
 // With n_inputs >= kMmaMinInputs (and no expert ids) on a format the tensor-core GEMM takes, the
 // product runs there; otherwise on the matvec kernels.
