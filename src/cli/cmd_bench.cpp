@@ -110,7 +110,7 @@ struct BenchOptions {
   int imma_l2_ahead = 0;  // --imma-l2-ahead (BackendOptions::imma_l2_ahead)
   int64_t imma_min_bytes = 0;  // --imma-min-bytes (BackendOptions::imma_min_bytes)
   int fused_experts_blocks = 2;  // --fused-experts-blocks (BackendOptions::fused_experts_blocks)
-  std::string expert_matvec;  // --expert-matvec (BackendOptions::expert_matvec); empty: the default
+  std::string expert_matvec;     // --expert-matvec (BackendOptions::expert_matvec); empty: the default
 };
 
 // Per-op device time of `steps` units (decode tokens, or one prefill), as table rows and JSON.
@@ -371,8 +371,8 @@ void run_bench(const BenchOptions& opt) {
     j["imma_l2_ahead"] = backend->device() != Device::cpu ? backend_options.imma_l2_ahead : 0;
     j["imma_min_bytes"] = backend->device() != Device::cpu ? backend_options.imma_min_bytes : 0;
     j["fused_experts_blocks"] = backend->device() != Device::cpu ? backend_options.fused_experts_blocks : 0;
-    j["expert_matvec"] =
-        backend->device() != Device::cpu ? expert_matvec_shape_name(backend_options.expert_matvec) : std::string("plain");
+    j["expert_matvec"] = backend->device() != Device::cpu ? expert_matvec_shape_name(backend_options.expert_matvec)
+                                                          : std::string("plain");
     if (opt.batch > 1) j["batch"] = {{"sequences", opt.batch}, {"decode_tok_s_total", decode_batch}};
     if (opt.profile) {
       j["profile"] = {{"prefill", prefill_profile.json}, {"decode_per_token", decode_profile.json}};
@@ -469,10 +469,12 @@ void add_bench_command(CLI::App& app) {
          "with --fused-experts on: the one launch's blocks per SM, 1 or 2 (default; 2 hold more weight loads in "
          "flight, 1 leaves room for the side line's kernels)")
       ->check(CLI::Range(1, 2));
-  cmd->add_option("--expert-matvec", opt->expert_matvec,
-                  "decode's routed expert pairs on the f32 rows kernel (HFQ4): plain (default: the plain products' "
-                  "rows per warp and steps in flight), auto (the shape with the fewest waves x rounds of loads), or "
-                  "RxS, one of 4x2, 2x4, 4x3, 4x4, 8x2, 8x3 (identical results; for A/B timing)")
+  cmd->add_option(
+         "--expert-matvec", opt->expert_matvec,
+         "decode's routed expert pairs on the f32 rows kernel (HFQ4): auto (default: where the plain "
+         "products' shape waits 3+ rounds of loads x waves, the built shape with the fewest), plain (the plain "
+         "products' rows per warp and steps in flight), or RxS, one of 4x2, 2x4, 4x3, 4x4, 8x2, 8x3 "
+         "(identical results; for A/B timing)")
       ->check(CLI::IsMember({"plain", "auto", "4x2", "2x4", "4x3", "4x4", "8x2", "8x3"}));
   cmd->add_option("--profiler-region", opt->profiler_region,
                   "batch: turn the GPU runtime's profiler on for the last run's batched steps only, for a profiler "

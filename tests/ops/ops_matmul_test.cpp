@@ -7,10 +7,12 @@
 #include <functional>
 #include <limits>
 #include <random>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
 #include "model/model.h"
+#include "backend/cuda/expert_rows_plan.h"
 #include "backend/cuda/norm_pieces.h"
 #include "ops_harness.h"
 
@@ -930,6 +932,19 @@ TEST_F(CudaOps, FusedExpertsMatchTheFourKernels) {
     }
 }
 
+// --ep's routing in the experts tests: the pairs outside experts [E/4, 3E/4) dropped (id -1, as
+// moe_keep_experts maps them) and given a NaN weight, so that adding or running one would show;
+// both twins' device copies updated.
+static void drop_pairs_as_ep(Backend& cpu, Backend& gpu, Twin& route_ids, Twin& route_w, int64_t E) {
+  cpu.moe_keep_experts(route_ids.cpu, route_w.cpu, E / 4, E / 2);
+  float* kept_w = static_cast<float*>(route_w.host.data());
+  const int32_t* kept_ids = static_cast<const int32_t*>(route_ids.host.data());
+  for (int64_t i = 0; i < route_ids.cpu.numel(); ++i)
+    if (kept_ids[i] < 0) kept_w[i] = std::numeric_limits<float>::quiet_NaN();
+  gpu.copy_to_device(route_ids.gpu, route_ids.host.data());
+  gpu.copy_to_device(route_w.gpu, route_w.host.data());
+}
+
 // BackendOptions::experts_down_sum (on by default): on the per-pair path the down products and
 // the combine are one launch that writes out [T, H] itself. The same bytes as per-pair outputs and
 // the combine (the option off), and close to the CPU oracle; also with --ep's -1 ids (those pairs
@@ -960,15 +975,7 @@ TEST_F(CudaOps, ExpertsDownSumMatchesTheCombine) {
         for (bool ep : {false, true}) {
           Twin route_ids = twin_bytes(DType::i32, {T, K}, ids.host.data());
           Twin route_w = twin_bytes(DType::f32, {T, K}, w.host.data());
-          if (ep) {  // the pairs --ep leaves out (id -1) get a NaN weight: adding them would show
-            cpu_->moe_keep_experts(route_ids.cpu, route_w.cpu, E / 4, E / 2);
-            float* kept_w = static_cast<float*>(route_w.host.data());
-            const int32_t* kept_ids = static_cast<const int32_t*>(route_ids.host.data());
-            for (int64_t i = 0; i < T * K; ++i)
-              if (kept_ids[i] < 0) kept_w[i] = std::numeric_limits<float>::quiet_NaN();
-            gpu_->copy_to_device(route_ids.gpu, route_ids.host.data());
-            gpu_->copy_to_device(route_w.gpu, route_w.host.data());
-          }
+          if (ep) drop_pairs_as_ep(*cpu_, *gpu_, route_ids, route_w, E);
           Twin out = twin_output(DType::f32, {T, H}), out_apart = twin_output(DType::f32, {T, H});
           const int64_t launches = cuda_experts_down_sum_launches();
           summed->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, route_ids.gpu, route_w.gpu, Activation::gelu_tanh);
@@ -986,6 +993,59 @@ TEST_F(CudaOps, ExpertsDownSumMatchesTheCombine) {
         }
       }
     }
+}
+
+// The expert pairs' shape plan (expert_rows_plan.h) on 132 SMs with the resident blocks ptxas's
+// registers give on sm_90a (96 -> 5 blocks of 128 threads, 127-128 -> 4, 167 -> 3, 64 -> 8): the
+// 26B-A4B's gate_up (plain 4x2: 2 waves x 3 rounds) moves to 8x3 (1 x 2) and its down (4x2: 3
+// waves x 1 round) to 8x2 (2 x 1; 8x3 ties and comes later); the Qwen3.5-35B-A3B's (cost 2 each)
+// stay plain, as do shapes without pairs or with a group the rows kernel lacks. Host code: runs
+// without a GPU.
+TEST(ExpertRowsPlan, AutoMovesOnlyTheLaunchesThatWaitThreeRounds) {
+  using cuda::ExpertRowsShape;
+  const auto blocks_per_sm = [](ExpertRowsShape s) {
+    if (s == ExpertRowsShape{8, 3}) return 3;
+    if (s == ExpertRowsShape{1, 4}) return 8;
+    if (s == ExpertRowsShape{4, 2} || s == ExpertRowsShape{2, 4}) return 5;
+    return 4;
+  };
+  const int sms = 132;
+  struct Case {
+    const char* what;
+    int64_t M, K;
+    int group;
+    int64_t pairs;
+    ExpertRowsShape plain;
+    int64_t plain_cost;
+    ExpertRowsShape chosen;
+  };
+  const Case cases[] = {
+      {"26B-A4B gate_up", 1408, 2816, 256, 8, {4, 2}, 6, {8, 3}},
+      {"26B-A4B down", 2816, 704, 128, 8, {4, 2}, 3, {8, 2}},
+      {"35B-A3B gate_up", 1024, 2048, 256, 8, {4, 2}, 2, {}},
+      {"35B-A3B down", 2048, 512, 256, 8, {4, 2}, 2, {}},
+      {"small: one pair of 64 rows", 64, 256, 256, 1, {1, 4}, 1, {}},
+  };
+  for (const Case& c : cases) {
+    const ExpertRowsShape plain = cuda::plain_expert_rows_shape(c.M, c.K, c.group, c.pairs, sms);
+    EXPECT_EQ(plain.rows, c.plain.rows) << c.what;
+    EXPECT_EQ(plain.steps, c.plain.steps) << c.what;
+    EXPECT_EQ(cuda::expert_rows_cost(plain, c.M, c.K, c.group, c.pairs, sms, blocks_per_sm(plain)), c.plain_cost)
+        << c.what;
+    const ExpertRowsShape chosen = cuda::auto_expert_rows_shape(c.M, c.K, c.group, c.pairs, sms, blocks_per_sm);
+    EXPECT_EQ(chosen.rows, c.chosen.rows) << c.what;
+    EXPECT_EQ(chosen.steps, c.chosen.steps) << c.what;
+  }
+  // the 26B-A4B gate_up's 8x3: one wave (352 blocks, 396 resident) of 2 rounds (6 steps over 3)
+  EXPECT_EQ(cuda::expert_rows_cost({8, 3}, 1408, 2816, 256, 8, sms, 3), 2);
+  // nothing to plan: no rows, no pairs, no SMs, a group the kernel does not have
+  for (auto [M, K, group, pairs, sm] : {std::tuple{0, 2816, 256, 8, 132},
+                                        {1408, 2816, 256, 0, 132},
+                                        {1408, 2816, 256, 8, 0},
+                                        {1408, 2816, 64, 8, 132}}) {
+    const ExpertRowsShape s = cuda::auto_expert_rows_shape(M, K, group, pairs, sm, blocks_per_sm);
+    EXPECT_EQ(s.rows, 0) << M << " " << K << " " << group << " " << pairs << " " << sm;
+  }
 }
 
 // BackendOptions::expert_matvec: decode's routed expert pairs at each built shape of the rows
@@ -1035,15 +1095,7 @@ TEST_F(CudaOps, ExpertMatvecShapesGiveThePlainBits) {
                                    " T=" + std::to_string(T) + (ep ? " --ep" : "");
           Twin route_ids = twin_bytes(DType::i32, {T, K}, ids.host.data());
           Twin route_w = twin_bytes(DType::f32, {T, K}, w.host.data());
-          if (ep) {  // the pairs --ep leaves out (id -1) get a NaN weight: running them would show
-            cpu_->moe_keep_experts(route_ids.cpu, route_w.cpu, E / 4, E / 2);
-            float* kept_w = static_cast<float*>(route_w.host.data());
-            const int32_t* kept_ids = static_cast<const int32_t*>(route_ids.host.data());
-            for (int64_t i = 0; i < T * K; ++i)
-              if (kept_ids[i] < 0) kept_w[i] = std::numeric_limits<float>::quiet_NaN();
-            gpu_->copy_to_device(route_ids.gpu, route_ids.host.data());
-            gpu_->copy_to_device(route_w.gpu, route_w.host.data());
-          }
+          if (ep) drop_pairs_as_ep(*cpu_, *gpu_, route_ids, route_w, E);
           Twin expected = twin_output(DType::f32, {T, H});
           const int64_t before_plain = cuda_expert_rows_launches(0, 0);
           plain->moe_experts(expected.gpu, x.gpu, gate_up.gpu, down.gpu, route_ids.gpu, route_w.gpu,
@@ -1054,17 +1106,46 @@ TEST_F(CudaOps, ExpertMatvecShapesGiveThePlainBits) {
             cpu_->moe_experts(expected.cpu, x.cpu, gate_up.cpu, down.cpu, ids.cpu, w.cpu, Activation::gelu_tanh);
             expect_close(expected, dot_budget(std::max(H, I)), "expert matvec plain " + what);
           }
+          // auto: the plan's choice for gate_up ([2I, H] per pair) and down ([H, I]), on this GPU
+          const auto auto_shape = [&](int64_t M, int64_t cols, DType type) {
+            const int group = type == DType::hfq4_g256 ? 256 : 128;
+            return cuda::auto_expert_rows_shape(
+                M, cols, group, T * K, cuda_sm_count(*plain),
+                [&](cuda::ExpertRowsShape s) { return cuda_expert_rows_blocks_per_sm(s.rows, s.steps, group); });
+          };
+          const cuda::ExpertRowsShape auto_up = auto_shape(2 * I, H, up_type), auto_down = auto_shape(H, I, down_type);
           for (size_t i = 0; i < shaped.size(); ++i) {
             const auto [rows, steps, ring] = shapes[i];
             Twin out = twin_output(DType::f32, {T, H});
-            const int64_t before = cuda_expert_rows_launches(rows < 0 ? 0 : rows, rows < 0 ? 0 : steps);
+            // launches of each shape this call should make: the asked one twice, or auto's picks
+            std::vector<std::pair<cuda::ExpertRowsShape, int64_t>> expected_launches;
+            for (cuda::ExpertRowsShape s :
+                 rows < 0 ? std::vector{auto_up, auto_down} : std::vector{cuda::ExpertRowsShape{rows, steps}}) {
+              if (s.rows == 0) continue;  // (auto kept the plain shape)
+              auto at = std::find_if(expected_launches.begin(), expected_launches.end(),
+                                     [&](const auto& e) { return e.first == s; });
+              if (at == expected_launches.end())
+                expected_launches.push_back({s, rows < 0 ? 1 : 2});
+              else
+                ++at->second;
+            }
+            std::vector<int64_t> before;
+            for (const auto& [s, n] : expected_launches) before.push_back(cuda_expert_rows_launches(s.rows, s.steps));
+            const int64_t before_any = cuda_expert_rows_launches(0, 0);
             shaped[i]->moe_experts(out.gpu, x.gpu, gate_up.gpu, down.gpu, route_ids.gpu, route_w.gpu,
                                    Activation::gelu_tanh);
             shaped[i]->synchronize();
-            const std::string at = (rows < 0 ? std::string("auto") : std::to_string(rows) + "x" + std::to_string(steps)) +
-                                   (ring ? " ring" : "");
-            EXPECT_EQ(cuda_expert_rows_launches(rows < 0 ? 0 : rows, rows < 0 ? 0 : steps), before + 2)
-                << what << " " << at << ": not two launches of that shape";
+            const std::string at =
+                (rows < 0 ? std::string("auto") : std::to_string(rows) + "x" + std::to_string(steps)) +
+                (ring ? " ring" : "");
+            int64_t expected_any = 0;
+            for (size_t e = 0; e < expected_launches.size(); ++e) {
+              const auto& [s, n] = expected_launches[e];
+              expected_any += n;
+              EXPECT_EQ(cuda_expert_rows_launches(s.rows, s.steps), before[e] + n)
+                  << what << " " << at << ": launches at " << s.rows << "x" << s.steps;
+            }
+            EXPECT_EQ(cuda_expert_rows_launches(0, 0), before_any + expected_any) << what << " " << at;
             EXPECT_EQ(gpu_bytes(out), gpu_bytes(expected)) << what << " " << at << ": not the plain choice's bytes";
           }
         }

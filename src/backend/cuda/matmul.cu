@@ -234,67 +234,49 @@ __global__ void __launch_bounds__(kWarps* kWarp) matvec_hfq4_rows_kernel(MatvecA
     float acc[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
-    if constexpr (kRing) {
-      uint2 codes[kUnroll][kRows];
-      float2 scale_min[kUnroll][kRows];
+    // step block b's loads into slot u: this lane's 8 code bytes (at 8 * sub) and the block's
+    // (scale, min), every row; then its arithmetic
+    uint2 codes[kUnroll][kRows];
+    float2 scale_min[kUnroll][kRows];
+    const auto load_step = [&](int u, int64_t b) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int64_t b = lane_block + u * L::kBlocksPerStep;
-        if (b < n_blocks) {
-#pragma unroll
-          for (int r = 0; r < kRows; ++r) {
-            const uint8_t* p = rows[r] + b * L::kBlockBytes;
-            codes[u][r] = *reinterpret_cast<const uint2*>(p + 8);
-            scale_min[u][r] = *reinterpret_cast<const float2*>(p - 8 * sub);
-          }
-        }
+      for (int r = 0; r < kRows; ++r) {
+        const uint8_t* p = rows[r] + b * L::kBlockBytes;
+        codes[u][r] = *reinterpret_cast<const uint2*>(p + 8);
+        scale_min[u][r] = *reinterpret_cast<const float2*>(p - 8 * sub);
       }
+    };
+    const auto multiply_step = [&](int u, int64_t b) {
+      float xv[16];
+      const float x_sum = load_x16(x, b * kGroup + 16 * sub, a.K, vector_x, xv);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r)
+        acc[r] += hfq4_lane_dot(codes[u][r], scale_min[u][r].x, scale_min[u][r].y, xv, x_sum);
+    };
+    if constexpr (kRing) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        if (lane_block + u * L::kBlocksPerStep < n_blocks) load_step(u, lane_block + u * L::kBlocksPerStep);
       for (int64_t first = lane_block; first < n_blocks; first += L::kBlocksPerStep * kUnroll) {
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int64_t b = first + u * L::kBlocksPerStep;
           if (b >= n_blocks) break;
-          float xv[16];
-          const float x_sum = load_x16(x, b * kGroup + 16 * sub, a.K, vector_x, xv);
-#pragma unroll
-          for (int r = 0; r < kRows; ++r)
-            acc[r] += hfq4_lane_dot(codes[u][r], scale_min[u][r].x, scale_min[u][r].y, xv, x_sum);
+          multiply_step(u, b);
           const int64_t next = b + L::kBlocksPerStep * kUnroll;  // this slot's next step
-          if (next < n_blocks) {
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) {
-              const uint8_t* p = rows[r] + next * L::kBlockBytes;
-              codes[u][r] = *reinterpret_cast<const uint2*>(p + 8);
-              scale_min[u][r] = *reinterpret_cast<const float2*>(p - 8 * sub);
-            }
-          }
+          if (next < n_blocks) load_step(u, next);
         }
       }
     } else {
       for (int64_t first = lane_block; first < n_blocks; first += L::kBlocksPerStep * kUnroll) {
-        uint2 codes[kUnroll][kRows];
-        float2 scale_min[kUnroll][kRows];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int64_t b = first + u * L::kBlocksPerStep;
-          if (b < n_blocks) {
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) {
-              const uint8_t* p = rows[r] + b * L::kBlockBytes;  // this lane's 8 code bytes, at 8 * sub
-              codes[u][r] = *reinterpret_cast<const uint2*>(p + 8);
-              scale_min[u][r] = *reinterpret_cast<const float2*>(p - 8 * sub);
-            }
-          }
-        }
+        for (int u = 0; u < kUnroll; ++u)
+          if (first + u * L::kBlocksPerStep < n_blocks) load_step(u, first + u * L::kBlocksPerStep);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int64_t b = first + u * L::kBlocksPerStep;
           if (b >= n_blocks) break;
-          float xv[16];
-          const float x_sum = load_x16(x, b * kGroup + 16 * sub, a.K, vector_x, xv);
-#pragma unroll
-          for (int r = 0; r < kRows; ++r)
-            acc[r] += hfq4_lane_dot(codes[u][r], scale_min[u][r].x, scale_min[u][r].y, xv, x_sum);
+          multiply_step(u, b);
         }
       }
     }
@@ -663,16 +645,10 @@ cudaError_t launch_hfq4_rows(MatvecArgs a, cudaStream_t stream) {
 }
 
 // Routed expert pairs on the rows kernel at a shape of their own (MatvecArgs::expert_rows /
-// expert_steps; 4-warp blocks). Why: the 26B-A4B's gate_up pairs (8 x 1408 rows of 11 G256
-// blocks, 6 warp steps) ran at the plain products' 4 rows and 2 steps: 2816 warps, ~1.07 waves at
-// 5 blocks per SM, each warp waiting out 3 rounds of DRAM latency (14.3 us a layer in the H100's
-// replayed step for 17.8 MB). A product this short is bound by how many round trips its slowest
-// warps wait, so the automatic choice (-1) takes the shape with the fewest waves x rounds
-// (ties: fewer registers, i.e. the earlier entry below).
-struct ExpertRowsShape {
-  int rows, steps;
-};
-constexpr ExpertRowsShape kExpertRowsShapes[] = {{4, 2}, {2, 4}, {4, 3}, {4, 4}, {8, 2}, {8, 3}};
+// expert_steps; 4-warp blocks; the choice: expert_rows_plan.h). Why: the 26B-A4B's gate_up pairs
+// (8 x 1408 rows of 11 G256 blocks, 6 warp steps) ran at the plain products' 4 rows and 2 steps:
+// 2816 warps, ~1.07 waves at 5 blocks per SM, each warp waiting out 3 rounds of DRAM latency
+// (14.3 us a layer in the H100's replayed step for 17.8 MB).
 
 // Launches per shape of kExpertRowsShapes, in its order (expert_rows_launches).
 std::atomic<int64_t> g_expert_rows_launches[std::size(kExpertRowsShapes)];
@@ -687,7 +663,7 @@ cudaError_t launch_expert_rows_shape(MatvecArgs& a, int64_t blocks, cudaStream_t
                     : launch_kernel(matvec_hfq4_rows_kernel<kGroup, kRows, kSteps, 4, false>, grid, 4 * kWarp, 0,
                                     stream, a, vector_x_ok(a), false);
   for (size_t i = 0; i < std::size(kExpertRowsShapes); ++i)
-    if (err == cudaSuccess && kExpertRowsShapes[i].rows == kRows && kExpertRowsShapes[i].steps == kSteps)
+    if (err == cudaSuccess && kExpertRowsShapes[i] == ExpertRowsShape{kRows, kSteps})
       g_expert_rows_launches[i].fetch_add(1, std::memory_order_relaxed);
   return err;
 }
@@ -706,41 +682,32 @@ int expert_rows_blocks_per_sm() {
 template <int kGroup>
 int expert_rows_blocks_per_sm(ExpertRowsShape s) {
   switch (s.rows * 10 + s.steps) {
-    case 42: return expert_rows_blocks_per_sm<kGroup, 4, 2>();
+    case 14: return expert_rows_blocks_per_sm<kGroup, 1, 4>();
     case 24: return expert_rows_blocks_per_sm<kGroup, 2, 4>();
+    case 42: return expert_rows_blocks_per_sm<kGroup, 4, 2>();
     case 43: return expert_rows_blocks_per_sm<kGroup, 4, 3>();
     case 44: return expert_rows_blocks_per_sm<kGroup, 4, 4>();
     case 82: return expert_rows_blocks_per_sm<kGroup, 8, 2>();
-    default: return expert_rows_blocks_per_sm<kGroup, 8, 3>();
+    case 83: return expert_rows_blocks_per_sm<kGroup, 8, 3>();
+    default: return 1;
   }
 }
 
-// cudaErrorNotSupported for a shape not built here (the caller then makes the usual choice).
+// cudaErrorNotSupported where the plain choice stays (auto's choice, or a shape not built here).
 template <int kGroup>
 cudaError_t launch_hfq4_expert_rows(MatvecArgs a, cudaStream_t stream) {
   ExpertRowsShape shape{a.expert_rows, a.expert_steps};
-  if (a.expert_rows < 0) {
-    using L = Hfq4Lanes<kGroup>;
-    const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
-    const int64_t steps = (n_blocks + L::kBlocksPerStep - 1) / L::kBlocksPerStep;  // warp steps a row takes
-    const int64_t sms = current_device_traits().sm_count;
-    int64_t best_cost = 0;
-    for (const ExpertRowsShape s : kExpertRowsShapes) {
-      const int64_t per_block = 4 * static_cast<int64_t>(s.rows), blocks = (a.M + per_block - 1) / per_block * a.n_inputs;
-      const int64_t wave = sms * expert_rows_blocks_per_sm<kGroup>(s);
-      const int64_t cost = (blocks + wave - 1) / wave * ((steps + s.steps - 1) / s.steps);
-      if (best_cost == 0 || cost < best_cost) best_cost = cost, shape = s;
-    }
-  }
+  if (a.expert_rows < 0)
+    shape = auto_expert_rows_shape(a.M, a.K, kGroup, a.n_inputs, current_device_traits().sm_count,
+                                   [](ExpertRowsShape s) { return expert_rows_blocks_per_sm<kGroup>(s); });
   const int64_t blocks = number_row_blocks(a, 4 * static_cast<int64_t>(shape.rows));
-  if (blocks == 0) return cudaSuccess;
   switch (shape.rows * 10 + shape.steps) {
-    case 42: return launch_expert_rows_shape<kGroup, 4, 2>(a, blocks, stream);
-    case 24: return launch_expert_rows_shape<kGroup, 2, 4>(a, blocks, stream);
-    case 43: return launch_expert_rows_shape<kGroup, 4, 3>(a, blocks, stream);
-    case 44: return launch_expert_rows_shape<kGroup, 4, 4>(a, blocks, stream);
-    case 82: return launch_expert_rows_shape<kGroup, 8, 2>(a, blocks, stream);
-    case 83: return launch_expert_rows_shape<kGroup, 8, 3>(a, blocks, stream);
+    case 42: return blocks ? launch_expert_rows_shape<kGroup, 4, 2>(a, blocks, stream) : cudaSuccess;
+    case 24: return blocks ? launch_expert_rows_shape<kGroup, 2, 4>(a, blocks, stream) : cudaSuccess;
+    case 43: return blocks ? launch_expert_rows_shape<kGroup, 4, 3>(a, blocks, stream) : cudaSuccess;
+    case 44: return blocks ? launch_expert_rows_shape<kGroup, 4, 4>(a, blocks, stream) : cudaSuccess;
+    case 82: return blocks ? launch_expert_rows_shape<kGroup, 8, 2>(a, blocks, stream) : cudaSuccess;
+    case 83: return blocks ? launch_expert_rows_shape<kGroup, 8, 3>(a, blocks, stream) : cudaSuccess;
     default: return cudaErrorNotSupported;
   }
 }
@@ -967,10 +934,49 @@ int64_t hfq4_pairs_sum_launches() { return g_pairs_sum_launches.load(std::memory
 
 int64_t async_matvec_launches() { return g_async_matvec_launches.load(std::memory_order_relaxed); }
 int64_t split_matvec_launches() { return g_split_matvec_launches.load(std::memory_order_relaxed); }
+ExpertRowsShape plain_expert_rows_shape(int64_t M, int64_t K, int group, int64_t n_pairs, int sm_count) {
+  // launch_hfq4's rule for one-input rows (expert pairs: no gate, no segments, no split kernel)
+  const int64_t warps_at_4 = (M + 3) / 4 * n_pairs, n_blocks = (K + group - 1) / group;
+  if (warps_at_4 >= 1024) return warps_at_4 <= 12 * static_cast<int64_t>(sm_count) && n_blocks >= 32 ? ExpertRowsShape{4, 4} : ExpertRowsShape{4, 2};
+  return (M + 1) / 2 * n_pairs >= 512 ? ExpertRowsShape{2, 4} : ExpertRowsShape{1, 4};
+}
+
+int64_t expert_rows_cost(ExpertRowsShape shape, int64_t M, int64_t K, int group, int64_t n_pairs, int sm_count,
+                         int blocks_per_sm) {
+  const int64_t per_block = 4 * static_cast<int64_t>(shape.rows), blocks = (M + per_block - 1) / per_block * n_pairs;
+  const int64_t wave = static_cast<int64_t>(sm_count) * (blocks_per_sm < 1 ? 1 : blocks_per_sm);
+  const int64_t blocks_per_step = 512 / group;  // (Hfq4Lanes: 16 weights a lane)
+  const int64_t steps = ((K + group - 1) / group + blocks_per_step - 1) / blocks_per_step;
+  return (blocks + wave - 1) / wave * ((steps + shape.steps - 1) / shape.steps);
+}
+
+ExpertRowsShape auto_expert_rows_shape(int64_t M, int64_t K, int group, int64_t n_pairs, int sm_count,
+                                       const std::function<int(ExpertRowsShape)>& blocks_per_sm) {
+  if (M <= 0 || K <= 0 || n_pairs <= 0 || sm_count <= 0 || (group != 128 && group != 256)) return {};
+  const ExpertRowsShape plain = plain_expert_rows_shape(M, K, group, n_pairs, sm_count);
+  if (expert_rows_cost(plain, M, K, group, n_pairs, sm_count, blocks_per_sm(plain)) < 3) return {};
+  ExpertRowsShape best;
+  int64_t best_cost = 0;
+  for (const ExpertRowsShape s : kExpertRowsShapes) {
+    const int64_t cost = expert_rows_cost(s, M, K, group, n_pairs, sm_count, blocks_per_sm(s));
+    if (best_cost == 0 || cost < best_cost) best_cost = cost, best = s;
+  }
+  return best;
+}
+
+int expert_rows_blocks_per_sm(ExpertRowsShape shape, int group) {
+#if defined(FIRELINE_GPU_HIP)
+  (void)shape, (void)group;
+  return 1;
+#else
+  return group == 128 ? expert_rows_blocks_per_sm<128>(shape) : expert_rows_blocks_per_sm<256>(shape);
+#endif
+}
+
 int64_t expert_rows_launches(int rows, int steps) {
   int64_t n = 0;
   for (size_t i = 0; i < std::size(kExpertRowsShapes); ++i)
-    if ((rows == 0 && steps == 0) || (kExpertRowsShapes[i].rows == rows && kExpertRowsShapes[i].steps == steps))
+    if ((rows == 0 && steps == 0) || kExpertRowsShapes[i] == ExpertRowsShape{rows, steps})
       n += g_expert_rows_launches[i].load(std::memory_order_relaxed);
   return n;
 }

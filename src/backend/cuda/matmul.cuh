@@ -5,6 +5,7 @@
 // headers: nvcc compiles this file.
 #include <cstdint>
 
+#include "backend/cuda/expert_rows_plan.h"
 #include "backend/cuda/gpu_runtime.h"
 #include "backend/cuda/kernel_types.cuh"
 #include "core/dtype.h"
@@ -136,6 +137,8 @@ int64_t split_matvec_launches();
 // Launches of routed expert pairs at a shape of their own (MatvecArgs::expert_rows), that shape
 // (rows, steps), or 0, 0: every shape; for tests.
 int64_t expert_rows_launches(int rows, int steps);
+// 4-warp blocks of the rows kernel at that shape one SM of the current GPU holds (1 in HIP builds).
+int expert_rows_blocks_per_sm(ExpertRowsShape shape, int group);
 // The integer tensor-core matvec (matvec_imma.cu): the scratch it needs for rows of K weights in
 // groups of `group` (the input's int8 pieces and per-group factors), whether this GPU runs it
 // (sm_80 and later, CUDA), the launch (HFQ4 rows of one matrix or a group, one input;
