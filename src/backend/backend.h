@@ -541,16 +541,19 @@ struct BackendOptions {
   // Decode's routed expert pairs on the f32 rows kernels (HFQ4, not gated): rows per warp and
   // warp steps of loads in flight per lane. rows 0: the plain products' choice (4 x 2 on the
   // 26B-A4B: its 8 gate_up pairs, 6 steps a row, ~1.07 waves of warps that each wait 3 DRAM round
-  // trips); rows -1 (default): where the plain shape's waves x rounds of loads reach 3, the built
-  // shape with the fewest (8 x 3 for the 26B-A4B's gate_up, 8 x 2 for its down; the 35B-A3B's
-  // stay plain: cuda/expert_rows_plan.h); or a shape of 4 x 2, 2 x 4, 4 x 3, 4 x 4, 8 x 2, 8 x 3.
+  // trips); rows -1 (default): for one token's pairs (at most 8), where the plain shape's waves x
+  // rounds of loads reach 3, the built shape with the fewest (8 x 3 for the 26B-A4B's gate_up,
+  // 8 x 2 for its down; the 35B-A3B's and several tokens' launches stay plain: untimed, or
+  // measured slower; cuda/expert_rows_plan.h); or a shape of 4 x 2, 2 x 4, 4 x 3, 4 x 4, 8 x 2,
+  // 8 x 3 for every expert launch.
   // The same bits whatever the shape. On the H200, 26B-A4B decode +2.2 % (bench/RESULTS.md
   // thirty-eighth session). `fireline bench --expert-matvec plain|auto|RxS`.
   struct ExpertMatvecShape {
     int rows = -1;
     int steps = 0;
   } expert_matvec;
-  // With expert_matvec not plain: each warp's loads as a ring of its steps, a step's registers
+  // For the launches that take a shape of their own (expert_matvec; those it leaves plain do not
+  // change): each warp's loads as a ring of its steps, a step's registers
   // refilled with the step `steps` past it as soon as its arithmetic is done, instead of a round
   // of `steps` loads, their arithmetic, then the next round (the same bits). Why: at one wave the
   // 26B-A4B's 8x3 gate_up still moved its 17.8 MB at ~1.2 TB/s (H200, ncu; thirty-eighth

@@ -79,8 +79,9 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "(Q8_0 cache); off (default): a norm kernel before it and a write kernel beside it (identical results; for A/B "
      "timing)"},
     {"--expert-matvec-ring", &BackendOptions::expert_matvec_ring, "expert_matvec_ring",
-     "on: with --expert-matvec not plain, each warp's weight loads as a ring (a step's registers refilled as soon as "
-     "it is multiplied); off (default): rounds of loads, then their arithmetic (identical results; for A/B timing)"},
+     "on: the expert launches that --expert-matvec gives a shape of their own load each warp's weights as a ring (a "
+     "step's registers refilled as soon as it is multiplied); off (default): rounds of loads, then their arithmetic "
+     "(identical results; for A/B timing)"},
     {"--experts-down-sum", &BackendOptions::experts_down_sum, "experts_down_sum",
      "on: decode's routed expert down products (HFQ4, top-k <= 8) summed per token in their own launch; off "
      "(default): per-pair outputs, then a combine launch (identical results; for A/B timing)"},
@@ -469,12 +470,11 @@ void add_bench_command(CLI::App& app) {
          "with --fused-experts on: the one launch's blocks per SM, 1 or 2 (default; 2 hold more weight loads in "
          "flight, 1 leaves room for the side line's kernels)")
       ->check(CLI::Range(1, 2));
-  cmd->add_option(
-         "--expert-matvec", opt->expert_matvec,
-         "decode's routed expert pairs on the f32 rows kernel (HFQ4): auto (default: where the plain "
-         "products' shape waits 3+ rounds of loads x waves, the built shape with the fewest), plain (the plain "
-         "products' rows per warp and steps in flight), or RxS, one of 4x2, 2x4, 4x3, 4x4, 8x2, 8x3 "
-         "(identical results; for A/B timing)")
+  cmd->add_option("--expert-matvec", opt->expert_matvec,
+                  "decode's routed expert pairs on the f32 rows kernel (HFQ4): auto (default: one token's pairs, where "
+                  "the plain products' shape waits 3+ rounds of loads x waves, take the built shape with the fewest), "
+                  "plain (the plain products' rows per warp and steps in flight), or RxS, one of 4x2, 2x4, 4x3, 4x4, "
+                  "8x2, 8x3, for every expert launch (identical results; for A/B timing)")
       ->check(CLI::IsMember({"plain", "auto", "4x2", "2x4", "4x3", "4x4", "8x2", "8x3"}));
   cmd->add_option("--profiler-region", opt->profiler_region,
                   "batch: turn the GPU runtime's profiler on for the last run's batched steps only, for a profiler "

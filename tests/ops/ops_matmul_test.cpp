@@ -999,8 +999,8 @@ TEST_F(CudaOps, ExpertsDownSumMatchesTheCombine) {
 // registers give on sm_90a (96 -> 5 blocks of 128 threads, 127-128 -> 4, 167 -> 3, 64 -> 8): the
 // 26B-A4B's gate_up (plain 4x2: 2 waves x 3 rounds) moves to 8x3 (1 x 2) and its down (4x2: 3
 // waves x 1 round) to 8x2 (2 x 1; 8x3 ties and comes later); the Qwen3.5-35B-A3B's (cost 2 each)
-// stay plain, as do shapes without pairs or with a group the rows kernel lacks. Host code: runs
-// without a GPU.
+// stay plain, as do several tokens' launches (not timed), shapes without pairs and groups the
+// rows kernel lacks. Host code: runs without a GPU (in ops_tests, built with the CUDA backend).
 TEST(ExpertRowsPlan, AutoMovesOnlyTheLaunchesThatWaitThreeRounds) {
   using cuda::ExpertRowsShape;
   const auto blocks_per_sm = [](ExpertRowsShape s) {
@@ -1025,6 +1025,8 @@ TEST(ExpertRowsPlan, AutoMovesOnlyTheLaunchesThatWaitThreeRounds) {
       {"35B-A3B gate_up", 1024, 2048, 256, 8, {4, 2}, 2, {}},
       {"35B-A3B down", 2048, 512, 256, 8, {4, 2}, 2, {}},
       {"small: one pair of 64 rows", 64, 256, 256, 1, {1, 4}, 1, {}},
+      // two tokens of the 26B-A4B (16 pairs: plain 3 waves x 3 rounds), not timed: auto keeps it
+      {"26B-A4B gate_up, 2 tokens", 1408, 2816, 256, 16, {4, 2}, 9, {}},
   };
   for (const Case& c : cases) {
     const ExpertRowsShape plain = cuda::plain_expert_rows_shape(c.M, c.K, c.group, c.pairs, sms);
@@ -1038,6 +1040,10 @@ TEST(ExpertRowsPlan, AutoMovesOnlyTheLaunchesThatWaitThreeRounds) {
   }
   // the 26B-A4B gate_up's 8x3: one wave (352 blocks, 396 resident) of 2 rounds (6 steps over 3)
   EXPECT_EQ(cuda::expert_rows_cost({8, 3}, 1408, 2816, 256, 8, sms, 3), 2);
+  // no shape, no group: no cost (no division by zero)
+  EXPECT_EQ(cuda::expert_rows_cost({}, 1408, 2816, 256, 8, sms, 3), 0);
+  EXPECT_EQ(cuda::expert_rows_cost({8, 3}, 1408, 2816, 0, 8, sms, 3), 0);
+  EXPECT_EQ(cuda::plain_expert_rows_shape(1408, 2816, 0, 8, sms).rows, 0);
   // nothing to plan: no rows, no pairs, no SMs, a group the kernel does not have
   for (auto [M, K, group, pairs, sm] : {std::tuple{0, 2816, 256, 8, 132},
                                         {1408, 2816, 256, 0, 132},
@@ -1107,15 +1113,16 @@ TEST_F(CudaOps, ExpertMatvecShapesGiveThePlainBits) {
             expect_close(expected, dot_budget(std::max(H, I)), "expert matvec plain " + what);
           }
           // auto: the plan's choice for gate_up ([2I, H] per pair) and down ([H, I]), on this GPU
-          const auto auto_shape = [&](int64_t M, int64_t cols, DType type) {
+          const auto auto_shape = [&](int64_t M, int64_t cols, DType type, bool ring) {
             const int group = type == DType::hfq4_g256 ? 256 : 128;
             return cuda::auto_expert_rows_shape(
                 M, cols, group, T * K, cuda_sm_count(*plain),
-                [&](cuda::ExpertRowsShape s) { return cuda_expert_rows_blocks_per_sm(s.rows, s.steps, group); });
+                [&](cuda::ExpertRowsShape s) { return cuda_expert_rows_blocks_per_sm(s.rows, s.steps, group, ring); });
           };
-          const cuda::ExpertRowsShape auto_up = auto_shape(2 * I, H, up_type), auto_down = auto_shape(H, I, down_type);
           for (size_t i = 0; i < shaped.size(); ++i) {
             const auto [rows, steps, ring] = shapes[i];
+            const cuda::ExpertRowsShape auto_up = auto_shape(2 * I, H, up_type, ring),
+                                        auto_down = auto_shape(H, I, down_type, ring);
             Twin out = twin_output(DType::f32, {T, H});
             // launches of each shape this call should make: the asked one twice, or auto's picks
             std::vector<std::pair<cuda::ExpertRowsShape, int64_t>> expected_launches;

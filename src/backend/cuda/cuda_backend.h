@@ -51,9 +51,10 @@ int64_t cuda_split_matvec_launches();
 // Decode's routed expert pairs run at a shape of their own (BackendOptions::expert_matvec): at
 // rows x steps, or (0, 0) at any.
 int64_t cuda_expert_rows_launches(int rows, int steps);
-// 4-warp blocks of the rows kernel at rows x steps (HFQ4, `group`-weight blocks) one SM of the
-// current GPU holds: what BackendOptions::expert_matvec's automatic choice counts with.
-int cuda_expert_rows_blocks_per_sm(int rows, int steps, int group);
+// 4-warp blocks of the rows kernel at rows x steps (HFQ4, `group`-weight blocks; its ring form or
+// not) one SM of the current GPU holds: what BackendOptions::expert_matvec's automatic choice
+// counts with.
+int cuda_expert_rows_blocks_per_sm(int rows, int steps, int group, bool ring);
 // How many one-input products it has run on the integer tensor-core matvec (BackendOptions::
 // imma_matvec), and whether the backend's GPU runs it (sm_80 and later).
 int64_t cuda_imma_matvec_launches();

@@ -26,8 +26,8 @@ int64_t cuda_group_gemm_launches() { return cuda::segment_gemm_launches(); }
 int64_t cuda_async_matvec_launches() { return cuda::async_matvec_launches(); }
 int64_t cuda_split_matvec_launches() { return cuda::split_matvec_launches(); }
 int64_t cuda_expert_rows_launches(int rows, int steps) { return cuda::expert_rows_launches(rows, steps); }
-int cuda_expert_rows_blocks_per_sm(int rows, int steps, int group) {
-  return cuda::expert_rows_blocks_per_sm(cuda::ExpertRowsShape{rows, steps}, group);
+int cuda_expert_rows_blocks_per_sm(int rows, int steps, int group, bool ring) {
+  return cuda::expert_rows_blocks_per_sm(cuda::ExpertRowsShape{rows, steps}, group, ring);
 }
 int64_t cuda_imma_matvec_launches() { return cuda::imma_matvec_launches(); }
 int64_t cuda_imma_pieces_launches() { return cuda::imma_pieces_launches(); }

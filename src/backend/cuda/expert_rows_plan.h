@@ -24,11 +24,17 @@ ExpertRowsShape plain_expert_rows_shape(int64_t M, int64_t K, int group, int64_t
 int64_t expert_rows_cost(ExpertRowsShape shape, int64_t M, int64_t K, int group, int64_t n_pairs, int sm_count,
                          int blocks_per_sm);
 
-// BackendOptions::expert_matvec's automatic choice: {0, 0} (keep the plain shape) unless that
-// shape's cost is 3 or more, else the built shape of least cost (ties: the earlier one). The
-// threshold keeps what was measured (H200, thirty-eighth session): the 26B-A4B's gate_up (plain
-// cost 6) and down (3) gained together (decode +2.2 %), the Qwen3.5-35B-A3B's (2 and 2) lost
-// 0.6 % when moved. blocks_per_sm: the SM's resident 4-warp blocks of a shape's kernel.
+// The most pairs auto moves off the plain shape: one token's top 8 (both models it was timed on).
+inline constexpr int64_t kExpertRowsAutoMaxPairs = 8;
+
+// BackendOptions::expert_matvec's automatic choice: {0, 0} (keep the plain shape) unless the
+// launch has at most kExpertRowsAutoMaxPairs pairs and the plain shape's cost is 3 or more, else
+// the built shape of least cost (ties: the earlier one). The threshold keeps what was measured
+// (H200, one token, thirty-eighth session): the 26B-A4B's gate_up (plain cost 6) and down (3)
+// gained together (decode +2.2 %), the Qwen3.5-35B-A3B's (2 and 2) lost 0.6 % when moved.
+// Several tokens' launches (batched decode's per-pair path) were not timed and stay plain.
+// blocks_per_sm: the SM's resident 4-warp blocks of a shape's kernel. Counts every pair, --ep's
+// dropped ones (id -1, whose blocks return at once) too, and 32-lane warps.
 ExpertRowsShape auto_expert_rows_shape(int64_t M, int64_t K, int group, int64_t n_pairs, int sm_count,
                                        const std::function<int(ExpertRowsShape)>& blocks_per_sm);
 

@@ -24,6 +24,7 @@
 // Many inputs on HFQ4 weights go to the tensor-core GEMM instead (matmul_mma.cu).
 #include <atomic>
 #include <cstddef>
+#include <iterator>
 
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/hfq4_rows.cuh"
@@ -667,48 +668,52 @@ cudaError_t launch_expert_rows_shape(MatvecArgs& a, int64_t blocks, cudaStream_t
       g_expert_rows_launches[i].fetch_add(1, std::memory_order_relaxed);
   return err;
 }
-// Blocks of that kernel one SM holds (the occupancy API, once per shape).
-template <int kGroup, int kRows, int kSteps>
+// Blocks of that kernel (the ring form or not) one SM holds (the occupancy API, once per shape).
+template <int kGroup, int kRows, int kSteps, bool kRing>
 int expert_rows_blocks_per_sm() {
   static const int blocks = [] {
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, matvec_hfq4_rows_kernel<kGroup, kRows, kSteps, 4, false>,
-                                                      4 * kWarp, 0) != cudaSuccess)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &n, matvec_hfq4_rows_kernel<kGroup, kRows, kSteps, 4, false, kRing>, 4 * kWarp, 0) != cudaSuccess)
       n = 1;
     return n < 1 ? 1 : n;
   }();
   return blocks;
 }
-template <int kGroup>
+template <int kGroup, bool kRing>
 int expert_rows_blocks_per_sm(ExpertRowsShape s) {
   switch (s.rows * 10 + s.steps) {
-    case 14: return expert_rows_blocks_per_sm<kGroup, 1, 4>();
-    case 24: return expert_rows_blocks_per_sm<kGroup, 2, 4>();
-    case 42: return expert_rows_blocks_per_sm<kGroup, 4, 2>();
-    case 43: return expert_rows_blocks_per_sm<kGroup, 4, 3>();
-    case 44: return expert_rows_blocks_per_sm<kGroup, 4, 4>();
-    case 82: return expert_rows_blocks_per_sm<kGroup, 8, 2>();
-    case 83: return expert_rows_blocks_per_sm<kGroup, 8, 3>();
+    case 14: return expert_rows_blocks_per_sm<kGroup, 1, 4, kRing>();
+    case 24: return expert_rows_blocks_per_sm<kGroup, 2, 4, kRing>();
+    case 42: return expert_rows_blocks_per_sm<kGroup, 4, 2, kRing>();
+    case 43: return expert_rows_blocks_per_sm<kGroup, 4, 3, kRing>();
+    case 44: return expert_rows_blocks_per_sm<kGroup, 4, 4, kRing>();
+    case 82: return expert_rows_blocks_per_sm<kGroup, 8, 2, kRing>();
+    case 83: return expert_rows_blocks_per_sm<kGroup, 8, 3, kRing>();
     default: return 1;
   }
 }
 
-// cudaErrorNotSupported where the plain choice stays (auto's choice, or a shape not built here).
+// Launches the pairs at their own shape and returns true (the launch's status in *err), or
+// returns false where the plain choice stays (auto's choice, or a shape not built here).
 template <int kGroup>
-cudaError_t launch_hfq4_expert_rows(MatvecArgs a, cudaStream_t stream) {
+bool launch_hfq4_expert_rows(MatvecArgs a, cudaStream_t stream, cudaError_t* err) {
   ExpertRowsShape shape{a.expert_rows, a.expert_steps};
   if (a.expert_rows < 0)
     shape = auto_expert_rows_shape(a.M, a.K, kGroup, a.n_inputs, current_device_traits().sm_count,
-                                   [](ExpertRowsShape s) { return expert_rows_blocks_per_sm<kGroup>(s); });
+                                   [&](ExpertRowsShape s) {
+                                     return a.expert_ring ? expert_rows_blocks_per_sm<kGroup, true>(s)
+                                                          : expert_rows_blocks_per_sm<kGroup, false>(s);
+                                   });
   const int64_t blocks = number_row_blocks(a, 4 * static_cast<int64_t>(shape.rows));
   switch (shape.rows * 10 + shape.steps) {
-    case 42: return blocks ? launch_expert_rows_shape<kGroup, 4, 2>(a, blocks, stream) : cudaSuccess;
-    case 24: return blocks ? launch_expert_rows_shape<kGroup, 2, 4>(a, blocks, stream) : cudaSuccess;
-    case 43: return blocks ? launch_expert_rows_shape<kGroup, 4, 3>(a, blocks, stream) : cudaSuccess;
-    case 44: return blocks ? launch_expert_rows_shape<kGroup, 4, 4>(a, blocks, stream) : cudaSuccess;
-    case 82: return blocks ? launch_expert_rows_shape<kGroup, 8, 2>(a, blocks, stream) : cudaSuccess;
-    case 83: return blocks ? launch_expert_rows_shape<kGroup, 8, 3>(a, blocks, stream) : cudaSuccess;
-    default: return cudaErrorNotSupported;
+    case 42: *err = blocks ? launch_expert_rows_shape<kGroup, 4, 2>(a, blocks, stream) : cudaSuccess; return true;
+    case 24: *err = blocks ? launch_expert_rows_shape<kGroup, 2, 4>(a, blocks, stream) : cudaSuccess; return true;
+    case 43: *err = blocks ? launch_expert_rows_shape<kGroup, 4, 3>(a, blocks, stream) : cudaSuccess; return true;
+    case 44: *err = blocks ? launch_expert_rows_shape<kGroup, 4, 4>(a, blocks, stream) : cudaSuccess; return true;
+    case 82: *err = blocks ? launch_expert_rows_shape<kGroup, 8, 2>(a, blocks, stream) : cudaSuccess; return true;
+    case 83: *err = blocks ? launch_expert_rows_shape<kGroup, 8, 3>(a, blocks, stream) : cudaSuccess; return true;
+    default: return false;
   }
 }
 
@@ -805,8 +810,8 @@ cudaError_t launch_hfq4(const MatvecArgs& a, cudaStream_t stream) {
     }
 #endif
     if (a.expert_ids && !a.gated && a.expert_rows != 0) {
-      const cudaError_t err = launch_hfq4_expert_rows<kGroup>(a, stream);
-      if (err != cudaErrorNotSupported) return err;
+      cudaError_t err = cudaSuccess;
+      if (launch_hfq4_expert_rows<kGroup>(a, stream, &err)) return err;
     }
     const int64_t n_blocks = (a.K + kGroup - 1) / kGroup;
     const int64_t sms = current_device_traits().sm_count;
@@ -936,6 +941,7 @@ int64_t async_matvec_launches() { return g_async_matvec_launches.load(std::memor
 int64_t split_matvec_launches() { return g_split_matvec_launches.load(std::memory_order_relaxed); }
 ExpertRowsShape plain_expert_rows_shape(int64_t M, int64_t K, int group, int64_t n_pairs, int sm_count) {
   // launch_hfq4's rule for one-input rows (expert pairs: no gate, no segments, no split kernel)
+  if (group <= 0) return {};
   const int64_t warps_at_4 = (M + 3) / 4 * n_pairs, n_blocks = (K + group - 1) / group;
   if (warps_at_4 >= 1024) return warps_at_4 <= 12 * static_cast<int64_t>(sm_count) && n_blocks >= 32 ? ExpertRowsShape{4, 4} : ExpertRowsShape{4, 2};
   return (M + 1) / 2 * n_pairs >= 512 ? ExpertRowsShape{2, 4} : ExpertRowsShape{1, 4};
@@ -943,6 +949,7 @@ ExpertRowsShape plain_expert_rows_shape(int64_t M, int64_t K, int group, int64_t
 
 int64_t expert_rows_cost(ExpertRowsShape shape, int64_t M, int64_t K, int group, int64_t n_pairs, int sm_count,
                          int blocks_per_sm) {
+  if (shape.rows <= 0 || shape.steps <= 0 || group <= 0 || group > 512) return 0;
   const int64_t per_block = 4 * static_cast<int64_t>(shape.rows), blocks = (M + per_block - 1) / per_block * n_pairs;
   const int64_t wave = static_cast<int64_t>(sm_count) * (blocks_per_sm < 1 ? 1 : blocks_per_sm);
   const int64_t blocks_per_step = 512 / group;  // (Hfq4Lanes: 16 weights a lane)
@@ -952,7 +959,10 @@ int64_t expert_rows_cost(ExpertRowsShape shape, int64_t M, int64_t K, int group,
 
 ExpertRowsShape auto_expert_rows_shape(int64_t M, int64_t K, int group, int64_t n_pairs, int sm_count,
                                        const std::function<int(ExpertRowsShape)>& blocks_per_sm) {
-  if (M <= 0 || K <= 0 || n_pairs <= 0 || sm_count <= 0 || (group != 128 && group != 256)) return {};
+  // (at most one token's pairs: where it was measured; several tokens' launches stay plain)
+  if (M <= 0 || K <= 0 || n_pairs <= 0 || n_pairs > kExpertRowsAutoMaxPairs || sm_count <= 0 ||
+      (group != 128 && group != 256))
+    return {};
   const ExpertRowsShape plain = plain_expert_rows_shape(M, K, group, n_pairs, sm_count);
   if (expert_rows_cost(plain, M, K, group, n_pairs, sm_count, blocks_per_sm(plain)) < 3) return {};
   ExpertRowsShape best;
@@ -964,13 +974,10 @@ ExpertRowsShape auto_expert_rows_shape(int64_t M, int64_t K, int group, int64_t 
   return best;
 }
 
-int expert_rows_blocks_per_sm(ExpertRowsShape shape, int group) {
-#if defined(FIRELINE_GPU_HIP)
-  (void)shape, (void)group;
-  return 1;
-#else
-  return group == 128 ? expert_rows_blocks_per_sm<128>(shape) : expert_rows_blocks_per_sm<256>(shape);
-#endif
+int expert_rows_blocks_per_sm(ExpertRowsShape shape, int group, bool ring) {
+  if (ring)
+    return group == 128 ? expert_rows_blocks_per_sm<128, true>(shape) : expert_rows_blocks_per_sm<256, true>(shape);
+  return group == 128 ? expert_rows_blocks_per_sm<128, false>(shape) : expert_rows_blocks_per_sm<256, false>(shape);
 }
 
 int64_t expert_rows_launches(int rows, int steps) {

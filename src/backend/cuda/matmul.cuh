@@ -96,12 +96,13 @@ struct MatvecArgs {
   // iterations past the one they load into registers (BackendOptions::imma_l2_ahead); 0: none.
   int imma_l2_ahead = 0;
   // Routed expert pairs on the HFQ4 register kernel (expert_ids, not gated): rows per warp and
-  // warp steps of loads in flight per lane (BackendOptions::expert_matvec_rows/_steps); 0: the
-  // launcher's choice, as for any one-input product. Other pairs are ignored. Same bits whatever
-  // the shape (a row's sum is its lanes' blocks in order, then warp_sum).
+  // warp steps of loads in flight per lane (BackendOptions::expert_matvec.rows / .steps); rows 0:
+  // the launcher's choice, as for any one-input product; -1: auto_expert_rows_shape's. A shape
+  // not built is ignored. Same bits whatever the shape (a row's sum is its lanes' blocks in
+  // order, then warp_sum).
   int expert_rows = 0, expert_steps = 0;
-  // With a shape of their own (expert_rows != 0): the rows kernel's loads as a ring
-  // (BackendOptions::expert_matvec_ring; the same bits).
+  // Launches that take a shape of their own (above): the rows kernel's loads as a ring
+  // (BackendOptions::expert_matvec_ring; the same bits). Launches left plain ignore it.
   bool expert_ring = false;
 };
 // With n_inputs >= kMmaMinInputs (and no expert ids) on a format the tensor-core GEMM takes, the
@@ -137,8 +138,9 @@ int64_t split_matvec_launches();
 // Launches of routed expert pairs at a shape of their own (MatvecArgs::expert_rows), that shape
 // (rows, steps), or 0, 0: every shape; for tests.
 int64_t expert_rows_launches(int rows, int steps);
-// 4-warp blocks of the rows kernel at that shape one SM of the current GPU holds (1 in HIP builds).
-int expert_rows_blocks_per_sm(ExpertRowsShape shape, int group);
+// 4-warp blocks of the rows kernel at that shape (its ring form or not) one SM of the current GPU
+// holds: what MatvecArgs::expert_rows -1 counts with.
+int expert_rows_blocks_per_sm(ExpertRowsShape shape, int group, bool ring);
 // The integer tensor-core matvec (matvec_imma.cu): the scratch it needs for rows of K weights in
 // groups of `group` (the input's int8 pieces and per-group factors), whether this GPU runs it
 // (sm_80 and later, CUDA), the launch (HFQ4 rows of one matrix or a group, one input;
