@@ -1340,20 +1340,13 @@ class CudaBackend final : public Backend {
     // (one input: the scratch is the integer matvec's; many inputs' is the GEMM's, which a model
     // with q8 or bf16 products also runs)
     if (a.n_inputs == 1) imma_products_seen_ = true;
-    if (!ready && a.n_inputs == 1 && product_weight_bytes(a) < options_.imma_min_bytes) {
+    if (!ready && a.n_inputs == 1 && cuda::matvec_weight_bytes(a) < options_.imma_min_bytes) {
       a.scratch = nullptr;  // (no scratch: the f32 rows kernels, and no pieces launch before them)
       a.scratch_bytes = 0;
       return;
     }
     a.scratch = ready ? pieces : workspace_floats((a.scratch_bytes + 3) / 4);
     a.imma_pieces_ready = ready;
-  }
-  // The bytes of weights a one-input product reads: its matrix's, or its group's.
-  static int64_t product_weight_bytes(const cuda::MatvecArgs& a) {
-    if (a.n_segments == 0) return a.M * a.row_bytes;
-    int64_t bytes = 0;
-    for (int i = 0; i < a.n_segments; ++i) bytes += a.segments[i].M * a.segments[i].row_bytes;
-    return bytes;
   }
 
   // MatvecArgs with this backend's switches (tensor-core pieces, prefetch, bulk copies, split

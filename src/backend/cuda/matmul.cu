@@ -980,6 +980,13 @@ int expert_rows_blocks_per_sm(ExpertRowsShape shape, int group, bool ring) {
   return group == 128 ? expert_rows_blocks_per_sm<128, false>(shape) : expert_rows_blocks_per_sm<256, false>(shape);
 }
 
+int64_t matvec_weight_bytes(const MatvecArgs& a) {
+  if (a.n_segments == 0) return a.M * a.row_bytes;
+  int64_t bytes = 0;
+  for (int i = 0; i < a.n_segments; ++i) bytes += a.segments[i].M * a.segments[i].row_bytes;
+  return bytes;
+}
+
 int64_t expert_rows_launches(int rows, int steps) {
   int64_t n = 0;
   for (size_t i = 0; i < std::size(kExpertRowsShapes); ++i)

@@ -111,6 +111,8 @@ constexpr int64_t kMmaMinInputs = 16;
 cudaError_t launch_matvec(const MatvecArgs& args, cudaStream_t stream);
 // The scratch launch_matvec needs for these arguments (0 when the matvec kernels run).
 size_t matvec_scratch_bytes(const MatvecArgs& args);
+// The bytes of weights a one-input product reads: its matrix's, or its group's segments'.
+int64_t matvec_weight_bytes(const MatvecArgs& args);
 // Several weights of one format and width K times one input row x [K], one launch: Gemma's
 // q/k/v and gate/up projections at batch 1, where each alone is too small to fill the GPU.
 cudaError_t launch_matvec_group(const MatvecArgs& args, cudaStream_t stream);
