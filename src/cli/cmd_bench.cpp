@@ -109,6 +109,7 @@ struct BenchOptions {
   std::string gpu_switches[std::size(kGpuSwitches)];
   std::string profiler_region = "none";  // --profiler-region: what an external profiler records
   int imma_l2_ahead = 0;  // --imma-l2-ahead (BackendOptions::imma_l2_ahead)
+  int imma_stages = -1;   // --imma-stages (BackendOptions::imma_stages); -1: the default
   int64_t imma_min_bytes = 0;  // --imma-min-bytes (BackendOptions::imma_min_bytes)
   int fused_experts_blocks = 2;  // --fused-experts-blocks (BackendOptions::fused_experts_blocks)
   std::string expert_matvec;     // --expert-matvec (BackendOptions::expert_matvec); empty: the default
@@ -195,6 +196,7 @@ void run_bench(const BenchOptions& opt) {
   for (size_t i = 0; i < std::size(kGpuSwitches); ++i)
     if (!opt.gpu_switches[i].empty()) backend_options.*kGpuSwitches[i].option = opt.gpu_switches[i] == "on";
   backend_options.imma_l2_ahead = opt.imma_l2_ahead;
+  if (opt.imma_stages >= 0) backend_options.imma_stages = opt.imma_stages;
   backend_options.imma_min_bytes = opt.imma_min_bytes;
   backend_options.fused_experts_blocks = opt.fused_experts_blocks;
   if (!opt.expert_matvec.empty()) backend_options.expert_matvec = parse_expert_matvec_shape(opt.expert_matvec);
@@ -371,6 +373,7 @@ void run_bench(const BenchOptions& opt) {
     for (const GpuSwitch& s : kGpuSwitches) j[s.json] = backend->device() != Device::cpu && backend_options.*s.option;
     j["imma_l2_ahead"] = backend->device() != Device::cpu ? backend_options.imma_l2_ahead : 0;
     j["imma_min_bytes"] = backend->device() != Device::cpu ? backend_options.imma_min_bytes : 0;
+    j["imma_stages"] = backend->device() != Device::cpu ? backend_options.imma_stages : 0;
     j["fused_experts_blocks"] = backend->device() != Device::cpu ? backend_options.fused_experts_blocks : 0;
     j["expert_matvec"] = backend->device() != Device::cpu ? expert_matvec_shape_name(backend_options.expert_matvec)
                                                           : std::string("plain");
@@ -460,6 +463,11 @@ void add_bench_command(CLI::App& app) {
                   "group N of its iterations past the one it loads; 0 (default): none (identical results; for A/B "
                   "timing)")
       ->check(CLI::Range(0, 16));
+  cmd->add_option("--imma-stages", opt->imma_stages,
+                  "N in 2..4: with --imma-matvec on, each warp of the integer matvec streams its weight groups and "
+                  "their input pieces through a ring of N slots of shared memory (N groups in flight); 0: the "
+                  "register form, one group in flight (the same bits either way; for A/B timing)")
+      ->check(CLI::IsMember({0, 2, 3, 4}));
   cmd->add_option("--imma-min-bytes", opt->imma_min_bytes,
                   "N > 0: with --imma-matvec on, a one-input product with fewer than N bytes of weights whose input "
                   "no earlier kernel cut runs on the f32 kernels, without the integer kernel's pieces launch; 0 "

@@ -235,7 +235,8 @@ TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
 
 // --gated-matvec, --weight-prefetch, --hopper-experts, --group-gemm, --async-matvec, --split-matvec,
 // --imma-matvec, --imma-ready-pieces, --imma-experts, --fused-experts, --cluster-update,
-// --fused-delta-net, --fused-decode-attention, --experts-down-sum, --imma-l2-ahead and --expert-matvec: GPU switches
+// --fused-delta-net, --fused-decode-attention, --experts-down-sum, --imma-l2-ahead, --imma-stages and --expert-matvec:
+// GPU switches
 // for A/B timing. The
 // CPU has neither (the JSON says false whatever is asked); a value other than on or off is refused before anything
 // loads.
@@ -245,8 +246,9 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
        {"",
         " --gated-matvec on --weight-prefetch on --hopper-experts on --group-gemm on --async-matvec on"
         " --split-matvec on --imma-matvec on --imma-ready-pieces on --cluster-update on"
-        " --fused-delta-net on --imma-l2-ahead 2 --imma-experts on --imma-min-bytes 1048576 --fused-experts on"
-        " --fused-experts-blocks 1 --fused-decode-attention on --experts-down-sum on --expert-matvec 8x3"
+        " --fused-delta-net on --imma-l2-ahead 2 --imma-stages 4 --imma-experts on --imma-min-bytes 1048576"
+        " --fused-experts on --fused-experts-blocks 1 --fused-decode-attention on --experts-down-sum on "
+        "--expert-matvec 8x3"
         " --expert-matvec-ring on",
         " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
         " --split-matvec off --imma-matvec off --imma-ready-pieces off --cluster-update off"
@@ -272,6 +274,7 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["expert_matvec_ring"], false) << asked;
     EXPECT_EQ(j["imma_l2_ahead"], 0) << asked;
     EXPECT_EQ(j["imma_min_bytes"], 0) << asked;
+    EXPECT_EQ(j["imma_stages"], 0) << asked;
     EXPECT_EQ(j["fused_experts_blocks"], 0) << asked;
     EXPECT_EQ(j["expert_matvec"], "plain") << asked;
   }
@@ -290,6 +293,12 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_NE(bad.exit_code, 0) << ahead;
     EXPECT_NE(bad.err.find("--imma-l2-ahead"), std::string::npos) << bad.err;
     EXPECT_EQ(bad.out, "") << ahead;
+  }
+  for (const char* stages : {"1", "5"}) {  // rings of 0 or 2..4 slots only
+    auto bad = fireline(common + " --imma-stages " + stages);
+    EXPECT_NE(bad.exit_code, 0) << stages;
+    EXPECT_NE(bad.err.find("--imma-stages"), std::string::npos) << bad.err;
+    EXPECT_EQ(bad.out, "") << stages;
   }
   for (const char* shape : {"8x4", "3x3", "8"}) {  // shapes not built
     auto bad = fireline(common + " --expert-matvec " + shape);

@@ -521,6 +521,72 @@ TEST_F(CudaOps, ImmaMatvecMatchesTheOracle) {
   for (float v : rows_of(gpu_bytes(out))) EXPECT_TRUE(std::isnan(v)) << "a row of a NaN input: " << v;
 }
 
+// BackendOptions::imma_stages: the integer matvec's ring form (each warp's groups streamed through
+// 2, 3 or 4 slots of shared memory) gives the register form's bytes, G256 and G128, for the
+// oracle test's shapes (1 to 8 warps per row tile, a tile 15 rows past M, tiles wholly past M in
+// a block, a part-used last group, rows of 1 to 84 groups, more groups than slots and fewer) and
+// grouped products (segments whose blocks end inside them); its counter proves the ring ran.
+TEST_F(CudaOps, ImmaRingGivesTheRegisterBits) {
+  BackendOptions options;
+  options.imma_matvec = true;
+  auto registers = make_backend("cuda", options);
+  if (!cuda_imma_matvec_available(*registers)) GTEST_SKIP() << "no integer mma on this GPU (sm_80 and later)";
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto input = [&](int64_t K) {
+    std::vector<float> x(static_cast<size_t>(K));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * (i % 7 == 3 ? 1000.0f : 1.0f);
+    return x;
+  };
+  for (int stages : {2, 3, 4}) {
+    BackendOptions ring_options = options;
+    ring_options.imma_stages = stages;
+    auto ring = make_backend("cuda", ring_options);
+    for (DType type : {DType::hfq4_g256, DType::hfq4_g128}) {
+      for (auto [M, K] :
+           {std::pair<int64_t, int64_t>{1, 256}, {33, 768}, {17, 2816}, {300, 2856}, {4100, 8192}, {64, 21504}}) {
+        const std::string what = std::string(dtype_name(type)) + " stages " + std::to_string(stages) +
+                                 " M=" + std::to_string(M) + " K=" + std::to_string(K);
+        const std::vector<float> xs = input(K);
+        Twin w = twin_random(type, {M, K}, 0.5f), x = twin_bytes(DType::f32, {1, K}, xs.data());
+        Twin out = twin_output(DType::f32, {1, M});
+        const std::vector<uint8_t> expected = matmul_over_nan(*registers, out, x, w);
+        const int64_t launches = cuda_imma_ring_launches();
+        EXPECT_EQ(matmul_over_nan(*ring, out, x, w), expected) << what;
+        EXPECT_EQ(cuda_imma_ring_launches(), launches + 1) << what << ": the ring form ran";
+      }
+      for (const std::vector<int64_t>& heights :
+           {std::vector<int64_t>{4096, 1024, 1024}, {300, 5, 2048, 129}, {37, 5, 100}}) {
+        const int64_t K = 2816;
+        const std::vector<float> xs = input(K);
+        Twin x = twin_bytes(DType::f32, {1, K}, xs.data());
+        std::vector<Twin> weights, outs;
+        for (int64_t M : heights)
+          weights.push_back(twin_random(type, {M, K}, 0.5f)), outs.push_back(twin_output(DType::f32, {1, M}));
+        auto run_group = [&](Backend& b) {
+          std::vector<Tensor> gpu_outs;
+          std::vector<const Tensor*> gpu_w;
+          for (size_t i = 0; i < heights.size(); ++i) {
+            const std::vector<uint8_t> nan_bytes(outs[i].host.size(), 0xff);
+            b.copy_to_device(outs[i].gpu, nan_bytes.data());
+            gpu_outs.push_back(outs[i].gpu), gpu_w.push_back(&weights[i].gpu);
+          }
+          b.matmul_group(gpu_outs, x.gpu, gpu_w);
+          b.synchronize();
+          std::vector<std::vector<uint8_t>> bytes;
+          for (Twin& o : outs) bytes.push_back(gpu_bytes(o));
+          return bytes;
+        };
+        const auto expected = run_group(*registers);
+        const int64_t launches = cuda_imma_ring_launches();
+        EXPECT_EQ(run_group(*ring), expected)
+            << dtype_name(type) << " stages " << stages << ": grouped, " << heights.size() << " segments";
+        EXPECT_EQ(cuda_imma_ring_launches(), launches + 1) << "one ring launch for the group";
+      }
+    }
+  }
+}
+
 // BackendOptions::imma_ready_pieces: with the integer matvec on, a one-row residual update cuts its
 // first norm's output, and the gated activation its output, into the integer matvec's pieces; the
 // product right after takes them and launches no pieces of its own (the counters say so), with
