@@ -705,6 +705,8 @@ bool launch_hfq4_expert_rows(MatvecArgs a, cudaStream_t stream, cudaError_t* err
                                      return a.expert_ring ? expert_rows_blocks_per_sm<kGroup, true>(s)
                                                           : expert_rows_blocks_per_sm<kGroup, false>(s);
                                    });
+  // ({0, 0}, auto keeping the plain shape, has no blocks to count: 0 rows would divide by zero)
+  if (shape.rows <= 0 || shape.steps <= 0) return false;
   const int64_t blocks = number_row_blocks(a, 4 * static_cast<int64_t>(shape.rows));
   switch (shape.rows * 10 + shape.steps) {
     case 42: *err = blocks ? launch_expert_rows_shape<kGroup, 4, 2>(a, blocks, stream) : cudaSuccess; return true;
