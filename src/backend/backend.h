@@ -528,6 +528,11 @@ struct BackendOptions {
   // form holds one (the same bits: CudaOps.ImmaRingGivesTheRegisterBits). 0: the register form.
   // `fireline bench --imma-stages N`.
   int imma_stages = 0;
+  // With imma_stages: the ring's row copies as 16-byte cp.async.cg of each row's aligned span
+  // (through L2 only; a block 8 bytes past a 16-byte boundary takes the 8 bytes before it too)
+  // instead of 8-byte cp.async.ca, whose lines pass through L1. The same bytes land either way.
+  // `fireline bench --imma-ring-cg on|off`.
+  bool imma_ring_cg = false;
   // With imma_matvec: a one-input product whose weights take fewer bytes than this, and whose
   // input no producer cut (imma_ready_pieces), runs on the f32 rows kernels instead: such a
   // product (the 26B-A4B's router, 0.2 MB) is bound by latency either way, and the integer kernel

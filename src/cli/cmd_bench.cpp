@@ -82,6 +82,9 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "on: the expert launches that --expert-matvec gives a shape of their own load each warp's weights as a ring (a "
      "step's registers refilled as soon as it is multiplied); off (default): rounds of loads, then their arithmetic "
      "(identical results; for A/B timing)"},
+    {"--imma-ring-cg", &BackendOptions::imma_ring_cg, "imma_ring_cg",
+     "on: with --imma-stages N, the ring's row copies are 16-byte cp.async.cg of each row's aligned span (through L2 "
+     "only); off (default): 8-byte cp.async.ca (through L1) (identical results; for A/B timing)"},
     {"--experts-down-sum", &BackendOptions::experts_down_sum, "experts_down_sum",
      "on: decode's routed expert down products (HFQ4, top-k <= 8) summed per token in their own launch; off "
      "(default): per-pair outputs, then a combine launch (identical results; for A/B timing)"},

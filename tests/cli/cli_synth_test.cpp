@@ -249,7 +249,7 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
         " --fused-delta-net on --imma-l2-ahead 2 --imma-stages 4 --imma-experts on --imma-min-bytes 1048576"
         " --fused-experts on --fused-experts-blocks 1 --fused-decode-attention on --experts-down-sum on "
         "--expert-matvec 8x3"
-        " --expert-matvec-ring on",
+        " --expert-matvec-ring on --imma-ring-cg on",
         " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
         " --split-matvec off --imma-matvec off --imma-ready-pieces off --cluster-update off"
         " --fused-delta-net off --imma-experts off --fused-experts off --fused-decode-attention off --experts-down-sum "
@@ -272,6 +272,7 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["fused_decode_attention"], false) << asked;
     EXPECT_EQ(j["experts_down_sum"], false) << asked;
     EXPECT_EQ(j["expert_matvec_ring"], false) << asked;
+    EXPECT_EQ(j["imma_ring_cg"], false) << asked;
     EXPECT_EQ(j["imma_l2_ahead"], 0) << asked;
     EXPECT_EQ(j["imma_min_bytes"], 0) << asked;
     EXPECT_EQ(j["imma_stages"], 0) << asked;
@@ -282,7 +283,7 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
        {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm", "--async-matvec", "--split-matvec",
         "--imma-matvec", "--imma-ready-pieces", "--cluster-update", "--fused-delta-net", "--imma-experts",
         "--fused-experts", "--fused-decode-attention", "--experts-down-sum", "--imma-l2-ahead", "--imma-min-bytes",
-        "--expert-matvec", "--expert-matvec-ring"}) {
+        "--expert-matvec", "--expert-matvec-ring", "--imma-ring-cg"}) {
     auto bad = fireline(common + " " + flag + " maybe");
     EXPECT_NE(bad.exit_code, 0) << flag;
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;

@@ -522,7 +522,8 @@ TEST_F(CudaOps, ImmaMatvecMatchesTheOracle) {
 }
 
 // BackendOptions::imma_stages: the integer matvec's ring form (each warp's groups streamed through
-// 2, 3 or 4 slots of shared memory) gives the register form's bytes, G256 and G128, for the
+// 2, 3 or 4 slots of shared memory; its rows copied 8 bytes at a time, or 16 through L2 only:
+// imma_ring_cg) gives the register form's bytes, G256 and G128, for the
 // oracle test's shapes (1 to 8 warps per row tile, a tile 15 rows past M, tiles wholly past M in
 // a block, a part-used last group, rows of 1 to 84 groups, more groups than slots and fewer) and
 // grouped products (segments whose blocks end inside them); its counter proves the ring ran.
@@ -538,14 +539,16 @@ TEST_F(CudaOps, ImmaRingGivesTheRegisterBits) {
     for (size_t i = 0; i < x.size(); ++i) x[i] = normal(rng) * (i % 7 == 3 ? 1000.0f : 1.0f);
     return x;
   };
-  for (int stages : {2, 3, 4}) {
+  for (int form : {2, 3, 4, -2, -4}) {  // (negative: the cg form's copies)
+    const int stages = std::abs(form);
     BackendOptions ring_options = options;
     ring_options.imma_stages = stages;
+    ring_options.imma_ring_cg = form < 0;
     auto ring = make_backend("cuda", ring_options);
     for (DType type : {DType::hfq4_g256, DType::hfq4_g128}) {
       for (auto [M, K] :
            {std::pair<int64_t, int64_t>{1, 256}, {33, 768}, {17, 2816}, {300, 2856}, {4100, 8192}, {64, 21504}}) {
-        const std::string what = std::string(dtype_name(type)) + " stages " + std::to_string(stages) +
+        const std::string what = std::string(dtype_name(type)) + " form " + std::to_string(form) +
                                  " M=" + std::to_string(M) + " K=" + std::to_string(K);
         const std::vector<float> xs = input(K);
         Twin w = twin_random(type, {M, K}, 0.5f), x = twin_bytes(DType::f32, {1, K}, xs.data());
@@ -580,7 +583,7 @@ TEST_F(CudaOps, ImmaRingGivesTheRegisterBits) {
         const auto expected = run_group(*registers);
         const int64_t launches = cuda_imma_ring_launches();
         EXPECT_EQ(run_group(*ring), expected)
-            << dtype_name(type) << " stages " << stages << ": grouped, " << heights.size() << " segments";
+            << dtype_name(type) << " form " << form << ": grouped, " << heights.size() << " segments";
         EXPECT_EQ(cuda_imma_ring_launches(), launches + 1) << "one ring launch for the group";
       }
     }

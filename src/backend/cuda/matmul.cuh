@@ -100,6 +100,9 @@ struct MatvecArgs {
   // many slots of shared memory per warp (2 .. kMaxImmaStages; matvec_imma.cu's ring form, the
   // register form's bits; BackendOptions::imma_stages); 0: the register form.
   int imma_stages = 0;
+  // The ring form's row copies: 16-byte cp.async.cg of each row's 16-byte-aligned span (through
+  // L2 only) instead of 8-byte cp.async.ca (which pass through L1 lines); the same bytes land.
+  bool imma_ring_cg = false;
   // Routed expert pairs on the HFQ4 register kernel (expert_ids, not gated): rows per warp and
   // warp steps of loads in flight per lane (BackendOptions::expert_matvec.rows / .steps); rows 0:
   // the launcher's choice, as for any one-input product; -1: auto_expert_rows_shape's. A shape

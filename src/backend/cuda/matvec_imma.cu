@@ -40,6 +40,7 @@
 // picks kSplit (1, 2, 4 or 8). A warp keeps the next group's codes and pieces
 // in flight while it multiplies one; its first group's codes are loaded before enter_kernel()
 // (weights are never written by a kernel).
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 
@@ -297,6 +298,12 @@ struct ImmaRingLayout {
   static constexpr int kRowStride = 8 * (kChunks + 1);    // 144 or 80
   static constexpr int kRowsBytes = 16 * kRowStride;      // the tile's rows
   static constexpr int kCopies = (16 * kChunks + kWarp - 1) / kWarp;  // a lane's row copies per group
+  // The 16-byte form (cg): a row's block in kCgChunks 16-byte copies of its aligned span (the
+  // block at byte 0 or 8 of the row, as its address is 16-aligned or not; a block at 8 takes the
+  // 8 bytes before it too, its last copy, at 0, only its own 8 bytes and zeros).
+  static constexpr int kCgChunks = (G::kBlockBytes + 15) / 16;          // 9 or 5
+  static constexpr int kCgCopies = (16 * kCgChunks + kWarp - 1) / kWarp;
+  static_assert(kRowStride == 16 * kCgChunks, "both forms share the rows' layout");
   static constexpr int kLaneChunks = G::kLanePieceBytes / 16;         // a reading lane's 16-byte pieces
   static constexpr int kPieceCopies = G::kPieceBytes / 16 / kWarp;    // a lane's piece copies per group
   static constexpr int kSlotBytes = kRowsBytes + G::kPieceBytes + 16;
@@ -320,7 +327,8 @@ __device__ __forceinline__ void cp_async_wait_pending(int pending) {
 
 template <int kGroup, int kSplit>
 __global__ void __launch_bounds__(256, 2)
-    matvec_hfq4_imma_ring_kernel(MatvecArgs a, const uint8_t* pieces, const float2* group_scales, int stages) {
+    matvec_hfq4_imma_ring_kernel(MatvecArgs a, const uint8_t* pieces, const float2* group_scales, int stages,
+                                 bool cg) {
   using G = ImmaGroup<kGroup>;
   using L = ImmaRingLayout<kGroup>;
   constexpr int kTiles = 8 / kSplit;
@@ -347,12 +355,41 @@ __global__ void __launch_bounds__(256, 2)
     src[i] = static_cast<uint32_t>((row - first_row) * target.row_bytes + 8 * (c - r * L::kChunks));
     dst[i] = static_cast<uint32_t>(8 * (c + r + 1));
   }
+  // The cg form's copies: chunk c = lane + 32 i of the tile's 16 x kCgChunks, row r, chunk k:
+  // from the row's 16k (less its block's offset), to the slot's row r at 16k; meta: bit 0 the
+  // row's address bit 3 (the block's offset is 8 when it differs from the group's parity), bit
+  // 1 the row's last chunk.
+  uint32_t cg_src[L::kCgCopies], cg_dst[L::kCgCopies], cg_meta[L::kCgCopies];
+#pragma unroll
+  for (int i = 0; i < L::kCgCopies; ++i) {
+    const int c = lane + kWarp * i, r = c / L::kCgChunks, k = c - r * L::kCgChunks;
+    const int64_t row = m0 + r < M ? m0 + r : M - 1;
+    cg_src[i] = static_cast<uint32_t>((row - first_row) * target.row_bytes + 16 * k);
+    cg_dst[i] = static_cast<uint32_t>(r * L::kRowStride + 16 * k);
+    cg_meta[i] = static_cast<uint32_t>((reinterpret_cast<uintptr_t>(tile + cg_src[i]) >> 3) & 1) |
+                 (k == L::kCgChunks - 1 ? 2u : 0u);
+  }
   auto copy_rows = [&](int64_t group, uint8_t* slot) {
     const uint8_t* from = tile + group * G::kBlockBytes;
+    if (cg) {
+#pragma unroll
+      for (int i = 0; i < L::kCgCopies; ++i) {
+        if (lane + kWarp * i >= 16 * L::kCgChunks) continue;
+        const int off = static_cast<int>((cg_meta[i] ^ static_cast<uint32_t>(group)) & 1) * 8;
+        cp_async_16_prefix(slot + cg_dst[i], from + cg_src[i] - off, off == 0 && (cg_meta[i] & 2) ? 8 : 16);
+      }
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < L::kCopies; ++i)
       if (lane + kWarp * i < 16 * L::kChunks) cp_async_small<8>(slot + dst[i], from + src[i]);
   };
+  // Where this lane's rows' blocks lie in a slot row: at 8 (the ca form), or at the offset of
+  // their address in a 16-byte line (cg): bit 3 of the row's address, flipped by an odd group.
+  const uint32_t par_a = static_cast<uint32_t>(
+      reinterpret_cast<uintptr_t>(tile + ((m0 + g < M ? m0 + g : M - 1) - first_row) * target.row_bytes) >> 3);
+  const uint32_t par_b = static_cast<uint32_t>(
+      reinterpret_cast<uintptr_t>(tile + ((m0 + g + 8 < M ? m0 + g + 8 : M - 1) - first_row) * target.row_bytes) >> 3);
   auto copy_input = [&](int64_t group, uint8_t* slot) {
     const uint8_t* from = pieces + group * G::kPieceBytes;
 #pragma unroll
@@ -379,20 +416,22 @@ __global__ void __launch_bounds__(256, 2)
     cp_async_wait_pending(stages - 1);
     __syncwarp();  // (every lane's copies of the slot landed)
     uint8_t* slot = ring + slot_index * L::kSlotBytes;
-    const uint8_t* row_a = slot + g * L::kRowStride;
-    const uint8_t* row_b = slot + (g + 8) * L::kRowStride;
-    uint4 codes_a[G::kLaneBytes / 16], codes_b[G::kLaneBytes / 16], piece[L::kLaneChunks];
+    const uint32_t group_parity = static_cast<uint32_t>(split + s * kSplit);
+    const uint8_t* row_a = slot + g * L::kRowStride + (cg ? ((par_a ^ group_parity) & 1) * 8 : 8);
+    const uint8_t* row_b = slot + (g + 8) * L::kRowStride + (cg ? ((par_b ^ group_parity) & 1) * 8 : 8);
+    uint2 codes_a[G::kLaneBytes / 8], codes_b[G::kLaneBytes / 8];
+    uint4 piece[L::kLaneChunks];
 #pragma unroll
-    for (int h = 0; h < G::kLaneBytes / 16; ++h) {
-      codes_a[h] = *reinterpret_cast<const uint4*>(row_a + 16 + t * G::kLaneBytes + 16 * h);
-      codes_b[h] = *reinterpret_cast<const uint4*>(row_b + 16 + t * G::kLaneBytes + 16 * h);
+    for (int h = 0; h < G::kLaneBytes / 8; ++h) {
+      codes_a[h] = *reinterpret_cast<const uint2*>(row_a + 8 + t * G::kLaneBytes + 8 * h);
+      codes_b[h] = *reinterpret_cast<const uint2*>(row_b + 8 + t * G::kLaneBytes + 8 * h);
     }
 #pragma unroll
     for (int i = 0; i < L::kLaneChunks; ++i)
       piece[i] = g < 4 ? *reinterpret_cast<const uint4*>(slot + L::kRowsBytes + 16 * L::piece_chunk(lane, i))
                        : make_uint4(0, 0, 0, 0);
-    const float2 sm_a = *reinterpret_cast<const float2*>(row_a + 8);
-    const float2 sm_b = *reinterpret_cast<const float2*>(row_b + 8);
+    const float2 sm_a = *reinterpret_cast<const float2*>(row_a);
+    const float2 sm_b = *reinterpret_cast<const float2*>(row_b);
     const float2 xs = *reinterpret_cast<const float2*>(slot + L::kRowsBytes + G::kPieceBytes);
     __syncwarp();  // (every lane has read the slot before any refills it)
     if (s + stages < my_groups) {
@@ -403,10 +442,8 @@ __global__ void __launch_bounds__(256, 2)
     uint32_t wa[G::kMmas], wb[G::kMmas];
 #pragma unroll
     for (int j = 0; j < G::kMmas; ++j) {
-      const uint4& qa = codes_a[j / 4];
-      const uint4& qb = codes_b[j / 4];
-      wa[j] = j % 4 == 0 ? qa.x : j % 4 == 1 ? qa.y : j % 4 == 2 ? qa.z : qa.w;
-      wb[j] = j % 4 == 0 ? qb.x : j % 4 == 1 ? qb.y : j % 4 == 2 ? qb.z : qb.w;
+      wa[j] = j % 2 ? codes_a[j / 2].y : codes_a[j / 2].x;
+      wb[j] = j % 2 ? codes_b[j / 2].y : codes_b[j / 2].x;
     }
     multiply_imma_group<kGroup>(wa, wb, piece, sm_a, sm_b, xs, weights, acc_a, acc_b);
     slot_index = slot_index + 1 == stages ? 0 : slot_index + 1;
@@ -457,12 +494,20 @@ cudaError_t launch_imma_ring_split(MatvecArgs a, const uint8_t* pieces, const fl
   const size_t smem = static_cast<size_t>(8 * a.imma_stages * ImmaRingLayout<kGroup>::kSlotBytes);
   auto kernel = matvec_hfq4_imma_ring_kernel<kGroup, kSplit>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  // (two blocks per SM need the most shared memory the SM can give)
-  if (err == cudaSuccess)
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  // Two blocks per SM, and the rest of the SM's L1 left as cache: the row copies (cp.async.ca,
+  // 8 bytes) pass through L1, whose free lines bound the copies in flight (with the carveout at
+  // its maximum, ~28 KB of L1 held every stage count at the same ~1.7 TB/s on the H100).
+  const int64_t sm_bytes = current_device_traits().max_block_smem + 1024;  // (sm_90: 228 KB)
+  const int64_t wanted = 2 * (static_cast<int64_t>(smem) + 1024 + static_cast<int64_t>(sizeof(float)) * 8 * 16);
+  const int carveout = static_cast<int>(std::min<int64_t>(100, (100 * wanted + sm_bytes - 1) / sm_bytes));
+  if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
   if (err != cudaSuccess) return err;
+  // The cg form's first copy of a row may start 8 bytes before its block: inside the matrix
+  // only where every matrix starts 16-byte aligned.
+  bool aligned = reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
+  for (int s = 0; s < a.n_segments; ++s) aligned = aligned && reinterpret_cast<uintptr_t>(a.segments[s].weight) % 16 == 0;
   return launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), 256, smem, stream, a, pieces, scales,
-                       a.imma_stages);
+                       a.imma_stages, a.imma_ring_cg && aligned);
 }
 
 std::atomic<int64_t> g_imma_ring_launches{0};  // imma_ring_launches
