@@ -18,10 +18,7 @@
 //   (BackendOptions::imma_matvec, "i": its input-pieces kernel and the product, sm_80+; "i1",
 //   "i2", "i4": 1, 2 or 4 warps per row tile instead of the launcher's choice; "ir": the product
 //   alone, its pieces cut beforehand, as decode runs it after a kernel that cut them:
-//   BackendOptions::imma_ready_pieces; "r2", "r3", "r4": as "ir" in the ring form at 2, 3 or 4
-//   slots per warp, BackendOptions::imma_stages; "r4s1", "r4s2", "r4s4": at 4 slots and 1, 2 or
-//   4 warps per row tile; "c2" .. "c4s4": the same with its rows copied 16 bytes at a time through
-//   L2 only, MatvecArgs::imma_ring_cg).
+//   BackendOptions::imma_ready_pieces).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -203,12 +200,10 @@ int main(int argc, char** argv) {
         // product), and the integer tensor-core one with its input pieces kernel ("i") or with
         // its pieces cut once before the timing ("ir").
         auto time_one_input = [&](const char* label, int async_rows, int split_rows, int imma = 0,
-                                  bool pieces_ready = false, int imma_stages = 0, bool ring_cg = false) {
+                                  bool pieces_ready = false) {
           a.async_rows = async_rows;
           a.split_rows = split_rows;
           a.imma_rows = imma;
-          a.imma_stages = imma_stages;
-          a.imma_ring_cg = ring_cg;
           if (pieces_ready) {
             cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec");  // (cuts x's pieces into the scratch)
             a.imma_pieces_ready = true;
@@ -221,8 +216,6 @@ int main(int argc, char** argv) {
           a.async_rows = 0;
           a.split_rows = 0;
           a.imma_rows = 0;
-          a.imma_stages = 0;
-          a.imma_ring_cg = false;
           a.imma_pieces_ready = false;
           fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, label, kernel_us,
                      flops / kernel_us / 1e6, weight_bytes / kernel_us / 1e3);
@@ -240,16 +233,6 @@ int main(int argc, char** argv) {
             time_one_input("i1", 0, 0, 1);
             time_one_input("i2", 0, 0, 2);
             time_one_input("i4", 0, 0, 4);
-            time_one_input("r2", 0, 0, -1, true, 2);
-            time_one_input("r3", 0, 0, -1, true, 3);
-            time_one_input("r4", 0, 0, -1, true, 4);
-            time_one_input("r4s1", 0, 0, 1, true, 4);
-            time_one_input("r4s2", 0, 0, 2, true, 4);
-            time_one_input("r4s4", 0, 0, 4, true, 4);
-            time_one_input("c2", 0, 0, -1, true, 2, true);
-            time_one_input("c3", 0, 0, -1, true, 3, true);
-            time_one_input("c4", 0, 0, -1, true, 4, true);
-            time_one_input("c4s4", 0, 0, 4, true, 4, true);
           }
         }
         if (variant == 0 && T == 64) {  // "1w2": the K-split plan before the one-wave one (two waves)

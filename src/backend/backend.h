@@ -522,17 +522,6 @@ struct BackendOptions {
   // -2.2 %, 31B -4.2 %: bench/RESULTS.md thirty-second session). Identical results.
   // `fireline bench --imma-l2-ahead N`.
   int imma_l2_ahead = 0;
-  // With imma_matvec: the plain products and groups stream each warp's weight groups, with the
-  // input's pieces, through a ring of this many slots of shared memory (cp.async; 2 to 4), so
-  // that that many groups are on their way while the warp multiplies one, where the register
-  // form holds one (the same bits: CudaOps.ImmaRingGivesTheRegisterBits). 0: the register form.
-  // `fireline bench --imma-stages N`.
-  int imma_stages = 0;
-  // With imma_stages: the ring's row copies as 16-byte cp.async.cg of each row's aligned span
-  // (through L2 only; a block 8 bytes past a 16-byte boundary takes the 8 bytes before it too)
-  // instead of 8-byte cp.async.ca, whose lines pass through L1. The same bytes land either way.
-  // `fireline bench --imma-ring-cg on|off`.
-  bool imma_ring_cg = false;
   // With imma_matvec: a one-input product whose weights take fewer bytes than this, and whose
   // input no producer cut (imma_ready_pieces), runs on the f32 rows kernels instead: such a
   // product (the 26B-A4B's router, 0.2 MB) is bound by latency either way, and the integer kernel

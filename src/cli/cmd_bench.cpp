@@ -82,9 +82,6 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "on: the expert launches that --expert-matvec gives a shape of their own load each warp's weights as a ring (a "
      "step's registers refilled as soon as it is multiplied); off (default): rounds of loads, then their arithmetic "
      "(identical results; for A/B timing)"},
-    {"--imma-ring-cg", &BackendOptions::imma_ring_cg, "imma_ring_cg",
-     "on: with --imma-stages N, the ring's row copies are 16-byte cp.async.cg of each row's aligned span (through L2 "
-     "only); off (default): 8-byte cp.async.ca (through L1) (identical results; for A/B timing)"},
     {"--experts-down-sum", &BackendOptions::experts_down_sum, "experts_down_sum",
      "on: decode's routed expert down products (HFQ4, top-k <= 8) summed per token in their own launch; off "
      "(default): per-pair outputs, then a combine launch (identical results; for A/B timing)"},
@@ -112,7 +109,6 @@ struct BenchOptions {
   std::string gpu_switches[std::size(kGpuSwitches)];
   std::string profiler_region = "none";  // --profiler-region: what an external profiler records
   int imma_l2_ahead = 0;  // --imma-l2-ahead (BackendOptions::imma_l2_ahead)
-  int imma_stages = -1;   // --imma-stages (BackendOptions::imma_stages); -1: the default
   int64_t imma_min_bytes = 0;  // --imma-min-bytes (BackendOptions::imma_min_bytes)
   int fused_experts_blocks = 2;  // --fused-experts-blocks (BackendOptions::fused_experts_blocks)
   std::string expert_matvec;     // --expert-matvec (BackendOptions::expert_matvec); empty: the default
@@ -199,7 +195,6 @@ void run_bench(const BenchOptions& opt) {
   for (size_t i = 0; i < std::size(kGpuSwitches); ++i)
     if (!opt.gpu_switches[i].empty()) backend_options.*kGpuSwitches[i].option = opt.gpu_switches[i] == "on";
   backend_options.imma_l2_ahead = opt.imma_l2_ahead;
-  if (opt.imma_stages >= 0) backend_options.imma_stages = opt.imma_stages;
   backend_options.imma_min_bytes = opt.imma_min_bytes;
   backend_options.fused_experts_blocks = opt.fused_experts_blocks;
   if (!opt.expert_matvec.empty()) backend_options.expert_matvec = parse_expert_matvec_shape(opt.expert_matvec);
@@ -376,7 +371,6 @@ void run_bench(const BenchOptions& opt) {
     for (const GpuSwitch& s : kGpuSwitches) j[s.json] = backend->device() != Device::cpu && backend_options.*s.option;
     j["imma_l2_ahead"] = backend->device() != Device::cpu ? backend_options.imma_l2_ahead : 0;
     j["imma_min_bytes"] = backend->device() != Device::cpu ? backend_options.imma_min_bytes : 0;
-    j["imma_stages"] = backend->device() != Device::cpu ? backend_options.imma_stages : 0;
     j["fused_experts_blocks"] = backend->device() != Device::cpu ? backend_options.fused_experts_blocks : 0;
     j["expert_matvec"] = backend->device() != Device::cpu ? expert_matvec_shape_name(backend_options.expert_matvec)
                                                           : std::string("plain");
@@ -466,11 +460,6 @@ void add_bench_command(CLI::App& app) {
                   "group N of its iterations past the one it loads; 0 (default): none (identical results; for A/B "
                   "timing)")
       ->check(CLI::Range(0, 16));
-  cmd->add_option("--imma-stages", opt->imma_stages,
-                  "N in 2..4: with --imma-matvec on, each warp of the integer matvec streams its weight groups and "
-                  "their input pieces through a ring of N slots of shared memory (N groups in flight); 0: the "
-                  "register form, one group in flight (the same bits either way; for A/B timing)")
-      ->check(CLI::IsMember({0, 2, 3, 4}));
   cmd->add_option("--imma-min-bytes", opt->imma_min_bytes,
                   "N > 0: with --imma-matvec on, a one-input product with fewer than N bytes of weights whose input "
                   "no earlier kernel cut runs on the f32 kernels, without the integer kernel's pieces launch; 0 "

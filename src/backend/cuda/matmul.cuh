@@ -23,7 +23,6 @@ struct MatvecSegment {
   int64_t first_block = 0;  // set by the launcher
 };
 constexpr int kMaxMatvecSegments = 4;
-constexpr int kMaxImmaStages = 4;  // MatvecArgs::imma_stages
 
 // How many bf16 pieces each f32 activation is split into before the bf16 tensor-core products
 // (the weights' 4-bit codes are exact in bf16, and each group's scale and min are applied in
@@ -96,13 +95,6 @@ struct MatvecArgs {
   // The integer matvec's warps also pull into L2 the codes of the group this many of their
   // iterations past the one they load into registers (BackendOptions::imma_l2_ahead); 0: none.
   int imma_l2_ahead = 0;
-  // The integer matvec's plain products and groups stream their groups through a ring of this
-  // many slots of shared memory per warp (2 .. kMaxImmaStages; matvec_imma.cu's ring form, the
-  // register form's bits; BackendOptions::imma_stages); 0: the register form.
-  int imma_stages = 0;
-  // The ring form's row copies: 16-byte cp.async.cg of each row's 16-byte-aligned span (through
-  // L2 only) instead of 8-byte cp.async.ca (which pass through L1 lines); the same bytes land.
-  bool imma_ring_cg = false;
   // Routed expert pairs on the HFQ4 register kernel (expert_ids, not gated): rows per warp and
   // warp steps of loads in flight per lane (BackendOptions::expert_matvec.rows / .steps); rows 0:
   // the launcher's choice, as for any one-input product; -1: auto_expert_rows_shape's. A shape
@@ -163,7 +155,6 @@ int64_t imma_matvec_launches();
 // The pieces launches of its own (those not left out by MatvecArgs::imma_pieces_ready) and of
 // launch_gated_activation_imma_pieces, for tests.
 int64_t imma_pieces_launches();
-int64_t imma_ring_launches();  // the ring form's (MatvecArgs::imma_stages)
 // out = act(gate) * up over one row of K (gated_activation, the same bits), and its integer
 // matvec pieces for `group`-weight groups at `pieces` (hfq4_imma_scratch_bytes(K, group)): a dense
 // MLP's down projection input, cut in the launch that makes it. CUDA only (HIP:

@@ -40,7 +40,6 @@
 // picks kSplit (1, 2, 4 or 8). A warp keeps the next group's codes and pieces
 // in flight while it multiplies one; its first group's codes are loaded before enter_kernel()
 // (weights are never written by a kernel).
-#include <algorithm>
 #include <atomic>
 #include <cmath>
 
@@ -48,9 +47,6 @@
 #include "backend/cuda/imma_pieces.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/matvec_rows.cuh"
-#if !defined(FIRELINE_GPU_HIP)
-#include "backend/cuda/mma_sync.cuh"  // cp.async (the ring form; CUDA only)
-#endif
 
 namespace fl::cuda {
 
@@ -120,65 +116,6 @@ struct ImmaStage {
   float2 xs;          // the input's (2^(E-6), sum of x)
 };
 
-// The C columns lane (g, t) holds are pieces 2t and 2t + 1: their weights in the group's sum
-// (zero for t >= 2, whose columns are empty), and the min term once per row (t = 0).
-struct ImmaLaneWeights {
-  float even, odd, min;
-  __device__ explicit ImmaLaneWeights(int t)
-      : even(t == 0 ? 1.0f : t == 1 ? 0x1p-14f : 0.0f), odd(t == 0 ? 0x1p-7f : t == 1 ? 0x1p-21f : 0.0f),
-        min(t == 0 ? 1.0f : 0.0f) {}
-};
-
-// One group of a lane's rows g and g + 8 (wa, wb: its code words, one per mma; piece: its column
-// of the input's pieces; the rows' (scale, min) and the input's (2^(E-6), sum)) added to its two
-// sums. Both forms of the kernel (registers, ring) multiply through here: the same bits.
-template <int kGroup>
-__device__ __forceinline__ void multiply_imma_group(const uint32_t (&wa)[ImmaGroup<kGroup>::kMmas],
-                                                    const uint32_t (&wb)[ImmaGroup<kGroup>::kMmas],
-                                                    const uint4 (&piece)[ImmaGroup<kGroup>::kLanePieceBytes / 16],
-                                                    float2 sm_a, float2 sm_b, float2 xs, const ImmaLaneWeights& w,
-                                                    float& acc_a, float& acc_b) {
-  int c[4] = {0, 0, 0, 0};
-#pragma unroll
-  for (int j = 0; j < ImmaGroup<kGroup>::kMmas; ++j) {
-    const uint32_t op[4] = {wa[j] & 0x0f0f0f0fu, wb[j] & 0x0f0f0f0fu, (wa[j] >> 4) & 0x0f0f0f0fu,
-                            (wb[j] >> 4) & 0x0f0f0f0fu};
-    const uint4& p = piece[j / 2];
-    mma_s8(c, op, j % 2 ? p.z : p.x, j % 2 ? p.w : p.y);
-  }
-  const float f_a = fmaf(static_cast<float>(c[1]), w.odd, static_cast<float>(c[0]) * w.even);
-  const float f_b = fmaf(static_cast<float>(c[3]), w.odd, static_cast<float>(c[2]) * w.even);
-  acc_a += fmaf(sm_a.x * xs.x, f_a, w.min * sm_a.y * xs.y);
-  acc_b += fmaf(sm_b.x * xs.x, f_b, w.min * sm_b.y * xs.y);
-}
-
-// A warp's two sums (rows m0 + g, m0 + g + 8 of its tile) to the output: a row's four lanes
-// (pieces 0-1, 2-3, and the empty columns) in a fixed order, then, with kSplit warps per tile,
-// their partial sums through shared memory in warp order. Every thread of the block calls it.
-template <int kSplit>
-__device__ __forceinline__ void store_imma_rows(float acc_a, float acc_b, float (&partial)[8][16],
-                                                const RowsTarget& target, int64_t m0) {
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
-  acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
-  acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 2);
-  acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 1);
-  acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 2);
-  const int64_t M = target.M;
-  if constexpr (kSplit == 1) {
-    if (t == 0 && m0 + g < M) target.out[m0 + g] = acc_a;
-    if (t == 0 && m0 + g + 8 < M) target.out[m0 + g + 8] = acc_b;
-  } else {
-    if (t == 0) partial[warp][g] = acc_a, partial[warp][g + 8] = acc_b;
-    __syncthreads();
-    if (warp % kSplit == 0 && lane < 16) {
-      float v = partial[warp][lane];
-#pragma unroll
-      for (int s = 1; s < kSplit; ++s) v += partial[warp + s][lane];
-      if (m0 + lane < M) target.out[m0 + lane] = v;
-    }
-  }
-}
-
 // Routed experts (a.expert_ids; no segments): pair p = blockIdx.x / (the blocks one matrix
 // takes) multiplies its expert's matrix (a.weight + expert_ids[p] * a.expert_bytes; a negative
 // id, another rank's pair, stores nothing) by input row p / a.x_row_div, whose pieces lie
@@ -214,7 +151,11 @@ __global__ void __launch_bounds__(256, 2)
   // rows past M (the last tile) re-read row M - 1 and are not stored
   const uint8_t* row_a = target.matrix + (m0 + g < M ? m0 + g : M - 1) * target.row_bytes;
   const uint8_t* row_b = target.matrix + (m0 + g + 8 < M ? m0 + g + 8 : M - 1) * target.row_bytes;
-  const ImmaLaneWeights weights(t);
+  // The C columns this lane holds are pieces 2t and 2t + 1: their weights in the group's sum
+  // (zero for t >= 2, whose columns are empty), and the min term once per row (t = 0).
+  const float w_even = t == 0 ? 1.0f : t == 1 ? 0x1p-14f : 0.0f;
+  const float w_odd = t == 0 ? 0x1p-7f : t == 1 ? 0x1p-21f : 0.0f;
+  const float w_min = t == 0 ? 1.0f : 0.0f;
   auto load_codes = [&](int64_t group, ImmaStage<kGroup>& s) {
     const uint2* pa = reinterpret_cast<const uint2*>(row_a + group * G::kBlockBytes + 8 + t * G::kLaneBytes);
     const uint2* pb = reinterpret_cast<const uint2*>(row_b + group * G::kBlockBytes + 8 + t * G::kLaneBytes);
@@ -264,192 +205,39 @@ __global__ void __launch_bounds__(256, 2)
       load_pieces(group + kSplit, next);
     }
     if (l2_ahead > 0) prefetch_codes_l2(group + (l2_ahead + 1) * kSplit);
-    uint32_t wa[G::kMmas], wb[G::kMmas];
+    int c[4] = {0, 0, 0, 0};
 #pragma unroll
     for (int j = 0; j < G::kMmas; ++j) {
-      wa[j] = j % 2 ? stage.codes_a[j / 2].y : stage.codes_a[j / 2].x;
-      wb[j] = j % 2 ? stage.codes_b[j / 2].y : stage.codes_b[j / 2].x;
+      const uint32_t wa = j % 2 ? stage.codes_a[j / 2].y : stage.codes_a[j / 2].x;
+      const uint32_t wb = j % 2 ? stage.codes_b[j / 2].y : stage.codes_b[j / 2].x;
+      const uint32_t op[4] = {wa & 0x0f0f0f0fu, wb & 0x0f0f0f0fu, (wa >> 4) & 0x0f0f0f0fu, (wb >> 4) & 0x0f0f0f0fu};
+      const uint4& p = stage.piece[j / 2];
+      mma_s8(c, op, j % 2 ? p.z : p.x, j % 2 ? p.w : p.y);
     }
-    multiply_imma_group<kGroup>(wa, wb, stage.piece, sm_a, sm_b, xs, weights, acc_a, acc_b);
+    const float f_a = fmaf(static_cast<float>(c[1]), w_odd, static_cast<float>(c[0]) * w_even);
+    const float f_b = fmaf(static_cast<float>(c[3]), w_odd, static_cast<float>(c[2]) * w_even);
+    acc_a += fmaf(sm_a.x * xs.x, f_a, w_min * sm_a.y * xs.y);
+    acc_b += fmaf(sm_b.x * xs.x, f_b, w_min * sm_b.y * xs.y);
     stage = next;
   }
-  store_imma_rows<kSplit>(acc_a, acc_b, partial, target, m0);
-}
-
-// The ring form (MatvecArgs::imma_stages = S in 2..4; BackendOptions::imma_stages): the register
-// form's blocks, warps, tiles and arithmetic (multiply_imma_group, store_imma_rows: the same
-// bits), but each warp streams its groups through a ring of S slots of shared memory by cp.async,
-// so that S groups are on their way while it multiplies one. Why: the register form holds one
-// group's loads per warp (2176 weight bytes at G256, 110 registers, 16 warps per SM: ~35 KB in
-// flight per SM), under what the memory's latency asks at the H200's 4.25 TB/s (31B products at
-// ~65 % of it, bench/RESULTS.md thirty-eighth session); a slot holds no register, and at S = 4
-// two blocks keep ~139 KB of weights in flight per SM. (The f32 kernel's cp.async and bulk-copy
-// forms lost, twenty-sixth session: that kernel was bound by its issue rate, which the copies
-// raised; this one issues ~0.7 instructions per weight and waits on its loads.)
-//
-// A slot: the tile's 16 rows of the group, each row's block at byte 8 of a kRowStride-byte row
-// (so that its codes start 16-byte aligned: 8-byte copies, as a block's 136 or 72 bytes allow),
-// then the group's pieces (16-byte copies, swizzled: see piece_chunk), then the input's
-// (2^(E-6), sum). Plain products and groups only (no experts).
-template <int kGroup>
-struct ImmaRingLayout {
-  using G = ImmaGroup<kGroup>;
-  static constexpr int kChunks = G::kBlockBytes / 8;      // 8-byte copies per row (17 or 9)
-  static constexpr int kRowStride = 8 * (kChunks + 1);    // 144 or 80
-  static constexpr int kRowsBytes = 16 * kRowStride;      // the tile's rows
-  static constexpr int kCopies = (16 * kChunks + kWarp - 1) / kWarp;  // a lane's row copies per group
-  // The 16-byte form (cg): a row's block in kCgChunks 16-byte copies of its aligned span (the
-  // block at byte 0 or 8 of the row, as its address is 16-aligned or not; a block at 8 takes the
-  // 8 bytes before it too, its last copy, at 0, only its own 8 bytes and zeros).
-  static constexpr int kCgChunks = (G::kBlockBytes + 15) / 16;          // 9 or 5
-  static constexpr int kCgCopies = (16 * kCgChunks + kWarp - 1) / kWarp;
-  static_assert(kRowStride == 16 * kCgChunks, "both forms share the rows' layout");
-  static constexpr int kLaneChunks = G::kLanePieceBytes / 16;         // a reading lane's 16-byte pieces
-  static constexpr int kPieceCopies = G::kPieceBytes / 16 / kWarp;    // a lane's piece copies per group
-  static constexpr int kSlotBytes = kRowsBytes + G::kPieceBytes + 16;
-  static_assert(G::kBlockBytes % 8 == 0 && G::kPieceBytes % (16 * kWarp) == 0, "whole copies per lane");
-  // Where chunk i of reading lane k's pieces lies among the slot's 16-byte chunks: k's own run,
-  // its order rotated by k so that the 8 lanes of a quarter warp (one 128-bit shared load's
-  // phase) read 8 distinct bank groups (in plain order they would hit two: 4-way conflicts).
-  static __device__ __forceinline__ int piece_chunk(int k, int i) {
-    return k * kLaneChunks + (i ^ (k / (8 / kLaneChunks) % kLaneChunks));
-  }
-};
-
-__device__ __forceinline__ void cp_async_wait_pending(int pending) {
-  switch (pending) {
-    case 0: cp_async_wait<0>(); break;
-    case 1: cp_async_wait<1>(); break;
-    case 2: cp_async_wait<2>(); break;
-    default: cp_async_wait<3>(); break;
-  }
-}
-
-template <int kGroup, int kSplit>
-__global__ void __launch_bounds__(256, 2)
-    matvec_hfq4_imma_ring_kernel(MatvecArgs a, const uint8_t* pieces, const float2* group_scales, int stages,
-                                 bool cg) {
-  using G = ImmaGroup<kGroup>;
-  using L = ImmaRingLayout<kGroup>;
-  constexpr int kTiles = 8 / kSplit;
-  extern __shared__ __align__(16) uint8_t imma_ring[];  // [8 warps][stages][L::kSlotBytes]
-  __shared__ float partial[8][16];                       // [warp][row of its tile]
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp, g = lane / 4, t = lane % 4;
-  const int split = warp % kSplit;
-  uint8_t* ring = imma_ring + warp * stages * L::kSlotBytes;
-  const RowsTarget target = rows_target(a);  // the matrix, or a grouped launch's segment
-  const int64_t M = target.M, m0 = (target.block * kTiles + warp / kSplit) * 16;
-  const int64_t n_groups = (a.K + kGroup - 1) / kGroup;
-  const int64_t my_groups = split < n_groups ? (n_groups - split + kSplit - 1) / kSplit : 0;
-  // This lane's row copies: chunk c = lane + 32 i of the tile's 16 x kChunks, row r = c / kChunks;
-  // in the slot at 8 (c + r + 1) (row r's block at r kRowStride + 8), from the tile's first row
-  // (rows past M, the last tile's, copy row M - 1 and are not stored; a tile wholly past M
-  // copies it throughout).
-  const int64_t first_row = m0 < M ? m0 : M - 1;
-  const uint8_t* tile = target.matrix + first_row * target.row_bytes;
-  uint32_t src[L::kCopies], dst[L::kCopies];
+  // a row's four lanes (pieces 0-1, 2-3, and the empty columns) in a fixed order
+  acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 1);
+  acc_a += __shfl_xor_sync(0xffffffffu, acc_a, 2);
+  acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 1);
+  acc_b += __shfl_xor_sync(0xffffffffu, acc_b, 2);
+  if constexpr (kSplit == 1) {
+    if (t == 0 && m0 + g < M) target.out[m0 + g] = acc_a;
+    if (t == 0 && m0 + g + 8 < M) target.out[m0 + g + 8] = acc_b;
+  } else {
+    if (t == 0) partial[warp][g] = acc_a, partial[warp][g + 8] = acc_b;
+    __syncthreads();
+    if (split == 0 && lane < 16) {
+      float v = partial[warp][lane];
 #pragma unroll
-  for (int i = 0; i < L::kCopies; ++i) {
-    const int c = lane + kWarp * i, r = c / L::kChunks;
-    const int64_t row = m0 + r < M ? m0 + r : M - 1;
-    src[i] = static_cast<uint32_t>((row - first_row) * target.row_bytes + 8 * (c - r * L::kChunks));
-    dst[i] = static_cast<uint32_t>(8 * (c + r + 1));
-  }
-  // The cg form's copies: chunk c = lane + 32 i of the tile's 16 x kCgChunks, row r, chunk k:
-  // from the row's 16k (less its block's offset), to the slot's row r at 16k; meta: bit 0 the
-  // row's address bit 3 (the block's offset is 8 when it differs from the group's parity), bit
-  // 1 the row's last chunk.
-  uint32_t cg_src[L::kCgCopies], cg_dst[L::kCgCopies], cg_meta[L::kCgCopies];
-#pragma unroll
-  for (int i = 0; i < L::kCgCopies; ++i) {
-    const int c = lane + kWarp * i, r = c / L::kCgChunks, k = c - r * L::kCgChunks;
-    const int64_t row = m0 + r < M ? m0 + r : M - 1;
-    cg_src[i] = static_cast<uint32_t>((row - first_row) * target.row_bytes + 16 * k);
-    cg_dst[i] = static_cast<uint32_t>(r * L::kRowStride + 16 * k);
-    cg_meta[i] = static_cast<uint32_t>((reinterpret_cast<uintptr_t>(tile + cg_src[i]) >> 3) & 1) |
-                 (k == L::kCgChunks - 1 ? 2u : 0u);
-  }
-  auto copy_rows = [&](int64_t group, uint8_t* slot) {
-    const uint8_t* from = tile + group * G::kBlockBytes;
-    if (cg) {
-#pragma unroll
-      for (int i = 0; i < L::kCgCopies; ++i) {
-        if (lane + kWarp * i >= 16 * L::kCgChunks) continue;
-        const int off = static_cast<int>((cg_meta[i] ^ static_cast<uint32_t>(group)) & 1) * 8;
-        cp_async_16_prefix(slot + cg_dst[i], from + cg_src[i] - off, off == 0 && (cg_meta[i] & 2) ? 8 : 16);
-      }
-      return;
+      for (int s = 1; s < kSplit; ++s) v += partial[warp + s][lane];
+      if (m0 + lane < M) target.out[m0 + lane] = v;
     }
-#pragma unroll
-    for (int i = 0; i < L::kCopies; ++i)
-      if (lane + kWarp * i < 16 * L::kChunks) cp_async_small<8>(slot + dst[i], from + src[i]);
-  };
-  // Where this lane's rows' blocks lie in a slot row: at 8 (the ca form), or at the offset of
-  // their address in a 16-byte line (cg): bit 3 of the row's address, flipped by an odd group.
-  const uint32_t par_a = static_cast<uint32_t>(
-      reinterpret_cast<uintptr_t>(tile + ((m0 + g < M ? m0 + g : M - 1) - first_row) * target.row_bytes) >> 3);
-  const uint32_t par_b = static_cast<uint32_t>(
-      reinterpret_cast<uintptr_t>(tile + ((m0 + g + 8 < M ? m0 + g + 8 : M - 1) - first_row) * target.row_bytes) >> 3);
-  auto copy_input = [&](int64_t group, uint8_t* slot) {
-    const uint8_t* from = pieces + group * G::kPieceBytes;
-#pragma unroll
-    for (int j = 0; j < L::kPieceCopies; ++j) {
-      const int q = lane + kWarp * j;
-      cp_async_16(slot + L::kRowsBytes + 16 * L::piece_chunk(q / L::kLaneChunks, q % L::kLaneChunks), from + 16 * q);
-    }
-    if (lane == 0) cp_async_small<8>(slot + L::kRowsBytes + G::kPieceBytes, group_scales + group);
-  };
-  // Stage s (group split + s kSplit) in slot s % stages. The first stages' rows go out before
-  // the wait (weights), their pieces after it, one commit per stage: stage s is complete once
-  // at most stages - 1 newer commits are pending, before and in the loop alike.
-  for (int s = 0; s < stages; ++s)
-    if (s < my_groups) copy_rows(split + s * kSplit, ring + s * L::kSlotBytes);
-  enter_kernel();
-  for (int s = 0; s < stages; ++s) {
-    if (s < my_groups) copy_input(split + s * kSplit, ring + s * L::kSlotBytes);
-    cp_async_commit();
   }
-  const ImmaLaneWeights weights(t);
-  float acc_a = 0.0f, acc_b = 0.0f;
-  int slot_index = 0;
-  for (int64_t s = 0; s < my_groups; ++s) {
-    cp_async_wait_pending(stages - 1);
-    __syncwarp();  // (every lane's copies of the slot landed)
-    uint8_t* slot = ring + slot_index * L::kSlotBytes;
-    const uint32_t group_parity = static_cast<uint32_t>(split + s * kSplit);
-    const uint8_t* row_a = slot + g * L::kRowStride + (cg ? ((par_a ^ group_parity) & 1) * 8 : 8);
-    const uint8_t* row_b = slot + (g + 8) * L::kRowStride + (cg ? ((par_b ^ group_parity) & 1) * 8 : 8);
-    uint2 codes_a[G::kLaneBytes / 8], codes_b[G::kLaneBytes / 8];
-    uint4 piece[L::kLaneChunks];
-#pragma unroll
-    for (int h = 0; h < G::kLaneBytes / 8; ++h) {
-      codes_a[h] = *reinterpret_cast<const uint2*>(row_a + 8 + t * G::kLaneBytes + 8 * h);
-      codes_b[h] = *reinterpret_cast<const uint2*>(row_b + 8 + t * G::kLaneBytes + 8 * h);
-    }
-#pragma unroll
-    for (int i = 0; i < L::kLaneChunks; ++i)
-      piece[i] = g < 4 ? *reinterpret_cast<const uint4*>(slot + L::kRowsBytes + 16 * L::piece_chunk(lane, i))
-                       : make_uint4(0, 0, 0, 0);
-    const float2 sm_a = *reinterpret_cast<const float2*>(row_a);
-    const float2 sm_b = *reinterpret_cast<const float2*>(row_b);
-    const float2 xs = *reinterpret_cast<const float2*>(slot + L::kRowsBytes + G::kPieceBytes);
-    __syncwarp();  // (every lane has read the slot before any refills it)
-    if (s + stages < my_groups) {
-      copy_rows(split + (s + stages) * kSplit, slot);
-      copy_input(split + (s + stages) * kSplit, slot);
-    }
-    cp_async_commit();
-    uint32_t wa[G::kMmas], wb[G::kMmas];
-#pragma unroll
-    for (int j = 0; j < G::kMmas; ++j) {
-      wa[j] = j % 2 ? codes_a[j / 2].y : codes_a[j / 2].x;
-      wb[j] = j % 2 ? codes_b[j / 2].y : codes_b[j / 2].x;
-    }
-    multiply_imma_group<kGroup>(wa, wb, piece, sm_a, sm_b, xs, weights, acc_a, acc_b);
-    slot_index = slot_index + 1 == stages ? 0 : slot_index + 1;
-  }
-  cp_async_wait<0>();  // (no copy outlives the kernel)
-  store_imma_rows<kSplit>(acc_a, acc_b, partial, target, m0);
 }
 
 // Blocks of `rows_per_block` rows: per segment, or per routed pair (experts).
@@ -485,39 +273,6 @@ cudaError_t launch_imma_pieces(const float* x, int64_t x_stride, const float* up
   return err;
 }
 
-// The ring form at a.imma_stages slots per warp (plain products and groups: experts keep the
-// register form), where 2..4 and a tile's 16 rows span under 2^32 bytes (its copies' offsets).
-template <int kGroup, int kSplit>
-cudaError_t launch_imma_ring_split(MatvecArgs a, const uint8_t* pieces, const float2* scales, cudaStream_t stream) {
-  const int64_t blocks = imma_blocks(a, 16 * (8 / kSplit));
-  if (blocks == 0) return cudaSuccess;
-  const size_t smem = static_cast<size_t>(8 * a.imma_stages * ImmaRingLayout<kGroup>::kSlotBytes);
-  auto kernel = matvec_hfq4_imma_ring_kernel<kGroup, kSplit>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-  // Two blocks per SM, and the rest of the SM's L1 left as cache: the row copies (cp.async.ca,
-  // 8 bytes) pass through L1, whose free lines bound the copies in flight (with the carveout at
-  // its maximum, ~28 KB of L1 held every stage count at the same ~1.7 TB/s on the H100).
-  const int64_t sm_bytes = current_device_traits().max_block_smem + 1024;  // (sm_90: 228 KB)
-  const int64_t wanted = 2 * (static_cast<int64_t>(smem) + 1024 + static_cast<int64_t>(sizeof(float)) * 8 * 16);
-  const int carveout = static_cast<int>(std::min<int64_t>(100, (100 * wanted + sm_bytes - 1) / sm_bytes));
-  if (err == cudaSuccess) err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
-  if (err != cudaSuccess) return err;
-  // The cg form's first copy of a row may start 8 bytes before its block: inside the matrix
-  // only where every matrix starts 16-byte aligned.
-  bool aligned = reinterpret_cast<uintptr_t>(a.weight) % 16 == 0;
-  for (int s = 0; s < a.n_segments; ++s) aligned = aligned && reinterpret_cast<uintptr_t>(a.segments[s].weight) % 16 == 0;
-  return launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), 256, smem, stream, a, pieces, scales,
-                       a.imma_stages, a.imma_ring_cg && aligned);
-}
-
-std::atomic<int64_t> g_imma_ring_launches{0};  // imma_ring_launches
-
-template <int kGroup>
-bool imma_ring_takes(const MatvecArgs& a) {
-  const int64_t row_bytes = (a.K + kGroup - 1) / kGroup * ImmaGroup<kGroup>::kBlockBytes;
-  return a.imma_stages >= 2 && a.imma_stages <= kMaxImmaStages && !a.expert_ids && 16 * row_bytes < (int64_t{1} << 32);
-}
-
 template <int kGroup>
 cudaError_t launch_imma(const MatvecArgs& a, cudaStream_t stream) {
   const int64_t n_groups = (a.K + kGroup - 1) / kGroup;
@@ -546,20 +301,14 @@ cudaError_t launch_imma(const MatvecArgs& a, cudaStream_t stream) {
   // (The Qwen3.5-4B gate_up's 288 blocks leave a second wave of 24 on 132 SMs; at 1 warp per tile
   // it is one wave of 144, and decode was 2.3 % slower: bench/RESULTS.md thirty-second session.)
   if (a.imma_rows > 0) split = a.imma_rows;
-  const bool ring = imma_ring_takes<kGroup>(a);
-  switch (split * (ring ? -1 : 1)) {
+  switch (split) {
     case 1: err = launch_imma_split<kGroup, 1>(a, pieces, scales, stream); break;
     case 2: err = launch_imma_split<kGroup, 2>(a, pieces, scales, stream); break;
     case 4: err = launch_imma_split<kGroup, 4>(a, pieces, scales, stream); break;
     case 8: err = launch_imma_split<kGroup, 8>(a, pieces, scales, stream); break;
-    case -1: err = launch_imma_ring_split<kGroup, 1>(a, pieces, scales, stream); break;
-    case -2: err = launch_imma_ring_split<kGroup, 2>(a, pieces, scales, stream); break;
-    case -4: err = launch_imma_ring_split<kGroup, 4>(a, pieces, scales, stream); break;
-    case -8: err = launch_imma_ring_split<kGroup, 8>(a, pieces, scales, stream); break;
     default: return cudaErrorInvalidValue;
   }
   if (err == cudaSuccess) g_imma_matvec_launches.fetch_add(1, std::memory_order_relaxed);
-  if (err == cudaSuccess && ring) g_imma_ring_launches.fetch_add(1, std::memory_order_relaxed);
   return err;
 }
 
@@ -642,12 +391,5 @@ cudaError_t launch_gated_activation_imma_pieces_rows(float* out, int64_t out_str
 
 int64_t imma_matvec_launches() { return g_imma_matvec_launches.load(std::memory_order_relaxed); }
 int64_t imma_pieces_launches() { return g_imma_pieces_launches.load(std::memory_order_relaxed); }
-int64_t imma_ring_launches() {
-#if defined(FIRELINE_GPU_HIP)
-  return 0;
-#else
-  return g_imma_ring_launches.load(std::memory_order_relaxed);
-#endif
-}
 
 }  // namespace fl::cuda

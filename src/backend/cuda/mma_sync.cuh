@@ -82,16 +82,6 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool
   __trap();
 #endif
 }
-// 16 bytes to shared memory of which the first src_bytes (0 to 16) come from global memory and the
-// rest are zeros (cp.async.cg: through L2 only, no L1 line).
-__device__ __forceinline__ void cp_async_16_prefix(void* smem, const void* global, int src_bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(src_bytes));
-#else
-  __trap();
-#endif
-}
 // 4 or 8 bytes global -> shared (cp.async.ca: the only form for copies under 16 bytes), zeros when
 // !valid. For sources that are not 16-byte aligned, as the code bytes inside an HFQ4 block are.
 template <int kBytes>
