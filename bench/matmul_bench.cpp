@@ -18,7 +18,8 @@
 //   (BackendOptions::imma_matvec, "i": its input-pieces kernel and the product, sm_80+; "i1",
 //   "i2", "i4": 1, 2 or 4 warps per row tile instead of the launcher's choice; "ir": the product
 //   alone, its pieces cut beforehand, as decode runs it after a kernel that cut them:
-//   BackendOptions::imma_ready_pieces).
+//   BackendOptions::imma_ready_pieces; "l", "l2", "l4", "l8": as "ir" on the lean form,
+//   BackendOptions::imma_lean, at its launcher's choice or 2, 4 or 8 warps per row tile).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -200,10 +201,11 @@ int main(int argc, char** argv) {
         // product), and the integer tensor-core one with its input pieces kernel ("i") or with
         // its pieces cut once before the timing ("ir").
         auto time_one_input = [&](const char* label, int async_rows, int split_rows, int imma = 0,
-                                  bool pieces_ready = false) {
+                                  bool pieces_ready = false, bool lean = false) {
           a.async_rows = async_rows;
           a.split_rows = split_rows;
           a.imma_rows = imma;
+          a.imma_lean = lean;
           if (pieces_ready) {
             cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec");  // (cuts x's pieces into the scratch)
             a.imma_pieces_ready = true;
@@ -216,6 +218,7 @@ int main(int argc, char** argv) {
           a.async_rows = 0;
           a.split_rows = 0;
           a.imma_rows = 0;
+          a.imma_lean = false;
           a.imma_pieces_ready = false;
           fmt::print("{:<28} {:>6} {:>6} {:>10.1f} {:>9.1f} {:>9.1f}\n", s.name, T, label, kernel_us,
                      flops / kernel_us / 1e6, weight_bytes / kernel_us / 1e3);
@@ -233,6 +236,10 @@ int main(int argc, char** argv) {
             time_one_input("i1", 0, 0, 1);
             time_one_input("i2", 0, 0, 2);
             time_one_input("i4", 0, 0, 4);
+            time_one_input("l", 0, 0, -1, true, true);
+            time_one_input("l2", 0, 0, 2, true, true);
+            time_one_input("l4", 0, 0, 4, true, true);
+            time_one_input("l8", 0, 0, 8, true, true);
           }
         }
         if (variant == 0 && T == 64) {  // "1w2": the K-split plan before the one-wave one (two waves)

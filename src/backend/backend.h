@@ -522,6 +522,14 @@ struct BackendOptions {
   // -2.2 %, 31B -4.2 %: bench/RESULTS.md thirty-second session). Identical results.
   // `fireline bench --imma-l2-ahead N`.
   int imma_l2_ahead = 0;
+  // With imma_matvec: the plain products and groups on the integer kernel's lean form: only the
+  // codes go an iteration ahead (the input's pieces, the same for every tile, are loaded where
+  // they are used), 79 registers instead of 116, three blocks per SM, and the tiles split over
+  // up to 8 warps until ~20 warps per SM (the 31B's down and o_proj: 8 warps per tile, one wave).
+  // Why: on the H100 those products ran at ~1.6 TB/s with ~10 warps per SM, each waiting on its
+  // one group in flight (bench/RESULTS.md thirty-ninth session). The same bits
+  // (CudaOps.ImmaLeanGivesTheRegisterBits). `fireline bench --imma-lean on|off`.
+  bool imma_lean = false;
   // With imma_matvec: a one-input product whose weights take fewer bytes than this, and whose
   // input no producer cut (imma_ready_pieces), runs on the f32 rows kernels instead: such a
   // product (the 26B-A4B's router, 0.2 MB) is bound by latency either way, and the integer kernel

@@ -82,6 +82,10 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "on: the expert launches that --expert-matvec gives a shape of their own load each warp's weights as a ring (a "
      "step's registers refilled as soon as it is multiplied); off (default): rounds of loads, then their arithmetic "
      "(identical results; for A/B timing)"},
+    {"--imma-lean", &BackendOptions::imma_lean, "imma_lean",
+     "on: with --imma-matvec on, the plain products and groups on the integer kernel's lean form (pieces loaded where "
+     "used, three blocks per SM, tiles split until ~20 warps per SM); off (default): the register form (identical "
+     "results; for A/B timing)"},
     {"--experts-down-sum", &BackendOptions::experts_down_sum, "experts_down_sum",
      "on: decode's routed expert down products (HFQ4, top-k <= 8) summed per token in their own launch; off "
      "(default): per-pair outputs, then a combine launch (identical results; for A/B timing)"},

@@ -235,7 +235,8 @@ TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
 
 // --gated-matvec, --weight-prefetch, --hopper-experts, --group-gemm, --async-matvec, --split-matvec,
 // --imma-matvec, --imma-ready-pieces, --imma-experts, --fused-experts, --cluster-update,
-// --fused-delta-net, --fused-decode-attention, --experts-down-sum, --imma-l2-ahead and --expert-matvec: GPU switches
+// --fused-delta-net, --fused-decode-attention, --experts-down-sum, --imma-l2-ahead, --imma-lean and --expert-matvec:
+// GPU switches
 // for A/B timing. The
 // CPU has neither (the JSON says false whatever is asked); a value other than on or off is refused before anything
 // loads.
@@ -247,7 +248,7 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
         " --split-matvec on --imma-matvec on --imma-ready-pieces on --cluster-update on"
         " --fused-delta-net on --imma-l2-ahead 2 --imma-experts on --imma-min-bytes 1048576 --fused-experts on"
         " --fused-experts-blocks 1 --fused-decode-attention on --experts-down-sum on --expert-matvec 8x3"
-        " --expert-matvec-ring on",
+        " --expert-matvec-ring on --imma-lean on",
         " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
         " --split-matvec off --imma-matvec off --imma-ready-pieces off --cluster-update off"
         " --fused-delta-net off --imma-experts off --fused-experts off --fused-decode-attention off --experts-down-sum "
@@ -270,6 +271,7 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["fused_decode_attention"], false) << asked;
     EXPECT_EQ(j["experts_down_sum"], false) << asked;
     EXPECT_EQ(j["expert_matvec_ring"], false) << asked;
+    EXPECT_EQ(j["imma_lean"], false) << asked;
     EXPECT_EQ(j["imma_l2_ahead"], 0) << asked;
     EXPECT_EQ(j["imma_min_bytes"], 0) << asked;
     EXPECT_EQ(j["fused_experts_blocks"], 0) << asked;
@@ -279,7 +281,7 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
        {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm", "--async-matvec", "--split-matvec",
         "--imma-matvec", "--imma-ready-pieces", "--cluster-update", "--fused-delta-net", "--imma-experts",
         "--fused-experts", "--fused-decode-attention", "--experts-down-sum", "--imma-l2-ahead", "--imma-min-bytes",
-        "--expert-matvec", "--expert-matvec-ring"}) {
+        "--expert-matvec", "--expert-matvec-ring", "--imma-lean"}) {
     auto bad = fireline(common + " " + flag + " maybe");
     EXPECT_NE(bad.exit_code, 0) << flag;
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;

@@ -1359,6 +1359,7 @@ class CudaBackend final : public Backend {
     a.split_rows = options_.split_matvec ? 1 : 0;
     a.imma_rows = options_.imma_matvec ? -1 : 0;
     a.imma_l2_ahead = options_.imma_l2_ahead;
+    a.imma_lean = options_.imma_lean;
     a.expert_rows = options_.expert_matvec.rows, a.expert_steps = options_.expert_matvec.steps;
     a.expert_ring = options_.expert_matvec_ring;
     return a;

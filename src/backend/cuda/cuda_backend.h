@@ -62,6 +62,8 @@ bool cuda_imma_matvec_available(Backend& backend);
 // How many launches have cut an input into the integer matvec's pieces: the product's own (not
 // left out by BackendOptions::imma_ready_pieces) and the gated activation's pieces form.
 int64_t cuda_imma_pieces_launches();
+// How many of the integer products ran in the lean form (BackendOptions::imma_lean).
+int64_t cuda_imma_lean_launches();
 // How many one-row residual updates have run as a cluster of blocks (BackendOptions::
 // cluster_residual_update), and whether the backend's GPU runs them (sm_90, a build with sm_90a code).
 int64_t cuda_cluster_update_launches();

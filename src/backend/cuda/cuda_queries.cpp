@@ -31,6 +31,7 @@ int cuda_expert_rows_blocks_per_sm(int rows, int steps, int group, bool ring) {
 }
 int64_t cuda_imma_matvec_launches() { return cuda::imma_matvec_launches(); }
 int64_t cuda_imma_pieces_launches() { return cuda::imma_pieces_launches(); }
+int64_t cuda_imma_lean_launches() { return cuda::imma_lean_launches(); }
 int64_t cuda_cluster_update_launches() { return cuda::residual_update_cluster_launches(); }
 int64_t cuda_moe_experts_decode_launches() { return cuda::moe_experts_decode_launches(); }
 int64_t cuda_delta_net_step_launches() { return cuda::delta_net_step_launches(); }

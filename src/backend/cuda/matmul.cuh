@@ -95,6 +95,10 @@ struct MatvecArgs {
   // The integer matvec's warps also pull into L2 the codes of the group this many of their
   // iterations past the one they load into registers (BackendOptions::imma_l2_ahead); 0: none.
   int imma_l2_ahead = 0;
+  // Plain products and groups (no experts) on the integer matvec's lean form: pieces loaded in
+  // the iteration that uses them, three blocks per SM, tiles split until ~20 warps per SM
+  // (BackendOptions::imma_lean; the same bits).
+  bool imma_lean = false;
   // Routed expert pairs on the HFQ4 register kernel (expert_ids, not gated): rows per warp and
   // warp steps of loads in flight per lane (BackendOptions::expert_matvec.rows / .steps); rows 0:
   // the launcher's choice, as for any one-input product; -1: auto_expert_rows_shape's. A shape
@@ -155,6 +159,7 @@ int64_t imma_matvec_launches();
 // The pieces launches of its own (those not left out by MatvecArgs::imma_pieces_ready) and of
 // launch_gated_activation_imma_pieces, for tests.
 int64_t imma_pieces_launches();
+int64_t imma_lean_launches();  // the lean form's (MatvecArgs::imma_lean)
 // out = act(gate) * up over one row of K (gated_activation, the same bits), and its integer
 // matvec pieces for `group`-weight groups at `pieces` (hfq4_imma_scratch_bytes(K, group)): a dense
 // MLP's down projection input, cut in the launch that makes it. CUDA only (HIP:

@@ -53,6 +53,7 @@ namespace fl::cuda {
 namespace {
 std::atomic<int64_t> g_imma_matvec_launches{0};  // imma_matvec_launches
 std::atomic<int64_t> g_imma_pieces_launches{0};  // imma_pieces_launches
+std::atomic<int64_t> g_imma_lean_launches{0};    // imma_lean_launches
 }
 
 #if !defined(FIRELINE_GPU_HIP)
@@ -126,8 +127,18 @@ struct ImmaStage {
 // l2_ahead iterations past the one its registers are loading. Why: with 110 registers a warp holds
 // one group's loads in flight (two blocks per SM), and a prefetch holds no register, so more of
 // the rows' bytes are on their way from DRAM while the warps wait on the loads they hold.
-template <int kGroup, int kSplit>
-__global__ void __launch_bounds__(256, 2)
+// kLean (MatvecArgs::imma_lean): only the codes and the rows' factors go an iteration ahead; the
+// group's pieces and input factors are loaded at the top of the iteration that uses them (the
+// same bytes for every tile of the block and the SM's other blocks at that split: L1 hits after
+// the first). That frees their registers (79 at G256 against 116: ptxas, sm_90a), so three
+// blocks fit an SM, and the launcher splits the tiles until ~20 warps per SM. Why: on the H100
+// the 31B's down (336 tiles, 84 groups) ran at ~1.6 TB/s with ~10 warps per SM, each warp
+// waiting ~9 cycles of long scoreboard per instruction on its one group in flight (ncu; a
+// shared-memory ring of 2-4 groups per warp lost: bench/RESULTS.md thirty-ninth session), so
+// more warps, each with fewer groups, is what is left. The same arithmetic in the same order:
+// the register form's bits.
+template <int kGroup, int kSplit, bool kLean = false>
+__global__ void __launch_bounds__(256, kLean ? 3 : 2)
     matvec_hfq4_imma_kernel(MatvecArgs a, const uint8_t* pieces, const float2* group_scales, bool prefetch,
                             int l2_ahead) {
   using G = ImmaGroup<kGroup>;
@@ -196,13 +207,14 @@ __global__ void __launch_bounds__(256, 2)
     if (split < n_groups) load_codes(split, stage);
     for (int i = 2; i <= l2_ahead; ++i) prefetch_codes_l2(split + i * kSplit);
   }
-  if (split < n_groups) load_pieces(split, stage);
+  if (!kLean && split < n_groups) load_pieces(split, stage);
   for (int64_t group = split; group < n_groups; group += kSplit) {
+    if (kLean) load_pieces(group, stage);
     const float2 sm_a = stage.sm_a, sm_b = stage.sm_b, xs = stage.xs;
     ImmaStage<kGroup> next;
     if (group + kSplit < n_groups) {
       load_codes(group + kSplit, next);
-      load_pieces(group + kSplit, next);
+      if (!kLean) load_pieces(group + kSplit, next);
     }
     if (l2_ahead > 0) prefetch_codes_l2(group + (l2_ahead + 1) * kSplit);
     int c[4] = {0, 0, 0, 0};
@@ -246,15 +258,15 @@ inline int64_t imma_blocks(MatvecArgs& a, int64_t rows_per_block) {
   return a.expert_ids ? blocks * a.n_inputs : blocks;
 }
 
-template <int kGroup, int kSplit>
+template <int kGroup, int kSplit, bool kLean = false>
 cudaError_t launch_imma_split(MatvecArgs a, const uint8_t* pieces, const float2* scales, cudaStream_t stream) {
   const int64_t blocks = imma_blocks(a, 16 * (8 / kSplit));
   if (blocks == 0) return cudaSuccess;
   // (the prefetch only where the grid is about one wave, as the rows kernels': a larger matrix's
   // prefetched rows outnumber what L2 keeps until its blocks read them)
   const bool prefetch = a.weight_prefetch && blocks <= 2 * static_cast<int64_t>(current_device_traits().sm_count);
-  return launch_kernel(matvec_hfq4_imma_kernel<kGroup, kSplit>, dim3(static_cast<unsigned>(blocks)), 256, 0, stream, a,
-                       pieces, scales, prefetch, a.imma_l2_ahead);
+  return launch_kernel(matvec_hfq4_imma_kernel<kGroup, kSplit, kLean>, dim3(static_cast<unsigned>(blocks)), 256, 0,
+                       stream, a, pieces, scales, prefetch, a.imma_l2_ahead);
 }
 
 // Cuts x [rows, K] (rows x_stride apart) into its pieces at `pieces` (hfq4_imma_scratch_bytes;
@@ -292,23 +304,31 @@ cudaError_t launch_imma(const MatvecArgs& a, cudaStream_t stream) {
   // (160 tiles) 8, the 26B-A4B's (256-264 tiles) 4-8. One warp per tile keeps one group of loads
   // in flight per warp and was latency-bound (gate_up: 8.5 cycles of long scoreboard per issue,
   // 60.5 us against 52.1 at 2).
+  // The lean form (MatvecArgs::imma_lean; not for experts) holds three blocks per SM: ~20 warps
+  // per SM before a launch stops splitting its tiles further.
+  const bool lean = a.imma_lean && !a.expert_ids;
   MatvecArgs counted = a;
   const int64_t tiles = imma_blocks(counted, 16);  // (all segments, or all pairs)
-  const int64_t min_warps = 10 * static_cast<int64_t>(current_device_traits().sm_count);
+  const int64_t min_warps = (lean ? 20 : 10) * static_cast<int64_t>(current_device_traits().sm_count);
   int split = 2;
   while (split < 8 && tiles * split < min_warps) split *= 2;
   while (split > 1 && split > n_groups) split /= 2;
   // (The Qwen3.5-4B gate_up's 288 blocks leave a second wave of 24 on 132 SMs; at 1 warp per tile
   // it is one wave of 144, and decode was 2.3 % slower: bench/RESULTS.md thirty-second session.)
   if (a.imma_rows > 0) split = a.imma_rows;
-  switch (split) {
+  switch (split * (lean ? -1 : 1)) {
     case 1: err = launch_imma_split<kGroup, 1>(a, pieces, scales, stream); break;
     case 2: err = launch_imma_split<kGroup, 2>(a, pieces, scales, stream); break;
     case 4: err = launch_imma_split<kGroup, 4>(a, pieces, scales, stream); break;
     case 8: err = launch_imma_split<kGroup, 8>(a, pieces, scales, stream); break;
+    case -1: err = launch_imma_split<kGroup, 1, true>(a, pieces, scales, stream); break;
+    case -2: err = launch_imma_split<kGroup, 2, true>(a, pieces, scales, stream); break;
+    case -4: err = launch_imma_split<kGroup, 4, true>(a, pieces, scales, stream); break;
+    case -8: err = launch_imma_split<kGroup, 8, true>(a, pieces, scales, stream); break;
     default: return cudaErrorInvalidValue;
   }
   if (err == cudaSuccess) g_imma_matvec_launches.fetch_add(1, std::memory_order_relaxed);
+  if (err == cudaSuccess && lean) g_imma_lean_launches.fetch_add(1, std::memory_order_relaxed);
   return err;
 }
 
@@ -391,5 +411,6 @@ cudaError_t launch_gated_activation_imma_pieces_rows(float* out, int64_t out_str
 
 int64_t imma_matvec_launches() { return g_imma_matvec_launches.load(std::memory_order_relaxed); }
 int64_t imma_pieces_launches() { return g_imma_pieces_launches.load(std::memory_order_relaxed); }
+int64_t imma_lean_launches() { return g_imma_lean_launches.load(std::memory_order_relaxed); }
 
 }  // namespace fl::cuda
