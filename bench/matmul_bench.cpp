@@ -18,7 +18,8 @@
 //   (BackendOptions::imma_matvec, "i": its input-pieces kernel and the product, sm_80+; "i1",
 //   "i2", "i4": 1, 2 or 4 warps per row tile instead of the launcher's choice; "ir": the product
 //   alone, its pieces cut beforehand, as decode runs it after a kernel that cut them:
-//   BackendOptions::imma_ready_pieces; "l", "l2", "l4", "l8": as "ir" on the lean form,
+//   BackendOptions::imma_ready_pieces; "ir4", "ir8": "ir" at 4 or 8 warps per row tile; "l", "l2",
+//   "l4", "l8": as "ir" on the lean form,
 //   BackendOptions::imma_lean, at its launcher's choice or 2, 4 or 8 warps per row tile).
 #include <algorithm>
 #include <cmath>
@@ -236,6 +237,8 @@ int main(int argc, char** argv) {
             time_one_input("i1", 0, 0, 1);
             time_one_input("i2", 0, 0, 2);
             time_one_input("i4", 0, 0, 4);
+            time_one_input("ir4", 0, 0, 4, true);
+            time_one_input("ir8", 0, 0, 8, true);
             time_one_input("l", 0, 0, -1, true, true);
             time_one_input("l2", 0, 0, 2, true, true);
             time_one_input("l4", 0, 0, 4, true, true);

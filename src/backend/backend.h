@@ -527,8 +527,9 @@ struct BackendOptions {
   // they are used), 79 registers instead of 116, three blocks per SM, and the tiles split over
   // up to 8 warps until ~20 warps per SM (the 31B's down and o_proj: 8 warps per tile, one wave).
   // Why: on the H100 those products ran at ~1.6 TB/s with ~10 warps per SM, each waiting on its
-  // one group in flight (bench/RESULTS.md thirty-ninth session). The same bits
-  // (CudaOps.ImmaLeanGivesTheRegisterBits). `fireline bench --imma-lean on|off`.
+  // one group in flight (bench/RESULTS.md thirty-ninth session). Where it takes more warps per
+  // tile than the register form, their partial sums add in another order (last bits; CudaOps.
+  // ImmaLeanMatchesTheOracle). `fireline bench --imma-lean on|off`.
   bool imma_lean = false;
   // With imma_matvec: a one-input product whose weights take fewer bytes than this, and whose
   // input no producer cut (imma_ready_pieces), runs on the f32 rows kernels instead: such a

@@ -84,8 +84,8 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "(identical results; for A/B timing)"},
     {"--imma-lean", &BackendOptions::imma_lean, "imma_lean",
      "on: with --imma-matvec on, the plain products and groups on the integer kernel's lean form (pieces loaded where "
-     "used, three blocks per SM, tiles split until ~20 warps per SM); off (default): the register form (identical "
-     "results; for A/B timing)"},
+     "used, three blocks per SM, tiles split until ~20 warps per SM); off (default): the register form (the same "
+     "numbers but for the order of the warps' partial sums where it splits a tile more; for A/B timing)"},
     {"--experts-down-sum", &BackendOptions::experts_down_sum, "experts_down_sum",
      "on: decode's routed expert down products (HFQ4, top-k <= 8) summed per token in their own launch; off "
      "(default): per-pair outputs, then a combine launch (identical results; for A/B timing)"},

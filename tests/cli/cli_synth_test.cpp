@@ -252,7 +252,7 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
         " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
         " --split-matvec off --imma-matvec off --imma-ready-pieces off --cluster-update off"
         " --fused-delta-net off --imma-experts off --fused-experts off --fused-decode-attention off --experts-down-sum "
-        "off --expert-matvec auto --expert-matvec-ring off"}) {
+        "off --expert-matvec auto --expert-matvec-ring off --imma-lean off"}) {
     auto r = fireline(common + asked + " --json");
     ASSERT_EQ(r.exit_code, 0) << asked << ": " << r.err;
     const json j = json::parse(r.out);

@@ -97,7 +97,7 @@ struct MatvecArgs {
   int imma_l2_ahead = 0;
   // Plain products and groups (no experts) on the integer matvec's lean form: pieces loaded in
   // the iteration that uses them, three blocks per SM, tiles split until ~20 warps per SM
-  // (BackendOptions::imma_lean; the same bits).
+  // (BackendOptions::imma_lean; the register form's bits at the same warps per tile).
   bool imma_lean = false;
   // Routed expert pairs on the HFQ4 register kernel (expert_ids, not gated): rows per warp and
   // warp steps of loads in flight per lane (BackendOptions::expert_matvec.rows / .steps); rows 0:

@@ -135,8 +135,9 @@ struct ImmaStage {
 // the 31B's down (336 tiles, 84 groups) ran at ~1.6 TB/s with ~10 warps per SM, each warp
 // waiting ~9 cycles of long scoreboard per instruction on its one group in flight (ncu; a
 // shared-memory ring of 2-4 groups per warp lost: bench/RESULTS.md thirty-ninth session), so
-// more warps, each with fewer groups, is what is left. The same arithmetic in the same order:
-// the register form's bits.
+// more warps, each with fewer groups, is what is left. At the same warps per tile, the register
+// form's bits (the same arithmetic in the same order); its own rule may take more warps per tile,
+// which adds the warps' partial sums in another order.
 template <int kGroup, int kSplit, bool kLean = false>
 __global__ void __launch_bounds__(256, kLean ? 3 : 2)
     matvec_hfq4_imma_kernel(MatvecArgs a, const uint8_t* pieces, const float2* group_scales, bool prefetch,
@@ -264,7 +265,8 @@ cudaError_t launch_imma_split(MatvecArgs a, const uint8_t* pieces, const float2*
   if (blocks == 0) return cudaSuccess;
   // (the prefetch only where the grid is about one wave, as the rows kernels': a larger matrix's
   // prefetched rows outnumber what L2 keeps until its blocks read them)
-  const bool prefetch = a.weight_prefetch && blocks <= 2 * static_cast<int64_t>(current_device_traits().sm_count);
+  const bool prefetch =
+      a.weight_prefetch && blocks <= (kLean ? 3 : 2) * static_cast<int64_t>(current_device_traits().sm_count);
   return launch_kernel(matvec_hfq4_imma_kernel<kGroup, kSplit, kLean>, dim3(static_cast<unsigned>(blocks)), 256, 0,
                        stream, a, pieces, scales, prefetch, a.imma_l2_ahead);
 }
