@@ -156,6 +156,32 @@ class CudaOps : public ::testing::Test {
     expect_close(out, dot_budget(K), what);
   }
 
+  // x [1, K] times a group of weights of one input (matmul_group, one launch) on backend b, whose
+  // switched kernel counts its launches: it ran once, and each output (written over NaN) is close
+  // to the CPU oracle's.
+  void expect_counted_group(Backend& b, int64_t (*launches)(), const Twin& x, const std::vector<Twin>& weights,
+                            const std::string& what) {
+    const int64_t K = x.cpu.dim(1);
+    std::vector<Twin> outs;
+    std::vector<Tensor> cpu_outs, gpu_outs;
+    std::vector<const Tensor*> cpu_w, gpu_w;
+    for (const Twin& w : weights) outs.push_back(twin_output(DType::f32, {1, w.cpu.dim(0)}));
+    for (size_t i = 0; i < weights.size(); ++i) {
+      const std::vector<uint8_t> nan_bytes(outs[i].host.size(), 0xff);
+      b.copy_to_device(outs[i].gpu, nan_bytes.data());
+      cpu_outs.push_back(outs[i].cpu), gpu_outs.push_back(outs[i].gpu);
+      cpu_w.push_back(&weights[i].cpu), gpu_w.push_back(&weights[i].gpu);
+    }
+    const int64_t before = launches();
+    cpu_->matmul_group(cpu_outs, x.cpu, cpu_w);
+    b.matmul_group(gpu_outs, x.gpu, gpu_w);
+    b.synchronize();
+    EXPECT_EQ(launches(), before + 1) << what << ": one launch for the group";
+    for (size_t i = 0; i < outs.size(); ++i)
+      expect_close(outs[i], dot_budget(K),
+                   what + ", segment " + std::to_string(i) + " of " + std::to_string(outs.size()));
+  }
+
   // moe_experts under --ep on both sides: the [T, K] routing (ids, w: host copies) filtered to
   // the experts in [E/4, 3E/4) (moe_keep_experts; the others become id -1 and are not run), then
   // backend b's result against the oracle's within `budget`.

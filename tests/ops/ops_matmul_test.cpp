@@ -482,24 +482,10 @@ TEST_F(CudaOps, ImmaMatvecMatchesTheOracle) {
     for (const auto& [heights, K] : groups) {
       const std::vector<float> xs = input(K);
       Twin x = twin_bytes(DType::f32, {1, K}, xs.data());
-      std::vector<Twin> weights, outs;
-      std::vector<Tensor> cpu_outs, gpu_outs;
-      std::vector<const Tensor*> cpu_w, gpu_w;
-      for (int64_t M : heights)
-        weights.push_back(twin_random(type, {M, K}, 0.5f)), outs.push_back(twin_output(DType::f32, {1, M}));
-      for (size_t i = 0; i < heights.size(); ++i) {
-        cpu_outs.push_back(outs[i].cpu), gpu_outs.push_back(outs[i].gpu);
-        cpu_w.push_back(&weights[i].cpu), gpu_w.push_back(&weights[i].gpu);
-      }
-      const int64_t launches = cuda_imma_matvec_launches();
-      cpu_->matmul_group(cpu_outs, x.cpu, cpu_w);
-      imma->matmul_group(gpu_outs, x.gpu, gpu_w);
-      imma->synchronize();
-      EXPECT_EQ(cuda_imma_matvec_launches(), launches + 1) << dtype_name(type) << ": one integer launch for the group";
-      for (size_t i = 0; i < heights.size(); ++i)
-        expect_close(outs[i], dot_budget(K),
-                     std::string(dtype_name(type)) + " grouped, segment " + std::to_string(i) + " of " +
-                         std::to_string(heights.size()) + " K=" + std::to_string(K));
+      std::vector<Twin> weights;
+      for (int64_t M : heights) weights.push_back(twin_random(type, {M, K}, 0.5f));
+      expect_counted_group(*imma, cuda_imma_matvec_launches, x, weights,
+                           std::string(dtype_name(type)) + " grouped K=" + std::to_string(K));
     }
   Twin w = twin_random(DType::hfq4_g256, {40, 1024}, 0.5f);
   std::vector<float> xs = input(1024);
@@ -561,26 +547,9 @@ TEST_F(CudaOps, ImmaLeanMatchesTheOracle) {
       const int64_t K = 2816;
       const std::vector<float> xs = input(K);
       Twin x = twin_bytes(DType::f32, {1, K}, xs.data());
-      std::vector<Twin> weights, outs;
-      std::vector<Tensor> cpu_outs, gpu_outs;
-      std::vector<const Tensor*> cpu_w, gpu_w;
-      for (int64_t M : heights)
-        weights.push_back(twin_random(type, {M, K}, 0.5f)), outs.push_back(twin_output(DType::f32, {1, M}));
-      for (size_t i = 0; i < heights.size(); ++i) {
-        const std::vector<uint8_t> nan_bytes(outs[i].host.size(), 0xff);
-        lean->copy_to_device(outs[i].gpu, nan_bytes.data());
-        cpu_outs.push_back(outs[i].cpu), gpu_outs.push_back(outs[i].gpu);
-        cpu_w.push_back(&weights[i].cpu), gpu_w.push_back(&weights[i].gpu);
-      }
-      const int64_t launches = cuda_imma_lean_launches();
-      cpu_->matmul_group(cpu_outs, x.cpu, cpu_w);
-      lean->matmul_group(gpu_outs, x.gpu, gpu_w);
-      lean->synchronize();
-      EXPECT_EQ(cuda_imma_lean_launches(), launches + 1) << dtype_name(type) << ": one lean launch for the group";
-      for (size_t i = 0; i < heights.size(); ++i)
-        expect_close(outs[i], dot_budget(K),
-                     std::string(dtype_name(type)) + " lean grouped, segment " + std::to_string(i) + " of " +
-                         std::to_string(heights.size()));
+      std::vector<Twin> weights;
+      for (int64_t M : heights) weights.push_back(twin_random(type, {M, K}, 0.5f));
+      expect_counted_group(*lean, cuda_imma_lean_launches, x, weights, std::string(dtype_name(type)) + " lean grouped");
     }
   }
 }

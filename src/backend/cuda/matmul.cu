@@ -22,6 +22,7 @@
 // a row's result does not depend on how many inputs share the launch.
 //
 // Many inputs on HFQ4 weights go to the tensor-core GEMM instead (matmul_mma.cu).
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <iterator>
@@ -705,18 +706,21 @@ bool launch_hfq4_expert_rows(MatvecArgs a, cudaStream_t stream, cudaError_t* err
                                      return a.expert_ring ? expert_rows_blocks_per_sm<kGroup, true>(s)
                                                           : expert_rows_blocks_per_sm<kGroup, false>(s);
                                    });
-  // ({0, 0}, auto keeping the plain shape, has no blocks to count: 0 rows would divide by zero)
-  if (shape.rows <= 0 || shape.steps <= 0) return false;
+  // (a shape not built, {0, 0} among them, stays plain before its rows divide anything)
+  if (std::find(std::begin(kExpertRowsShapes), std::end(kExpertRowsShapes), shape) == std::end(kExpertRowsShapes))
+    return false;
   const int64_t blocks = number_row_blocks(a, 4 * static_cast<int64_t>(shape.rows));
+  *err = cudaSuccess;
+  if (blocks == 0) return true;
   switch (shape.rows * 10 + shape.steps) {
-    case 42: *err = blocks ? launch_expert_rows_shape<kGroup, 4, 2>(a, blocks, stream) : cudaSuccess; return true;
-    case 24: *err = blocks ? launch_expert_rows_shape<kGroup, 2, 4>(a, blocks, stream) : cudaSuccess; return true;
-    case 43: *err = blocks ? launch_expert_rows_shape<kGroup, 4, 3>(a, blocks, stream) : cudaSuccess; return true;
-    case 44: *err = blocks ? launch_expert_rows_shape<kGroup, 4, 4>(a, blocks, stream) : cudaSuccess; return true;
-    case 82: *err = blocks ? launch_expert_rows_shape<kGroup, 8, 2>(a, blocks, stream) : cudaSuccess; return true;
-    case 83: *err = blocks ? launch_expert_rows_shape<kGroup, 8, 3>(a, blocks, stream) : cudaSuccess; return true;
-    default: return false;
+    case 42: *err = launch_expert_rows_shape<kGroup, 4, 2>(a, blocks, stream); break;
+    case 24: *err = launch_expert_rows_shape<kGroup, 2, 4>(a, blocks, stream); break;
+    case 43: *err = launch_expert_rows_shape<kGroup, 4, 3>(a, blocks, stream); break;
+    case 44: *err = launch_expert_rows_shape<kGroup, 4, 4>(a, blocks, stream); break;
+    case 82: *err = launch_expert_rows_shape<kGroup, 8, 2>(a, blocks, stream); break;
+    case 83: *err = launch_expert_rows_shape<kGroup, 8, 3>(a, blocks, stream); break;
   }
+  return true;
 }
 
 std::atomic<int64_t> g_split_matvec_launches{0};  // split_matvec_launches
@@ -945,7 +949,9 @@ ExpertRowsShape plain_expert_rows_shape(int64_t M, int64_t K, int group, int64_t
   // launch_hfq4's rule for one-input rows (expert pairs: no gate, no segments, no split kernel)
   if (group <= 0) return {};
   const int64_t warps_at_4 = (M + 3) / 4 * n_pairs, n_blocks = (K + group - 1) / group;
-  if (warps_at_4 >= 1024) return warps_at_4 <= 12 * static_cast<int64_t>(sm_count) && n_blocks >= 32 ? ExpertRowsShape{4, 4} : ExpertRowsShape{4, 2};
+  if (warps_at_4 >= 1024)
+    return warps_at_4 <= 12 * static_cast<int64_t>(sm_count) && n_blocks >= 32 ? ExpertRowsShape{4, 4}
+                                                                                 : ExpertRowsShape{4, 2};
   return (M + 1) / 2 * n_pairs >= 512 ? ExpertRowsShape{2, 4} : ExpertRowsShape{1, 4};
 }
 
