@@ -522,6 +522,11 @@ struct BackendOptions {
   // -2.2 %, 31B -4.2 %: bench/RESULTS.md thirty-second session). Identical results.
   // `fireline bench --imma-l2-ahead N`.
   int imma_l2_ahead = 0;
+  // With imma_matvec: a plain product's warps ask L2, before their wait (PDL: while the kernel
+  // before them runs, e.g. a residual update, and DRAM idles), for the codes of their next this
+  // many groups; nothing more in the loop, unlike imma_l2_ahead. 0 (default): none. Identical
+  // results. `fireline bench --imma-prewait-groups N`.
+  int imma_prewait_groups = 0;
   // With imma_matvec: the plain products and groups on the integer kernel's lean form: only the
   // codes go an iteration ahead (the input's pieces, the same for every tile, are loaded where
   // they are used), 79 registers instead of 116, three blocks per SM, and the tiles split over
@@ -531,6 +536,12 @@ struct BackendOptions {
   // tile than the register form, their partial sums add in another order (last bits; CudaOps.
   // ImmaLeanMatchesTheOracle). `fireline bench --imma-lean on|off`.
   bool imma_lean = false;
+  // With imma_matvec: the warps per SM below which the integer matvec's launcher splits a
+  // product's 16-row tiles over more warps (2, 4, then 8; never more than the row's groups).
+  // 0 (default): the form's own, 10 for the register form and 20 for the lean one. Decides only
+  // how many warps share a tile: the partial sums' order (last bits), not the arithmetic. For
+  // A/B timing of the split apart from the form. `fireline bench --imma-warps-per-sm N`.
+  int imma_warps_per_sm = 0;
   // With imma_matvec: a one-input product whose weights take fewer bytes than this, and whose
   // input no producer cut (imma_ready_pieces), runs on the f32 rows kernels instead: such a
   // product (the 26B-A4B's router, 0.2 MB) is bound by latency either way, and the integer kernel

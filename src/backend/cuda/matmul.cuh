@@ -95,10 +95,16 @@ struct MatvecArgs {
   // The integer matvec's warps also pull into L2 the codes of the group this many of their
   // iterations past the one they load into registers (BackendOptions::imma_l2_ahead); 0: none.
   int imma_l2_ahead = 0;
+  // Plain products: the integer matvec's warps pull into L2 the codes of their next this many
+  // groups before their wait, and no more (BackendOptions::imma_prewait_groups); 0: none.
+  int imma_prewait_groups = 0;
   // Plain products and groups (no experts) on the integer matvec's lean form: pieces loaded in
   // the iteration that uses them, three blocks per SM, tiles split until ~20 warps per SM
   // (BackendOptions::imma_lean; the register form's bits at the same warps per tile).
   bool imma_lean = false;
+  // Warps per SM below which the integer matvec's launcher splits row tiles over more warps
+  // (BackendOptions::imma_warps_per_sm); 0: the form's own (10 register, 20 lean).
+  int imma_warps_per_sm = 0;
   // Routed expert pairs on the HFQ4 register kernel (expert_ids, not gated): rows per warp and
   // warp steps of loads in flight per lane (BackendOptions::expert_matvec.rows / .steps); rows 0:
   // the launcher's choice, as for any one-input product; -1: auto_expert_rows_shape's. A shape
