@@ -657,6 +657,73 @@ TEST_F(CudaOps, AttentionFromProjectionsMatchesTheThreeOps) {
   }
 }
 
+// BackendOptions::merge_pieces: one sequence's decode merge also cuts o_proj's integer pieces.
+// The attention output's bytes and the product's after it equal those of the merge and a pieces
+// launch apart, and the product launches no pieces kernel. Shapes: the 31B's sliding layer (a
+// ring past its rollover, G256 groups of one head each) and global layer (D 512: two groups a
+// head), the 26B-A4B's global layer, 128-wide heads whose row takes G128 groups (5 heads: 640
+// weights) on the SIMT kernel; then what the merge does not cut: one split (21 keys: the kernel
+// writes out itself) and 128-wide heads in G256 groups (6 heads: a group spans two heads).
+TEST_F(CudaOps, AttentionMergeCutsTheNextProductsPieces) {
+  BackendOptions ready_options;
+  ready_options.imma_matvec = true;
+  ready_options.merge_pieces = true;
+  BackendOptions apart_options = ready_options;
+  apart_options.merge_pieces = false;
+  auto ready = make_backend("cuda", ready_options), apart = make_backend("cuda", apart_options);
+  if (!cuda_imma_matvec_available(*ready)) GTEST_SKIP() << "no integer mma on this GPU (sm_80 and later)";
+  for (Backend* b : {ready.get(), apart.get()}) {  // producers cut once an integer product has run
+    Twin w = twin_random(DType::hfq4_g256, {16, 256}), x = twin_random(DType::f32, {1, 256});
+    Twin out = twin_output(DType::f32, {1, 16});
+    b->matmul(out.gpu, x.gpu, w.gpu);
+  }
+  struct Case {
+    int64_t D;
+    int n_heads, n_kv, window;
+    int64_t past;
+    bool cut;
+  };
+  const Case cases[] = {{256, 32, 16, 1024, 3000, true}, {512, 32, 4, 0, 4000, true}, {512, 16, 2, 0, 2500, true},
+                        {128, 5, 1, 0, 2000, true},      {256, 16, 8, 0, 20, false},  {128, 6, 2, 0, 2000, false}};
+  for (const Case& c : cases) {
+    const int64_t rows = c.window > 0 ? c.window : c.past + 1, K = c.n_heads * c.D;
+    SCOPED_TRACE("D=" + std::to_string(c.D) + " heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv) +
+                 " past=" + std::to_string(c.past));
+    auto [kc, vc] = zeroed_caches(DType::q8_0, rows, c.n_kv, c.D);
+    for (int64_t at = 0; at < c.past;) {
+      const int64_t n = std::min<int64_t>(29, c.past - at);
+      Twin k = twin_random(DType::f32, {n, c.n_kv, c.D}), v = twin_random(DType::f32, {n, c.n_kv, c.D});
+      Twin pos = twin_positions(at, n);
+      gpu_->kv_write({kc.gpu, vc.gpu}, k.gpu, v.gpu, pos.gpu);
+      at += n;
+    }
+    gpu_->synchronize();
+    Twin q = twin_random(DType::f32, {1, c.n_heads, c.D}, 3.0f);
+    Twin k = twin_random(DType::f32, {1, c.n_kv, c.D}), v = twin_random(DType::f32, {1, c.n_kv, c.D});
+    Twin pos = twin_positions(c.past, 1);
+    Twin w = twin_random(K % 256 == 0 ? DType::hfq4_g256 : DType::hfq4_g128, {300, K}, 0.5f);
+    const AttentionParams p{c.n_heads, c.n_kv, static_cast<int>(c.D), 1.0f / std::sqrt(static_cast<float>(c.D)),
+                            c.window};
+    std::vector<uint8_t> attended[2], product[2];
+    int64_t pieces[2];
+    for (int i = 0; i < 2; ++i) {
+      Backend& b = i == 0 ? *ready : *apart;
+      Twin out = twin_output(DType::f32, {1, c.n_heads, c.D}), projected = twin_output(DType::f32, {1, 300});
+      const int64_t pieces_before = cuda_imma_pieces_launches();
+      b.attention(out.gpu, q.gpu, k.gpu, v.gpu, {kc.gpu, vc.gpu}, pos.gpu, p);
+      b.matmul(projected.gpu, out.gpu.reshape({1, K}), w.gpu);
+      b.synchronize();
+      pieces[i] = cuda_imma_pieces_launches() - pieces_before;
+      attended[i] = gpu_bytes(out);
+      product[i] = gpu_bytes(projected);
+    }
+    EXPECT_EQ(attended[0], attended[1]) << "the merge's output, cutting or not";
+    EXPECT_EQ(product[0], product[1]) << "the product after it, on the merge's pieces or its own";
+    EXPECT_EQ(pieces[0], c.cut ? 0 : 1) << "pieces launches with the merge cutting";
+    EXPECT_EQ(pieces[1], 1) << "pieces launches without";
+  }
+}
+
 // Batched decode: one query per sequence, each over its own cache at its own position, in one
 // launch (attention_rows / kv_write_rows: a device table of cache addresses) against the CPU's
 // row-by-row default. Positions differ per row (rows before, at and long after a ring rollover).
