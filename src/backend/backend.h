@@ -517,8 +517,10 @@ struct BackendOptions {
   // cut 31B +6.5 %, 4B +4.0 % in all. `fireline bench --imma-ready-pieces on|off`.
   bool imma_ready_pieces = true;
   // With imma_ready_pieces: decode's attention merge (one row, split along the context, whole
-  // weight groups per head) cuts o_proj's pieces too (the same bytes), where a pieces launch ran
-  // between the merge and o_proj (31B: ~2.7 us a layer, 2 % of the step; H100 timeline).
+  // weight groups per head) cuts o_proj's pieces too (the same bytes), where a pieces launch runs
+  // between the merge and o_proj. Off: on the H200 it gained 0.6 % (31B) and 0.4 % (26B-A4B),
+  // within noise; the step timeline put the fused merge at 3.8 us against 3.0 + 2.6 apart, and
+  // o_proj after it ~0.8 us longer (bench/RESULTS.md fortieth session).
   // `fireline bench --merge-pieces on|off`.
   bool merge_pieces = false;
   // With imma_matvec: each warp also pulls into L2 the codes of the group this many of its
@@ -527,11 +529,6 @@ struct BackendOptions {
   // -2.2 %, 31B -4.2 %: bench/RESULTS.md thirty-second session). Identical results.
   // `fireline bench --imma-l2-ahead N`.
   int imma_l2_ahead = 0;
-  // With imma_matvec: a plain product's warps ask L2, before their wait (PDL: while the kernel
-  // before them runs, e.g. a residual update, and DRAM idles), for the codes of their next this
-  // many groups; nothing more in the loop, unlike imma_l2_ahead. 0 (default): none. Identical
-  // results. `fireline bench --imma-prewait-groups N`.
-  int imma_prewait_groups = 0;
   // With imma_matvec: the plain products and groups on the integer kernel's lean form: only the
   // codes go an iteration ahead (the input's pieces, the same for every tile, are loaded where
   // they are used), 79 registers instead of 116, three blocks per SM, and the tiles split over
@@ -539,8 +536,10 @@ struct BackendOptions {
   // Why: on the H100 those products ran at ~1.6 TB/s with ~10 warps per SM, each waiting on its
   // one group in flight (bench/RESULTS.md thirty-ninth session). Where it takes more warps per
   // tile than the register form, their partial sums add in another order (last bits; CudaOps.
-  // ImmaLeanMatchesTheOracle). `fireline bench --imma-lean on|off`.
-  bool imma_lean = false;
+  // ImmaLeanMatchesTheOracle). On by default since the fortieth session: decode on the H200 31B
+  // 119.2 -> 124.5 tok/s (+4.4 %), on the H100 Qwen3.5-4B +2.4 % and the 31B even (there the
+  // kernels after each lean product started later). `fireline bench --imma-lean on|off`.
+  bool imma_lean = true;
   // With imma_matvec: the warps per SM below which the integer matvec's launcher splits a
   // product's 16-row tiles over more warps (2, 4, then 8; never more than the row's groups).
   // 0 (default): the form's own, 10 for the register form and 20 for the lean one. Decides only

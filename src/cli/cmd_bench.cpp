@@ -83,8 +83,8 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "step's registers refilled as soon as it is multiplied); off (default): rounds of loads, then their arithmetic "
      "(identical results; for A/B timing)"},
     {"--imma-lean", &BackendOptions::imma_lean, "imma_lean",
-     "on: with --imma-matvec on, the plain products and groups on the integer kernel's lean form (pieces loaded where "
-     "used, three blocks per SM, tiles split until ~20 warps per SM); off (default): the register form (the same "
+     "on (default): with --imma-matvec on, the plain products and groups on the integer kernel's lean form (pieces "
+     "loaded where used, three blocks per SM, tiles split until ~20 warps per SM); off: the register form (the same "
      "numbers but for the order of the warps' partial sums where it splits a tile more; for A/B timing)"},
     {"--merge-pieces", &BackendOptions::merge_pieces, "merge_pieces",
      "on: with --imma-ready-pieces on, decode's attention merge also cuts o_proj's integer pieces; off (default): a "
@@ -118,7 +118,6 @@ struct BenchOptions {
   int imma_l2_ahead = 0;  // --imma-l2-ahead (BackendOptions::imma_l2_ahead)
   int64_t imma_min_bytes = 0;  // --imma-min-bytes (BackendOptions::imma_min_bytes)
   int imma_warps_per_sm = 0;   // --imma-warps-per-sm (BackendOptions::imma_warps_per_sm)
-  int imma_prewait_groups = 0;   // --imma-prewait-groups (BackendOptions::imma_prewait_groups)
   int fused_experts_blocks = 2;  // --fused-experts-blocks (BackendOptions::fused_experts_blocks)
   std::string expert_matvec;     // --expert-matvec (BackendOptions::expert_matvec); empty: the default
 };
@@ -206,7 +205,6 @@ void run_bench(const BenchOptions& opt) {
   backend_options.imma_l2_ahead = opt.imma_l2_ahead;
   backend_options.imma_min_bytes = opt.imma_min_bytes;
   backend_options.imma_warps_per_sm = opt.imma_warps_per_sm;
-  backend_options.imma_prewait_groups = opt.imma_prewait_groups;
   backend_options.fused_experts_blocks = opt.fused_experts_blocks;
   if (!opt.expert_matvec.empty()) backend_options.expert_matvec = parse_expert_matvec_shape(opt.expert_matvec);
   auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend, backend_options);
@@ -383,7 +381,6 @@ void run_bench(const BenchOptions& opt) {
     j["imma_l2_ahead"] = backend->device() != Device::cpu ? backend_options.imma_l2_ahead : 0;
     j["imma_min_bytes"] = backend->device() != Device::cpu ? backend_options.imma_min_bytes : 0;
     j["imma_warps_per_sm"] = backend->device() != Device::cpu ? backend_options.imma_warps_per_sm : 0;
-    j["imma_prewait_groups"] = backend->device() != Device::cpu ? backend_options.imma_prewait_groups : 0;
     j["fused_experts_blocks"] = backend->device() != Device::cpu ? backend_options.fused_experts_blocks : 0;
     j["expert_matvec"] = backend->device() != Device::cpu ? expert_matvec_shape_name(backend_options.expert_matvec)
                                                           : std::string("plain");
@@ -484,11 +481,6 @@ void add_bench_command(CLI::App& app) {
          "8) until N warps per SM; 0 (default): 10 for the register form, 20 for --imma-lean on (the same "
          "numbers but for the order of the warps' partial sums; for A/B timing)")
       ->check(CLI::Range(0, 64));
-  cmd->add_option("--imma-prewait-groups", opt->imma_prewait_groups,
-                  "N > 0: with --imma-matvec on, a plain product's warps ask L2 for the weights of their next N groups "
-                  "before their wait (while the kernel before runs), and nothing more; 0 (default): none (identical "
-                  "results; for A/B timing)")
-      ->check(CLI::Range(0, 16));
   cmd->add_option(
          "--fused-experts-blocks", opt->fused_experts_blocks,
          "with --fused-experts on: the one launch's blocks per SM, 1 or 2 (default; 2 hold more weight loads in "

@@ -276,7 +276,6 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["imma_l2_ahead"], 0) << asked;
     EXPECT_EQ(j["imma_min_bytes"], 0) << asked;
     EXPECT_EQ(j["imma_warps_per_sm"], 0) << asked;
-    EXPECT_EQ(j["imma_prewait_groups"], 0) << asked;
     EXPECT_EQ(j["fused_experts_blocks"], 0) << asked;
     EXPECT_EQ(j["expert_matvec"], "plain") << asked;
   }

@@ -1366,7 +1366,7 @@ class CudaBackend final : public Backend {
     a.async_rows = options_.async_matvec ? -1 : 0;
     a.split_rows = options_.split_matvec ? 1 : 0;
     a.imma_rows = options_.imma_matvec ? -1 : 0;
-    a.imma_l2_ahead = options_.imma_l2_ahead, a.imma_prewait_groups = options_.imma_prewait_groups;
+    a.imma_l2_ahead = options_.imma_l2_ahead;
     a.imma_lean = options_.imma_lean, a.imma_warps_per_sm = options_.imma_warps_per_sm;
     a.expert_rows = options_.expert_matvec.rows, a.expert_steps = options_.expert_matvec.steps;
     a.expert_ring = options_.expert_matvec_ring;

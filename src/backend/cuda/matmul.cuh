@@ -95,9 +95,6 @@ struct MatvecArgs {
   // The integer matvec's warps also pull into L2 the codes of the group this many of their
   // iterations past the one they load into registers (BackendOptions::imma_l2_ahead); 0: none.
   int imma_l2_ahead = 0;
-  // Plain products: the integer matvec's warps pull into L2 the codes of their next this many
-  // groups before their wait, and no more (BackendOptions::imma_prewait_groups); 0: none.
-  int imma_prewait_groups = 0;
   // Plain products and groups (no experts) on the integer matvec's lean form: pieces loaded in
   // the iteration that uses them, three blocks per SM, tiles split until ~20 warps per SM
   // (BackendOptions::imma_lean; the register form's bits at the same warps per tile).

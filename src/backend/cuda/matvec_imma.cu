@@ -127,12 +127,6 @@ struct ImmaStage {
 // l2_ahead iterations past the one its registers are loading. Why: with 110 registers a warp holds
 // one group's loads in flight (two blocks per SM), and a prefetch holds no register, so more of
 // the rows' bytes are on their way from DRAM while the warps wait on the loads they hold.
-// prewait_groups > 0 (MatvecArgs::imma_prewait_groups; plain products): before its wait each warp
-// also asks L2 for the codes of its next that many groups, and nothing more in the loop. Why: a
-// product's blocks are resident while the kernel before it (a residual update, the gated
-// activation, attention: ~3-10 us each, 31B step timeline) still runs, and DRAM idles under
-// those kernels; the register loads before the wait take one group per warp. Bounded, unlike
-// the whole rows' prefetch that lost (31B -8.2 %: more than L2 keeps until they are read).
 // kLean (MatvecArgs::imma_lean): only the codes and the rows' factors go an iteration ahead; the
 // group's pieces and input factors are loaded at the top of the iteration that uses them (the
 // same bytes for every tile of the block and the SM's other blocks at that split: L1 hits after
@@ -147,7 +141,7 @@ struct ImmaStage {
 template <int kGroup, int kSplit, bool kLean = false>
 __global__ void __launch_bounds__(256, kLean ? 3 : 2)
     matvec_hfq4_imma_kernel(MatvecArgs a, const uint8_t* pieces, const float2* group_scales, bool prefetch,
-                            int l2_ahead, int prewait_groups) {
+                            int l2_ahead) {
   using G = ImmaGroup<kGroup>;
   constexpr int kTiles = 8 / kSplit;
   __shared__ float partial[8][16];  // [warp][row of its tile]
@@ -204,8 +198,6 @@ __global__ void __launch_bounds__(256, kLean ? 3 : 2)
     if (prefetch) prefetch_block_rows_l2(target, target.block * kTiles * 16, kTiles * 16);
     // The groups the loop's first prefetches would have covered (weights: before the wait too).
     for (int i = 2; i <= l2_ahead; ++i) prefetch_codes_l2(split + i * kSplit);
-    // And the prefetch before the wait alone (prewait_groups).
-    for (int i = 1; i <= prewait_groups; ++i) prefetch_codes_l2(split + i * kSplit);
   }
   enter_kernel();
   if (experts) {
@@ -276,7 +268,7 @@ cudaError_t launch_imma_split(MatvecArgs a, const uint8_t* pieces, const float2*
   const bool prefetch =
       a.weight_prefetch && blocks <= (kLean ? 3 : 2) * static_cast<int64_t>(current_device_traits().sm_count);
   return launch_kernel(matvec_hfq4_imma_kernel<kGroup, kSplit, kLean>, dim3(static_cast<unsigned>(blocks)), 256, 0,
-                       stream, a, pieces, scales, prefetch, a.imma_l2_ahead, a.imma_prewait_groups);
+                       stream, a, pieces, scales, prefetch, a.imma_l2_ahead);
 }
 
 // Cuts x [rows, K] (rows x_stride apart) into its pieces at `pieces` (hfq4_imma_scratch_bytes;
