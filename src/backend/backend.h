@@ -518,7 +518,8 @@ struct BackendOptions {
   bool imma_ready_pieces = true;
   // With imma_ready_pieces: decode's attention merge (one row, split along the context, whole
   // weight groups per head) cuts o_proj's pieces too (the same bytes), where a pieces launch runs
-  // between the merge and o_proj. Off: on the H200 it gained 0.6 % (31B) and 0.4 % (26B-A4B),
+  // between the merge and o_proj (Gemma 4; Qwen3.5's output gate sits between them, so there
+  // the cut is wasted). Off: on the H200 it gained 0.6 % (31B) and 0.4 % (26B-A4B),
   // within noise; the step timeline put the fused merge at 3.8 us against 3.0 + 2.6 apart, and
   // o_proj after it ~0.8 us longer (bench/RESULTS.md fortieth session).
   // `fireline bench --merge-pieces on|off`.
@@ -542,7 +543,8 @@ struct BackendOptions {
   bool imma_lean = true;
   // With imma_matvec: the warps per SM below which the integer matvec's launcher splits a
   // product's 16-row tiles over more warps (2, 4, then 8; never more than the row's groups).
-  // 0 (default): the form's own, 10 for the register form and 20 for the lean one. Decides only
+  // 0 (default): the form's own, 10 for the register form and 20 for the lean one (the routed
+  // experts' integer products, imma_experts, take it too, in the register form). Decides only
   // how many warps share a tile: the partial sums' order (last bits), not the arithmetic. For
   // A/B timing of the split apart from the form. `fireline bench --imma-warps-per-sm N`.
   int imma_warps_per_sm = 0;

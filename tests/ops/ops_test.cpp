@@ -662,8 +662,9 @@ TEST_F(CudaOps, AttentionFromProjectionsMatchesTheThreeOps) {
 // launch apart, and the product launches no pieces kernel. Shapes: the 31B's sliding layer (a
 // ring past its rollover, G256 groups of one head each) and global layer (D 512: two groups a
 // head), the 26B-A4B's global layer, 128-wide heads whose row takes G128 groups (5 heads: 640
-// weights) on the SIMT kernel; then what the merge does not cut: one split (21 keys: the kernel
-// writes out itself) and 128-wide heads in G256 groups (6 heads: a group spans two heads).
+// weights) on the tensor-core kernel by query group (5 heads a KV head) and on the SIMT kernel
+// (one head a KV head); then what the merge does not cut: one split (21 keys: the kernel writes
+// out itself) and 128-wide heads in G256 groups (6 heads: a group spans two heads).
 TEST_F(CudaOps, AttentionMergeCutsTheNextProductsPieces) {
   BackendOptions ready_options;
   ready_options.imma_matvec = true;
@@ -684,7 +685,8 @@ TEST_F(CudaOps, AttentionMergeCutsTheNextProductsPieces) {
     bool cut;
   };
   const Case cases[] = {{256, 32, 16, 1024, 3000, true}, {512, 32, 4, 0, 4000, true}, {512, 16, 2, 0, 2500, true},
-                        {128, 5, 1, 0, 2000, true},      {256, 16, 8, 0, 20, false},  {128, 6, 2, 0, 2000, false}};
+                        {128, 5, 1, 0, 2000, true},      {128, 5, 5, 0, 2000, true},  {256, 16, 8, 0, 20, false},
+                        {128, 6, 2, 0, 2000, false}};
   for (const Case& c : cases) {
     const int64_t rows = c.window > 0 ? c.window : c.past + 1, K = c.n_heads * c.D;
     SCOPED_TRACE("D=" + std::to_string(c.D) + " heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv) +

@@ -265,6 +265,7 @@ __global__ void __launch_bounds__(kAttnThreads, kChunks == 1 ? 5 : 1) attention_
 // rows), and the warps' sums are added in warp order. (One block per (token, head) put the whole
 // merge on 16 SMs at batch 1: 9.6 us per layer for 64 splits.)
 constexpr int kMergeThreads = 128;
+// (attention_merge_pieces_kernel below repeats this kernel's arithmetic line for line.)
 
 __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttentionArgs a) {
   enter_kernel();
@@ -307,10 +308,12 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
 // The merge of one query row (decode) that also cuts the merged row into the integer matvec's
 // pieces for kGroup-weight groups (a.out_pieces: o_proj's input, imma_pieces.cuh), so that o_proj
 // needs no pieces launch (~2.7 us on the 31B's step, H100 timeline). Block = (head, group of the
-// head's row): kGroup / 32 slices of attention_merge_kernel's 4 warps each, one block's slices
+// head's row): kGroup / kWarp slices of attention_merge_kernel's 4 warps each, one block's slices
 // being that kernel's blocks side by side. The statistics (m_all, l_all) are computed by the
 // block's first 128 threads as that kernel's 128 compute them, and each slice sums its splits in
 // that kernel's order: the same f32 bits in out; the pieces those values' cut gives anywhere.
+// (Its statistics and split sums restate attention_merge_kernel's lines: an edit to either must
+// keep the other in step, or CudaOps.AttentionMergeCutsTheNextProductsPieces fails.)
 template <int kGroup>
 constexpr int kMergePiecesThreads = kGroup / kWarp * kMergeThreads;  // (1024 at G256)
 
