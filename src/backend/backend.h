@@ -516,14 +516,6 @@ struct BackendOptions {
   // nothing more at first (a cut on the update's one SM costs about a launch), and with the cheaper
   // cut 31B +6.5 %, 4B +4.0 % in all. `fireline bench --imma-ready-pieces on|off`.
   bool imma_ready_pieces = true;
-  // With imma_ready_pieces: decode's attention merge (one row, split along the context, whole
-  // weight groups per head) cuts o_proj's pieces too (the same bytes), where a pieces launch runs
-  // between the merge and o_proj (Gemma 4; Qwen3.5's output gate sits between them, so there
-  // the cut is wasted). Off: on the H200 it gained 0.6 % (31B) and 0.4 % (26B-A4B),
-  // within noise; the step timeline put the fused merge at 3.8 us against 3.0 + 2.6 apart, and
-  // o_proj after it ~0.8 us longer (bench/RESULTS.md fortieth session).
-  // `fireline bench --merge-pieces on|off`.
-  bool merge_pieces = false;
   // With imma_matvec: each warp also pulls into L2 the codes of the group this many of its
   // iterations past the one it loads into registers (a prefetch holds no register; at 110-116 per
   // thread a warp holds one group's loads). 0 (default): none (H100: 26B-A4B +2.8 % at 4, 4B

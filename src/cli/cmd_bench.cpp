@@ -86,9 +86,6 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "on (default): with --imma-matvec on, the plain products and groups on the integer kernel's lean form (pieces "
      "loaded where used, three blocks per SM, tiles split until ~20 warps per SM); off: the register form (the same "
      "numbers but for the order of the warps' partial sums where it splits a tile more; for A/B timing)"},
-    {"--merge-pieces", &BackendOptions::merge_pieces, "merge_pieces",
-     "on: with --imma-ready-pieces on, decode's attention merge also cuts o_proj's integer pieces; off (default): a "
-     "pieces launch before o_proj (identical results; for A/B timing)"},
     {"--experts-down-sum", &BackendOptions::experts_down_sum, "experts_down_sum",
      "on: decode's routed expert down products (HFQ4, top-k <= 8) summed per token in their own launch; off "
      "(default): per-pair outputs, then a combine launch (identical results; for A/B timing)"},

@@ -272,7 +272,6 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["experts_down_sum"], false) << asked;
     EXPECT_EQ(j["expert_matvec_ring"], false) << asked;
     EXPECT_EQ(j["imma_lean"], false) << asked;
-    EXPECT_EQ(j["merge_pieces"], false) << asked;
     EXPECT_EQ(j["imma_l2_ahead"], 0) << asked;
     EXPECT_EQ(j["imma_min_bytes"], 0) << asked;
     EXPECT_EQ(j["imma_warps_per_sm"], 0) << asked;
@@ -283,7 +282,7 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
        {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm", "--async-matvec", "--split-matvec",
         "--imma-matvec", "--imma-ready-pieces", "--cluster-update", "--fused-delta-net", "--imma-experts",
         "--fused-experts", "--fused-decode-attention", "--experts-down-sum", "--imma-l2-ahead", "--imma-min-bytes",
-        "--expert-matvec", "--expert-matvec-ring", "--imma-lean", "--merge-pieces"}) {
+        "--expert-matvec", "--expert-matvec-ring", "--imma-lean"}) {
     auto bad = fireline(common + " " + flag + " maybe");
     EXPECT_NE(bad.exit_code, 0) << flag;
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;

@@ -14,7 +14,6 @@
 #include "backend/cuda/attention_prefetch.cuh"
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/head_rows.cuh"
-#include "backend/cuda/imma_pieces.cuh"
 
 namespace fl::cuda {
 namespace {
@@ -265,7 +264,6 @@ __global__ void __launch_bounds__(kAttnThreads, kChunks == 1 ? 5 : 1) attention_
 // rows), and the warps' sums are added in warp order. (One block per (token, head) put the whole
 // merge on 16 SMs at batch 1: 9.6 us per layer for 64 splits.)
 constexpr int kMergeThreads = 128;
-// (attention_merge_pieces_kernel below repeats this kernel's arithmetic line for line.)
 
 __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(AttentionArgs a) {
   enter_kernel();
@@ -302,80 +300,6 @@ __global__ void __launch_bounds__(kMergeThreads) attention_merge_kernel(Attentio
     float sum = 0.0f;
     for (int w = 0; w < kMergeWarps; ++w) sum += reduce[w][lane];
     a.out[static_cast<int64_t>(blockIdx.x) * D + d] = sum / l_all;
-  }
-}
-
-// The merge of one query row (decode) that also cuts the merged row into the integer matvec's
-// pieces for kGroup-weight groups (a.out_pieces: o_proj's input, imma_pieces.cuh), so that o_proj
-// needs no pieces launch (~2.7 us on the 31B's step, H100 timeline). Block = (head, group of the
-// head's row): kGroup / kWarp slices of attention_merge_kernel's 4 warps each, one block's slices
-// being that kernel's blocks side by side. The statistics (m_all, l_all) are computed by the
-// block's first 128 threads as that kernel's 128 compute them, and each slice sums its splits in
-// that kernel's order: the same f32 bits in out; the pieces those values' cut gives anywhere.
-// (Its statistics and split sums restate attention_merge_kernel's lines: an edit to either must
-// keep the other in step, or CudaOps.AttentionMergeCutsTheNextProductsPieces fails.)
-template <int kGroup>
-constexpr int kMergePiecesThreads = kGroup / kWarp * kMergeThreads;  // (1024 at G256)
-
-template <int kGroup>
-__global__ void __launch_bounds__(kMergePiecesThreads<kGroup>) attention_merge_pieces_kernel(AttentionArgs a) {
-  enter_kernel();
-  extern __shared__ float weight[];  // [n_splits]
-  constexpr int kMergeWarps = kMergeThreads / kWarp, kSlices = kGroup / kWarp;
-  __shared__ float reduce[kSlices * kMergeWarps][kWarp];
-  __shared__ float warp_stat[kMergeWarps];
-  __shared__ float row[kGroup];  // the group's merged values
-  const int D = a.head_dim, groups_per_head = D / kGroup;
-  const int head = blockIdx.x / groups_per_head, first = blockIdx.x % groups_per_head * kGroup;
-  const float* parts = a.partial + static_cast<int64_t>(head) * a.n_splits * (D + 2);
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  // (block_sum over 128 threads: warp sums, then lanes 0-3 of one warp over the four)
-  if (warp < kMergeWarps) {
-    float local_max = -FLT_MAX;
-    for (int s = threadIdx.x; s < a.n_splits; s += kMergeThreads)
-      if (parts[s * (D + 2) + D + 1] > 0.0f) local_max = fmaxf(local_max, parts[s * (D + 2) + D]);
-    local_max = warp_max(local_max);
-    if (lane == 0) warp_stat[warp] = local_max;
-  }
-  __syncthreads();
-  float m_all = -FLT_MAX;
-  for (int w = 0; w < kMergeWarps; ++w) m_all = fmaxf(m_all, warp_stat[w]);
-  __syncthreads();  // (warp_stat reused)
-  if (warp < kMergeWarps) {
-    float local_sum = 0.0f;
-    for (int s = threadIdx.x; s < a.n_splits; s += kMergeThreads) {
-      const float ls = parts[s * (D + 2) + D + 1];
-      weight[s] = ls > 0.0f ? expf(parts[s * (D + 2) + D] - m_all) : 0.0f;
-      local_sum += ls > 0.0f ? ls * weight[s] : 0.0f;
-    }
-    local_sum = warp_sum(local_sum);
-    if (lane == 0) warp_stat[warp] = local_sum;
-  }
-  __syncthreads();  // (also publishes weight[])
-  const float l_all = warp_sum(lane < kMergeWarps ? warp_stat[lane] : 0.0f);
-  const int slice = warp / kMergeWarps, sub = warp % kMergeWarps, d = first + slice * kWarp + lane;
-  float v = 0.0f;
-#pragma unroll 8
-  for (int s = sub; s < a.n_splits; s += kMergeWarps) v += parts[s * (D + 2) + d] * weight[s];
-  reduce[warp][lane] = v;
-  __syncthreads();
-  if (sub == 0) {
-    float sum = 0.0f;
-    for (int w = 0; w < kMergeWarps; ++w) sum += reduce[slice * kMergeWarps + w][lane];
-    const float value = sum / l_all;
-    a.out[static_cast<int64_t>(head) * D + d] = value;
-    row[d - first] = value;
-  }
-  __syncthreads();
-  if (warp == 0) {  // the group: 8 consecutive values a lane (G128: lanes 16-31 take part, store nothing)
-    constexpr int kLanes = ImmaGroup<kGroup>::kLanesPerGroup;
-    const int l = lane % kLanes;
-    float g[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) g[j] = row[8 * l + j];
-    const int64_t group = (static_cast<int64_t>(head) * D + first) / kGroup;
-    cut_imma_group<kGroup>(g, l, group, lane < kLanes, a.out_pieces,
-                           imma_group_scales<kGroup>(a.out_pieces, static_cast<int64_t>(a.n_heads) * D));
   }
 }
 
@@ -518,22 +442,9 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t stream) {
   return launch_attention_merge(a, stream);
 }
 
-bool attention_merge_cuts_pieces(const AttentionArgs& a, int group) {
-  return a.n_tokens == 1 && !a.k_row_caches && a.n_splits > 1 && (group == 128 || group == 256) &&
-         a.head_dim % group == 0;
-}
-
 cudaError_t launch_attention_merge(const AttentionArgs& a, cudaStream_t stream) {
   if (a.n_tokens == 0) return cudaSuccess;
   if (a.n_splits < 2 || !a.partial) return cudaErrorInvalidValue;
-  if (a.out_pieces) {
-    if (!attention_merge_cuts_pieces(a, a.out_pieces_group)) return cudaErrorInvalidValue;
-    const dim3 grid(static_cast<unsigned>(a.n_heads * (a.head_dim / a.out_pieces_group)));
-    const size_t smem = a.n_splits * sizeof(float);
-    return a.out_pieces_group == 256
-               ? launch_kernel(attention_merge_pieces_kernel<256>, grid, kMergePiecesThreads<256>, smem, stream, a)
-               : launch_kernel(attention_merge_pieces_kernel<128>, grid, kMergePiecesThreads<128>, smem, stream, a);
-  }
   const dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_heads),
                   static_cast<unsigned>((a.head_dim + kWarp - 1) / kWarp));
   return launch_kernel(attention_merge_kernel, grid, kMergeThreads, a.n_splits * sizeof(float), stream, a);

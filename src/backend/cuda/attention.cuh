@@ -59,23 +59,14 @@ struct AttentionArgs {
   int rope_half = 0;
   uint8_t* k_cache_write = nullptr;
   uint8_t* v_cache_write = nullptr;
-  // Decode of one row with splits (attention_merge_cuts_pieces): the merge also cuts the output
-  // row [n_heads * D] into the integer matvec's pieces for out_pieces_group-weight groups at
-  // out_pieces (hfq4_imma_scratch_bytes; o_proj's input: BackendOptions::imma_ready_pieces).
-  uint8_t* out_pieces = nullptr;
-  int out_pieces_group = 0;
 };
 // Runs the decode kernel by KV head for by_kv_head (attention_decode.cu), the tensor-core kernel
 // (attention_mma.cu) for prefill-sized steps (flash_attention_applies, n_splits == 1) and for
 // group_queries, else the SIMT kernel; either way split along the context
 // when n_splits > 1, with a merge of the splits after.
 cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t stream);
-// The merge alone (launch_attention runs it after split kernels): out from partial (and its
-// pieces, with out_pieces).
+// The merge alone (launch_attention runs it after split kernels): out from partial.
 cudaError_t launch_attention_merge(const AttentionArgs& args, cudaStream_t stream);
-// Whether the merge can cut args' output into pieces of `group` (128 or 256) weights: one query
-// row, no row caches, split along the context, and whole groups per head row.
-bool attention_merge_cuts_pieces(const AttentionArgs& args, int group);
 
 // The tensor-core kernel takes >= kFlashMinTokens queries and head dims that are multiples of 16
 // up to 512 (CUDA builds only; HIP keeps the SIMT kernel).

@@ -738,21 +738,13 @@ class CudaBackend final : public Backend {
       a.scratch_bytes = cuda::flash_bf16_scratch_bytes(a);
       a.scratch = workspace_floats((a.scratch_bytes + 3) / 4);
     }
-    // (o_proj's pieces, where the merge cuts them: after the partials, at 256 bytes)
-    const int group = pieces_group_for(p.n_heads * D);
-    const bool cut = options_.merge_pieces && options_.imma_ready_pieces && imma_products_seen_ &&
-                     cuda::attention_merge_cuts_pieces(a, group);
-    const size_t partial_floats = a.n_splits > 1 ? (T * p.n_heads * a.n_splits * (D + 2) + 63) / 64 * 64 : 0;
-    if (a.n_splits > 1)
-      a.partial = workspace_floats(partial_floats + (cut ? (cuda::hfq4_imma_scratch_bytes(p.n_heads * D, group) + 3) / 4 : 0));
-    if (cut) a.out_pieces = reinterpret_cast<uint8_t*>(a.partial + partial_floats), a.out_pieces_group = group;
+    if (a.n_splits > 1) a.partial = workspace_floats(static_cast<size_t>(T * p.n_heads) * a.n_splits * (D + 2));
     // Bytes: the KV rows a step can read (the whole ring, or the whole linear cache: an upper
     // bound when the sequence is shorter than the cache), plus q and out; per sequence.
     const double kv_rows = static_cast<double>(std::min<int64_t>(max_keys, cache.n_rows())) * (row_tables ? T : 1);
     OpTimer timer(*this, "attention", 2.0 * kv_rows * p.n_kv_heads * a.cache_row_bytes + 8.0 * q.numel(),
                   a.n_splits > 1 || a.scratch ? 2 : 1);  // + the merge, or the bf16 kernel's gather
     check(cuda::launch_attention(a, stream_), "attention");
-    if (cut) ready_pieces_ = {a.out, p.n_heads * D, group, a.out_pieces, stream_, *ops_};
     return true;
   }
 
