@@ -19,8 +19,8 @@
 //   "i2", "i4": 1, 2 or 4 warps per row tile instead of the launcher's choice; "ir": the product
 //   alone, its pieces cut beforehand, as decode runs it after a kernel that cut them:
 //   BackendOptions::imma_ready_pieces; "ir4", "ir8": "ir" at 4 or 8 warps per row tile; "l", "l2",
-//   "l4", "l8": as "ir" on the lean form,
-//   BackendOptions::imma_lean, at its launcher's choice or 2, 4 or 8 warps per row tile).
+//   "l4", "l8": as "ir" on the lean form, BackendOptions::imma_lean, at its launcher's choice or
+//   2, 4 or 8 warps per row tile).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>

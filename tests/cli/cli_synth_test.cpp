@@ -235,11 +235,9 @@ TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
 
 // --gated-matvec, --weight-prefetch, --hopper-experts, --group-gemm, --async-matvec, --split-matvec,
 // --imma-matvec, --imma-ready-pieces, --imma-experts, --fused-experts, --cluster-update,
-// --fused-delta-net, --fused-decode-attention, --experts-down-sum, --imma-l2-ahead, --imma-lean and --expert-matvec:
-// GPU switches
-// for A/B timing. The
-// CPU has neither (the JSON says false whatever is asked); a value other than on or off is refused before anything
-// loads.
+// --fused-delta-net, --fused-decode-attention, --experts-down-sum, --imma-l2-ahead, --imma-lean, --imma-warps-per-sm
+// and --expert-matvec: GPU switches for A/B timing. The CPU has neither (the JSON says false whatever is asked); a
+// value other than on or off is refused before anything loads.
 TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
   const std::string common = kTinyBench + " --backend cpu";
   for (const char* asked :
@@ -248,7 +246,7 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
         " --split-matvec on --imma-matvec on --imma-ready-pieces on --cluster-update on"
         " --fused-delta-net on --imma-l2-ahead 2 --imma-experts on --imma-min-bytes 1048576 --fused-experts on"
         " --fused-experts-blocks 1 --fused-decode-attention on --experts-down-sum on --expert-matvec 8x3"
-        " --expert-matvec-ring on --imma-lean on",
+        " --expert-matvec-ring on --imma-lean on --imma-warps-per-sm 20",
         " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
         " --split-matvec off --imma-matvec off --imma-ready-pieces off --cluster-update off"
         " --fused-delta-net off --imma-experts off --fused-experts off --fused-decode-attention off --experts-down-sum "
@@ -288,11 +286,15 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;
     EXPECT_EQ(bad.out, "") << flag;
   }
-  for (const char* ahead : {"-1", "17"}) {  // a distance outside 0..16
-    auto bad = fireline(common + " --imma-l2-ahead " + ahead);
-    EXPECT_NE(bad.exit_code, 0) << ahead;
-    EXPECT_NE(bad.err.find("--imma-l2-ahead"), std::string::npos) << bad.err;
-    EXPECT_EQ(bad.out, "") << ahead;
+  // a distance outside 0..16, a warp count outside 0..64
+  for (auto [flag, value] : {std::pair<const char*, const char*>{"--imma-l2-ahead", "-1"},
+                             {"--imma-l2-ahead", "17"},
+                             {"--imma-warps-per-sm", "-1"},
+                             {"--imma-warps-per-sm", "65"}}) {
+    auto bad = fireline(common + " " + flag + " " + value);
+    EXPECT_NE(bad.exit_code, 0) << flag << " " << value;
+    EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;
+    EXPECT_EQ(bad.out, "") << flag << " " << value;
   }
   for (const char* shape : {"8x4", "3x3", "8"}) {  // shapes not built
     auto bad = fireline(common + " --expert-matvec " + shape);

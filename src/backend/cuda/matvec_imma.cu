@@ -138,8 +138,11 @@ struct ImmaStage {
 // more warps, each with fewer groups, is what is left. At the same warps per tile, the register
 // form's bits (the same arithmetic in the same order); its own rule may take more warps per tile,
 // which adds the warps' partial sums in another order.
+template <bool kLean>
+constexpr int kImmaBlocksPerSm = kLean ? 3 : 2;  // (the registers each form leaves an SM)
+
 template <int kGroup, int kSplit, bool kLean = false>
-__global__ void __launch_bounds__(256, kLean ? 3 : 2)
+__global__ void __launch_bounds__(256, kImmaBlocksPerSm<kLean>)
     matvec_hfq4_imma_kernel(MatvecArgs a, const uint8_t* pieces, const float2* group_scales, bool prefetch,
                             int l2_ahead) {
   using G = ImmaGroup<kGroup>;
@@ -266,7 +269,7 @@ cudaError_t launch_imma_split(MatvecArgs a, const uint8_t* pieces, const float2*
   // (the prefetch only where the grid is about one wave, as the rows kernels': a larger matrix's
   // prefetched rows outnumber what L2 keeps until its blocks read them)
   const bool prefetch =
-      a.weight_prefetch && blocks <= (kLean ? 3 : 2) * static_cast<int64_t>(current_device_traits().sm_count);
+      a.weight_prefetch && blocks <= kImmaBlocksPerSm<kLean> * static_cast<int64_t>(current_device_traits().sm_count);
   return launch_kernel(matvec_hfq4_imma_kernel<kGroup, kSplit, kLean>, dim3(static_cast<unsigned>(blocks)), 256, 0,
                        stream, a, pieces, scales, prefetch, a.imma_l2_ahead);
 }
