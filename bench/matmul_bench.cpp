@@ -20,7 +20,8 @@
 //   alone, its pieces cut beforehand, as decode runs it after a kernel that cut them:
 //   BackendOptions::imma_ready_pieces; "ir4", "ir8": "ir" at 4 or 8 warps per row tile; "l", "l2",
 //   "l4", "l8": as "ir" on the lean form, BackendOptions::imma_lean, at its launcher's choice or
-//   2, 4 or 8 warps per row tile).
+//   2, 4 or 8 warps per row tile; "lh": "l" over one copy of the matrix, L2-resident where it fits
+//   (what a product could take if its rows were prefetched into L2 before it ran)).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -202,7 +203,7 @@ int main(int argc, char** argv) {
         // product), and the integer tensor-core one with its input pieces kernel ("i") or with
         // its pieces cut once before the timing ("ir").
         auto time_one_input = [&](const char* label, int async_rows, int split_rows, int imma = 0,
-                                  bool pieces_ready = false, bool lean = false) {
+                                  bool pieces_ready = false, bool lean = false, bool hot = false) {
           a.async_rows = async_rows;
           a.split_rows = split_rows;
           a.imma_rows = imma;
@@ -211,7 +212,7 @@ int main(int argc, char** argv) {
             cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec");  // (cuts x's pieces into the scratch)
             a.imma_pieces_ready = true;
           }
-          const double kernel_us = time_rotating_us(stream, runs, copies, [&](int c) {
+          const double kernel_us = time_rotating_us(stream, runs, hot ? 1 : copies, [&](int c) {
             a.weight = first + static_cast<int64_t>(c) * s.M * row_bytes;
             cuda_ok(fl::cuda::launch_matvec(a, stream), "matvec");
           });
@@ -243,6 +244,7 @@ int main(int argc, char** argv) {
             time_one_input("l2", 0, 0, 2, true, true);
             time_one_input("l4", 0, 0, 4, true, true);
             time_one_input("l8", 0, 0, 8, true, true);
+            time_one_input("lh", 0, 0, -1, true, true, true);
           }
         }
         if (variant == 0 && T == 64) {  // "1w2": the K-split plan before the one-wave one (two waves)

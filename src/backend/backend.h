@@ -56,6 +56,10 @@ struct ResidualUpdate {
   const Tensor* layer_scalar = nullptr;  // h *= scalar[0] after the add (a 1-element weight)
   std::span<const StreamNorm> norms;     // at most 4
   float eps = 1e-6f;
+  // The matrix the next product reads (the MLP's gate_proj, the next layer's q_proj), or null: a
+  // hint that changes no result. A GPU backend may pull its first bytes into L2 while the update,
+  // a latency-bound kernel, leaves DRAM idle (BackendOptions::update_prefetch_mb).
+  const Tensor* next_weights = nullptr;
 };
 // One head-row norm of a step's projections for Backend::rms_norm_rope_group.
 struct HeadNorm {
@@ -91,6 +95,10 @@ struct AttentionParams {
   int head_dim = 0;
   float scale = 1.0f;  // multiplies q.k before the softmax
   int window = 0;      // 0: causal over all earlier positions; W: only the W most recent (self included)
+  // The matrix the op after the attention reads (o_proj), or null: a hint that changes no result.
+  // A GPU backend may pull its bytes into L2 while the attention runs, a latency-bound kernel that
+  // leaves DRAM mostly idle (BackendOptions::attention_prefetch_mb).
+  const Tensor* next_weights = nullptr;
 };
 
 // Device time spent in one op family over a profiled stretch (`fireline bench --profile`).
@@ -540,6 +548,19 @@ struct BackendOptions {
   // how many warps share a tile: the partial sums' order (last bits), not the arithmetic. For
   // A/B timing of the split apart from the form. `fireline bench --imma-warps-per-sm N`.
   int imma_warps_per_sm = 0;
+  // Decode attention by KV head (one query row over a Q8_0 cache) pulls the first N MB of the
+  // next product's weights (AttentionParams::next_weights: o_proj) into L2 before its wait: on
+  // the H200 the 31B's attention and merge take ~15 us a layer at a fifth of the bandwidth, and
+  // o_proj (24.8 MB, one wave) then reads L2. Each block prefetches its slice with one bulk
+  // prefetch on sm_90 (a line per thread elsewhere). 0: none. More than L2 keeps (50 MB on the
+  // H100 and H200, shared with the K/V rows) evicts the first bytes before they are read. A
+  // hint: identical results. `fireline bench --attention-prefetch-mb N`.
+  int attention_prefetch_mb = 0;
+  // The same for the one-row residual update (the register and cluster kernels) and the product
+  // after it (ResidualUpdate::next_weights: the 31B's gate_up, 130 MB, and next q/k/v, 50 MB; the
+  // first N MB, what the product's first wave reads first). 0: none. Identical results.
+  // `fireline bench --update-prefetch-mb N`.
+  int update_prefetch_mb = 0;
   // With imma_matvec: a one-input product whose weights take fewer bytes than this, and whose
   // input no producer cut (imma_ready_pieces), runs on the f32 rows kernels instead: such a
   // product (the 26B-A4B's router, 0.2 MB) is bound by latency either way, and the integer kernel

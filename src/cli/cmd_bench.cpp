@@ -115,6 +115,8 @@ struct BenchOptions {
   int imma_l2_ahead = 0;  // --imma-l2-ahead (BackendOptions::imma_l2_ahead)
   int64_t imma_min_bytes = 0;  // --imma-min-bytes (BackendOptions::imma_min_bytes)
   int imma_warps_per_sm = 0;   // --imma-warps-per-sm (BackendOptions::imma_warps_per_sm)
+  int attention_prefetch_mb = 0;  // --attention-prefetch-mb (BackendOptions::attention_prefetch_mb)
+  int update_prefetch_mb = 0;     // --update-prefetch-mb (BackendOptions::update_prefetch_mb)
   int fused_experts_blocks = 2;  // --fused-experts-blocks (BackendOptions::fused_experts_blocks)
   std::string expert_matvec;     // --expert-matvec (BackendOptions::expert_matvec); empty: the default
 };
@@ -202,6 +204,8 @@ void run_bench(const BenchOptions& opt) {
   backend_options.imma_l2_ahead = opt.imma_l2_ahead;
   backend_options.imma_min_bytes = opt.imma_min_bytes;
   backend_options.imma_warps_per_sm = opt.imma_warps_per_sm;
+  backend_options.attention_prefetch_mb = opt.attention_prefetch_mb;
+  backend_options.update_prefetch_mb = opt.update_prefetch_mb;
   backend_options.fused_experts_blocks = opt.fused_experts_blocks;
   if (!opt.expert_matvec.empty()) backend_options.expert_matvec = parse_expert_matvec_shape(opt.expert_matvec);
   auto backend = make_backend(opt.tp > 1 ? rank_backend_name(ranks_backend, 0) : opt.backend, backend_options);
@@ -378,6 +382,8 @@ void run_bench(const BenchOptions& opt) {
     j["imma_l2_ahead"] = backend->device() != Device::cpu ? backend_options.imma_l2_ahead : 0;
     j["imma_min_bytes"] = backend->device() != Device::cpu ? backend_options.imma_min_bytes : 0;
     j["imma_warps_per_sm"] = backend->device() != Device::cpu ? backend_options.imma_warps_per_sm : 0;
+    j["attention_prefetch_mb"] = backend->device() != Device::cpu ? backend_options.attention_prefetch_mb : 0;
+    j["update_prefetch_mb"] = backend->device() != Device::cpu ? backend_options.update_prefetch_mb : 0;
     j["fused_experts_blocks"] = backend->device() != Device::cpu ? backend_options.fused_experts_blocks : 0;
     j["expert_matvec"] = backend->device() != Device::cpu ? expert_matvec_shape_name(backend_options.expert_matvec)
                                                           : std::string("plain");
@@ -478,6 +484,14 @@ void add_bench_command(CLI::App& app) {
          "8) until N warps per SM; 0 (default): 10 for the register form, 20 for --imma-lean on (the same "
          "numbers but for the order of the warps' partial sums; for A/B timing)")
       ->check(CLI::Range(0, 64));
+  cmd->add_option("--attention-prefetch-mb", opt->attention_prefetch_mb,
+                  "N > 0: decode attention by KV head pulls the first N MB of the next product's weights (o_proj) "
+                  "into L2 while it runs; 0: none (identical results; for A/B timing)")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--update-prefetch-mb", opt->update_prefetch_mb,
+                  "N > 0: the one-row residual update pulls the first N MB of the next product's weights (gate_proj, "
+                  "the next q_proj) into L2 while it runs; 0: none (identical results; for A/B timing)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_option(
          "--fused-experts-blocks", opt->fused_experts_blocks,
          "with --fused-experts on: the one launch's blocks per SM, 1 or 2 (default; 2 hold more weight loads in "

@@ -261,6 +261,7 @@ class Gemma4Model final : public Model {
       params.head_dim = static_cast<int>(D);
       params.scale = 1.0f;  // Gemma 4: q/k norms replace 1/sqrt(D)
       params.window = lc.type == AttentionType::sliding ? c_.sliding_window : 0;
+      params.next_weights = &layer.o_proj;
       Tensor q = arena.alloc(DType::f32, {T, nH, D});
       Tensor attn = arena.alloc(DType::f32, {T, nH, D});
       if (lc.kv_source_layer >= 0) {
@@ -308,6 +309,7 @@ class Gemma4Model final : public Model {
         update.terms = attention_out;
         update.norms = std::span<const StreamNorm>(ffn_inputs, n_inputs);
         update.eps = eps;
+        update.next_weights = &layer.gate_proj;
         b.residual_update(h, update);
       }
 
@@ -382,6 +384,7 @@ class Gemma4Model final : public Model {
       }
       update.layer_scalar = &layer.layer_scalar;
       update.norms = next_norms;
+      update.next_weights = l + 1 < L ? &layers_[l + 1].q_proj : nullptr;
       b.residual_update(h, update);
     }
     for (int64_t l = 0; l < L; ++l) {

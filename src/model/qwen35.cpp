@@ -375,6 +375,7 @@ class Qwen35Model final : public Model {
     params.n_kv_heads = static_cast<int>(nKV);
     params.head_dim = static_cast<int>(D);
     params.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+    params.next_weights = &layer.o_proj;
     Tensor attn = arena.alloc(DType::f32, {T, nH, D});
     attend_and_write_kv(b, attn, q, k, v, parts, positions, params, l, true);
     b.sigmoid_gate(attn, query_gate.narrow(2, D, D));

@@ -235,7 +235,8 @@ TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
 
 // --gated-matvec, --weight-prefetch, --hopper-experts, --group-gemm, --async-matvec, --split-matvec,
 // --imma-matvec, --imma-ready-pieces, --imma-experts, --fused-experts, --cluster-update,
-// --fused-delta-net, --fused-decode-attention, --experts-down-sum, --imma-l2-ahead, --imma-lean, --imma-warps-per-sm
+// --fused-delta-net, --fused-decode-attention, --experts-down-sum, --imma-l2-ahead, --imma-lean, --imma-warps-per-sm,
+// --attention-prefetch-mb, --update-prefetch-mb
 // and --expert-matvec: GPU switches for A/B timing. The CPU has neither (the JSON says false whatever is asked); a
 // value other than on or off is refused before anything loads.
 TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
@@ -246,7 +247,8 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
         " --split-matvec on --imma-matvec on --imma-ready-pieces on --cluster-update on"
         " --fused-delta-net on --imma-l2-ahead 2 --imma-experts on --imma-min-bytes 1048576 --fused-experts on"
         " --fused-experts-blocks 1 --fused-decode-attention on --experts-down-sum on --expert-matvec 8x3"
-        " --expert-matvec-ring on --imma-lean on --imma-warps-per-sm 20",
+        " --expert-matvec-ring on --imma-lean on --imma-warps-per-sm 20 --attention-prefetch-mb 24"
+        " --update-prefetch-mb 16",
         " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
         " --split-matvec off --imma-matvec off --imma-ready-pieces off --cluster-update off"
         " --fused-delta-net off --imma-experts off --fused-experts off --fused-decode-attention off --experts-down-sum "
@@ -273,6 +275,8 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["imma_l2_ahead"], 0) << asked;
     EXPECT_EQ(j["imma_min_bytes"], 0) << asked;
     EXPECT_EQ(j["imma_warps_per_sm"], 0) << asked;
+    EXPECT_EQ(j["attention_prefetch_mb"], 0) << asked;
+    EXPECT_EQ(j["update_prefetch_mb"], 0) << asked;
     EXPECT_EQ(j["fused_experts_blocks"], 0) << asked;
     EXPECT_EQ(j["expert_matvec"], "plain") << asked;
   }
@@ -286,11 +290,15 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;
     EXPECT_EQ(bad.out, "") << flag;
   }
-  // a distance outside 0..16, a warp count outside 0..64
+  // a distance outside 0..16, a warp count outside 0..64, megabytes outside 0..1024
   for (auto [flag, value] : {std::pair<const char*, const char*>{"--imma-l2-ahead", "-1"},
                              {"--imma-l2-ahead", "17"},
                              {"--imma-warps-per-sm", "-1"},
-                             {"--imma-warps-per-sm", "65"}}) {
+                             {"--imma-warps-per-sm", "65"},
+                             {"--attention-prefetch-mb", "-1"},
+                             {"--attention-prefetch-mb", "1025"},
+                             {"--update-prefetch-mb", "-1"},
+                             {"--update-prefetch-mb", "1025"}}) {
     auto bad = fireline(common + " " + flag + " " + value);
     EXPECT_NE(bad.exit_code, 0) << flag << " " << value;
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;

@@ -263,6 +263,49 @@ TEST_F(CudaOps, ResidualUpdateMatchesTheOpsItReplaces) {
   EXPECT_ERROR_HAS(gpu_->residual_update(h.gpu, u), "h itself");
 }
 
+// BackendOptions::update_prefetch_mb: the one-row residual update pulls the next product's
+// weights (ResidualUpdate::next_weights) into L2 before its wait, a hint that must change
+// nothing: h and the norm's output the same bytes as without it, the weights untouched. The
+// register kernel (cluster off) and the cluster kernel; the 31B's row (5376) and the 4B's
+// (2560); weights a 3 MB span 4 bytes past a 16-byte boundary cut to 2 MB, a 156-byte span (a
+// block's slice of 16 bytes or none), and weights on the host (ignored).
+TEST_F(CudaOps, ResidualUpdateWeightPrefetchChangesNothing) {
+  Twin weights = twin_random(DType::f32, {(3 << 20) / 4 + 3});
+  const std::vector<uint8_t> weight_bytes = gpu_bytes(weights);
+  const Tensor tails[] = {weights.gpu.slice(1, weights.gpu.dim(0)), weights.gpu.slice(1, 40), weights.cpu};
+  for (bool cluster : {false, true}) {
+    BackendOptions with, without;
+    with.cluster_residual_update = without.cluster_residual_update = cluster;
+    with.update_prefetch_mb = 2;
+    auto prefetching = make_backend("cuda", with), plain = make_backend("cuda", without);
+    for (int64_t cols : {5376, 2560}) {
+      SCOPED_TRACE("cols=" + std::to_string(cols) + (cluster ? " cluster" : " one block"));
+      Twin x = twin_random(DType::f32, {1, cols}, 3.0f), w = twin_random(DType::bf16, {cols}),
+           norm_w = twin_random(DType::bf16, {cols}), scalar = twin_random(DType::bf16, {1}, 2.0f);
+      const Twin h_start = twin_random(DType::f32, {1, cols}, 2.0f);
+      auto run = [&](Backend& b, const Tensor* next) {
+        Twin h = twin_bytes(DType::f32, {1, cols}, h_start.host.data());
+        Twin out = twin_output(DType::f32, {1, cols});
+        const ResidualTerm terms[] = {{x.gpu, &w.gpu, NormGain::weight, true}};
+        const StreamNorm norms[] = {{out.gpu, &norm_w.gpu, NormGain::weight}};
+        ResidualUpdate u;
+        u.terms = terms;
+        u.layer_scalar = &scalar.gpu;
+        u.norms = norms;
+        u.next_weights = next;
+        b.residual_update(h.gpu, u);
+        b.synchronize();
+        std::vector<uint8_t> bytes = gpu_bytes(h), out_bytes = gpu_bytes(out);
+        bytes.insert(bytes.end(), out_bytes.begin(), out_bytes.end());
+        return bytes;
+      };
+      const std::vector<uint8_t> base = run(*plain, nullptr);
+      for (const Tensor& tail : tails) EXPECT_EQ(run(*prefetching, &tail), base) << tail.describe();
+    }
+  }
+  EXPECT_EQ(gpu_bytes(weights), weight_bytes) << "the prefetched weights";
+}
+
 // BackendOptions::cluster_residual_update: the one-row update spread over a cluster of blocks
 // (sm_90) against the CPU, and the one-block form (the option off) likewise: rows of the 31B
 // (5376: 21 warps in 7 blocks of 3), 26B-A4B (2816: 6 blocks of 2, the last warp past the row),
@@ -655,6 +698,62 @@ TEST_F(CudaOps, AttentionFromProjectionsMatchesTheThreeOps) {
     // rounding (q and k at ~1e-6 each) carried through the scores.
     expect_close(out, 10 * kSumBudget, "attention from projections against the CPU", 1.0f);
   }
+}
+
+// BackendOptions::attention_prefetch_mb: decode attention by KV head pulls the next product's
+// weights (AttentionParams::next_weights) into L2 before its wait, a hint that must change
+// nothing: the same output bytes as without it, the weights' bytes untouched. The weights: a 3 MB
+// span starting 4 bytes past a 16-byte boundary and ending off one (the kernel takes the aligned
+// interior), cut to 2 MB and whole; a span smaller than the grid's blocks' slices; and weights
+// on the host, which the backend ignores. Shapes: the 31B's sliding layer (16 splits of 2 tiles)
+// and global layer (D 512, 8 heads per KV head), and one split.
+TEST_F(CudaOps, AttentionWeightPrefetchChangesNothing) {
+  if (!cuda::decode_by_kv_head_applies(16, 2, 512, DType::q8_0)) GTEST_SKIP() << "no decode kernel by KV head (HIP)";
+  BackendOptions with, without;
+  with.attention_prefetch_mb = 2;
+  without.attention_prefetch_mb = 0;
+  BackendOptions whole = with;
+  whole.attention_prefetch_mb = 8;
+  auto prefetching = make_backend("cuda", with), plain = make_backend("cuda", without),
+       prefetching_all = make_backend("cuda", whole);
+  Twin weights = twin_random(DType::f32, {(3 << 20) / 4 + 3});
+  const std::vector<uint8_t> weight_bytes = gpu_bytes(weights);
+  const Tensor tails[] = {weights.gpu.slice(1, weights.gpu.dim(0)), weights.gpu.slice(1, 40), weights.cpu};
+  struct Case {
+    int64_t D;
+    int n_heads, n_kv, window;
+    int64_t past;
+  };
+  for (const Case& c : {Case{256, 32, 16, 1024, 3000}, Case{512, 32, 4, 0, 4000}, Case{256, 16, 8, 0, 20}}) {
+    SCOPED_TRACE("D=" + std::to_string(c.D) + " heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv) +
+                 " past=" + std::to_string(c.past));
+    const int64_t rows = c.window > 0 ? c.window : c.past + 1;
+    auto [kc, vc] = zeroed_caches(DType::q8_0, rows, c.n_kv, c.D);
+    for (int64_t at = 0; at < c.past;) {
+      const int64_t n = std::min<int64_t>(64, c.past - at);
+      Twin k = twin_random(DType::f32, {n, c.n_kv, c.D}), v = twin_random(DType::f32, {n, c.n_kv, c.D});
+      Twin pos = twin_positions(at, n);
+      gpu_->kv_write({kc.gpu, vc.gpu}, k.gpu, v.gpu, pos.gpu);
+      at += n;
+    }
+    gpu_->synchronize();
+    Twin q = twin_random(DType::f32, {1, c.n_heads, c.D}), k = twin_random(DType::f32, {1, c.n_kv, c.D}),
+         v = twin_random(DType::f32, {1, c.n_kv, c.D});
+    Twin pos = twin_positions(c.past, 1);
+    AttentionParams p{c.n_heads, c.n_kv, static_cast<int>(c.D), 1.0f / std::sqrt(static_cast<float>(c.D)), c.window};
+    Twin base = twin_output(DType::f32, {1, c.n_heads, c.D});
+    plain->attention(base.gpu, q.gpu, k.gpu, v.gpu, {kc.gpu, vc.gpu}, pos.gpu, p);
+    plain->synchronize();
+    for (const Tensor& tail : tails)
+      for (Backend* b : {prefetching.get(), prefetching_all.get()}) {
+        p.next_weights = &tail;
+        Twin out = twin_output(DType::f32, {1, c.n_heads, c.D});
+        b->attention(out.gpu, q.gpu, k.gpu, v.gpu, {kc.gpu, vc.gpu}, pos.gpu, p);
+        b->synchronize();
+        EXPECT_EQ(gpu_bytes(out), gpu_bytes(base)) << "with a prefetch of " << tail.describe();
+      }
+  }
+  EXPECT_EQ(gpu_bytes(weights), weight_bytes) << "the prefetched weights";
 }
 
 // Batched decode: one query per sequence, each over its own cache at its own position, in one

@@ -59,6 +59,10 @@ struct AttentionArgs {
   int rope_half = 0;
   uint8_t* k_cache_write = nullptr;
   uint8_t* v_cache_write = nullptr;
+  // Weights the next kernel reads (BackendOptions::attention_prefetch_mb): the decode kernel by KV
+  // head pulls them into L2 before its wait, each block a slice. Weights only (launch.cuh).
+  const uint8_t* l2_prefetch = nullptr;
+  int64_t l2_prefetch_bytes = 0;
 };
 // Runs the decode kernel by KV head for by_kv_head (attention_decode.cu), the tensor-core kernel
 // (attention_mma.cu) for prefill-sized steps (flash_attention_applies, n_splits == 1) and for

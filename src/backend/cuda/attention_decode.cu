@@ -227,6 +227,8 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
   // Earlier steps wrote these rows: the first tile's pulled into L2 while the previous kernel runs.
   prefetch_cached_keys(k_rows, v_rows, begin, begin + min(n_cached, int64_t{kTileKeys}), a.cache_rows, row_stride,
                        a.cache_row_bytes);
+  // And the next product's weights (o_proj), while this latency-bound kernel leaves DRAM idle.
+  if (a.l2_prefetch_bytes > 0) prefetch_slice_l2(a.l2_prefetch, a.l2_prefetch_bytes);
   const int64_t q_head0 = static_cast<int64_t>(t) * a.n_heads + static_cast<int64_t>(kv) * G;
   const int64_t fresh = (static_cast<int64_t>(t) * a.n_kv_heads + kv) * D;  // this row's fresh K / V
   // From the projections: the q and k gains and this lane's RoPE angles (elements lane + 32 i)

@@ -424,6 +424,13 @@ class CudaBackend final : public Backend {
     cuda::ResidualUpdateArgs a = cuda::residual_update_args(h, u);
     OpTimer timer(*this, "residual_update", 4.0 * a.rows * a.cols * (2 + 2 * u.terms.size() + u.norms.size()));
     a.cluster = options_.cluster_residual_update;
+    // The next product's first bytes into L2 during the update (a hint; the register and cluster
+    // kernels take it, the general kernel ignores it).
+    if (const Tensor* next = u.next_weights; options_.update_prefetch_mb > 0 && next && next->data &&
+                                             next->device == Device::cuda && next->is_contiguous()) {
+      a.l2_prefetch = static_cast<const uint8_t*>(next->data);
+      a.l2_prefetch_bytes = std::min<int64_t>(next->nbytes(), int64_t{options_.update_prefetch_mb} << 20);
+    }
     // One row: each norm's output is a product's input (Gemma 4's MoE layers: the dense MLP's, the
     // router's, the experts'); cut them here, outside branches (norm_pieces.h).
     a.pieces_group = pieces_group_for(a.cols);
@@ -739,6 +746,14 @@ class CudaBackend final : public Backend {
       a.scratch = workspace_floats((a.scratch_bytes + 3) / 4);
     }
     if (a.n_splits > 1) a.partial = workspace_floats(static_cast<size_t>(T * p.n_heads) * a.n_splits * (D + 2));
+    // The next product's first bytes into L2 during the attention (only the kernel by KV head
+    // takes them; a hint: a weight on the host or of another layout is simply not prefetched).
+    const Tensor* next = p.next_weights;
+    if (a.by_kv_head && options_.attention_prefetch_mb > 0 && next && next->data && next->device == Device::cuda &&
+        next->is_contiguous()) {
+      a.l2_prefetch = static_cast<const uint8_t*>(next->data);
+      a.l2_prefetch_bytes = std::min<int64_t>(next->nbytes(), int64_t{options_.attention_prefetch_mb} << 20);
+    }
     // Bytes: the KV rows a step can read (the whole ring, or the whole linear cache: an upper
     // bound when the sequence is shorter than the cache), plus q and out; per sequence.
     const double kv_rows = static_cast<double>(std::min<int64_t>(max_keys, cache.n_rows())) * (row_tables ? T : 1);

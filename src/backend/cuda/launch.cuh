@@ -78,6 +78,34 @@ __device__ __forceinline__ void prefetch_spans_l2(const L2Spans& spans) {
   for (int s = 0; s < spans.n; ++s)
     for (int64_t i = first; i < spans.lines[s]; i += stride) prefetch_l2(spans.first_line[s] + i * 128);
 }
+
+// Pulls this block's slice of [p, p + bytes) into L2: the span's 16-byte-aligned interior cut
+// into one slice per block of the grid, in block order. On sm_90a a few threads each issue one
+// bulk prefetch of up to 32 KB (cp.async.bulk.prefetch.L2: the copy engine walks the lines, so a
+// 100 KB slice costs three instructions, not a line per thread); elsewhere the block's threads
+// take the slice's 128-byte lines in turn. Weights only (see above).
+__device__ __forceinline__ void prefetch_slice_l2(const uint8_t* p, int64_t bytes) {
+  const uint64_t blocks = static_cast<uint64_t>(gridDim.x) * gridDim.y * gridDim.z;
+  const uint64_t block =
+      blockIdx.x + static_cast<uint64_t>(gridDim.x) * (blockIdx.y + static_cast<uint64_t>(gridDim.y) * blockIdx.z);
+  const uint64_t begin = (reinterpret_cast<uint64_t>(p) + 15) & ~uint64_t{15};
+  const uint64_t end = (reinterpret_cast<uint64_t>(p) + static_cast<uint64_t>(bytes)) & ~uint64_t{15};
+  if (bytes <= 0 || end <= begin) return;
+  const uint64_t slice = ((end - begin + blocks - 1) / blocks + 15) & ~uint64_t{15};
+  const uint64_t first = begin + block * slice;
+  const uint64_t last = first + slice < end ? first + slice : end;
+#if FIRELINE_GPU_HOPPER
+  constexpr uint64_t kPiece = 32768;
+  for (uint64_t at = first + threadIdx.x * kPiece; at < last; at += blockDim.x * kPiece) {
+    const uint32_t n = static_cast<uint32_t>(last - at < kPiece ? last - at : kPiece);
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(at), "r"(n) : "memory");
+  }
+#else
+  // (a line holding `first` holds a byte of the span, so rounding down stays inside its pages)
+  for (uint64_t at = (first & ~uint64_t{127}) + threadIdx.x * 128; at < last; at += blockDim.x * 128)
+    prefetch_l2(reinterpret_cast<const void*>(at));
+#endif
+}
 #endif
 
 // The current device's streaming multiprocessor count and compute capability major, asked once

@@ -196,6 +196,7 @@ template <int kPer, int kMaxThreads, typename G>
 __global__ void __launch_bounds__(kMaxThreads) residual_update_registers_kernel(ResidualUpdateArgs a, L2Spans gains) {
   const int cols = static_cast<int>(a.cols), threads = blockDim.x;
   prefetch_spans_l2(gains);
+  if (a.l2_prefetch_bytes > 0) prefetch_slice_l2(a.l2_prefetch, a.l2_prefetch_bytes);  // the next product's
   float term_gain[kMaxResidualTerms][kPer], merge_gain[kPer], norm_gain[kMaxStreamNorms][kPer];
 #pragma unroll
   for (int t = 0; t < kMaxResidualTerms; ++t)
@@ -407,6 +408,7 @@ __global__ void __launch_bounds__(kClusterMaxWarps* kWarp) residual_update_clust
   const int col = warp * kClusterSpan + 8 * lane;
   const bool in_row = col < cols;  // (cols % 8 == 0: a lane's columns are all in the row or none)
   prefetch_spans_l2(gains);
+  if (a.l2_prefetch_bytes > 0) prefetch_slice_l2(a.l2_prefetch, a.l2_prefetch_bytes);  // the next product's
   float term_gain[kMaxResidualTerms][8], merge_gain[8], norm_gain[kMaxStreamNorms][8];
 #pragma unroll
   for (int t = 0; t < kMaxResidualTerms; ++t)

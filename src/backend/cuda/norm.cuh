@@ -91,6 +91,10 @@ struct ResidualUpdateArgs {
   // instead of one block: BackendOptions::cluster_residual_update. Only the order of the row's
   // sums differs.
   bool cluster = false;
+  // Weights the next kernel reads (BackendOptions::update_prefetch_mb): the register and cluster
+  // kernels pull them into L2 before their wait, each block a slice. Weights only (launch.cuh).
+  const uint8_t* l2_prefetch = nullptr;
+  int64_t l2_prefetch_bytes = 0;
 };
 cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t stream);
 // Whether this device and build have the cluster form of the one-row update (ResidualUpdateArgs::cluster).
