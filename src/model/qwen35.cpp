@@ -227,14 +227,22 @@ class Qwen35Model final : public Model {
     const int64_t L = c_.num_layers;
     // h += mixer or MLP output (added as it is), then the norm the next block reads, in one op.
     const ResidualTerm block_out[] = {{mixed, nullptr, NormGain::none, false}};
-    auto residual_add_then_norm = [&](const Tensor* next_norm) {
+    // next_weights: the product after the update (a hint: a GPU may pull its first bytes into L2).
+    auto residual_add_then_norm = [&](const Tensor* next_norm, const Tensor* next_weights) {
       const StreamNorm norm[] = {{x, next_norm, NormGain::one_plus_weight}};
       ResidualUpdate update;
       update.terms = block_out;
       update.norms = std::span<const StreamNorm>(norm, next_norm ? 1 : 0);
       update.eps = c_.rms_norm_eps;
+      update.next_weights = next_weights;
       b.residual_update(h, update);
     };
+    // The first product of layer l's mixer and of its feed-forward (the MoE's shared expert: the
+    // routed experts are not known before the router runs).
+    auto mixer_input = [&](int64_t l) {
+      return c_.layer_types[l] == AttentionType::linear ? &layers_[l].in_proj_qkv : &layers_[l].q_proj;
+    };
+    auto mlp_input = [&](int64_t l) { return c_.moe ? &layers_[l].shared_gate_proj : &layers_[l].gate_proj; };
     b.rms_norm(x, h, &layers_[0].input_norm, NormGain::one_plus_weight, c_.rms_norm_eps);
     for (int64_t l = 0; l < L; ++l) {
       const Qwen35Layer& layer = layers_[l];
@@ -244,9 +252,9 @@ class Qwen35Model final : public Model {
       else
         gated_attention(arena, layer, l, parts, x, positions, mixed);
       arena.rewind(layer_mark);  // the mixer's temporaries are dead
-      residual_add_then_norm(&layer.post_attention_norm);
+      residual_add_then_norm(&layer.post_attention_norm, mlp_input(l));
       feed_forward(arena, layer, x, mixed);
-      residual_add_then_norm(l + 1 < L ? &layers_[l + 1].input_norm : nullptr);
+      residual_add_then_norm(l + 1 < L ? &layers_[l + 1].input_norm : nullptr, l + 1 < L ? mixer_input(l + 1) : nullptr);
     }
     const int64_t n_out = mode == LogitsMode::all ? T : static_cast<int64_t>(parts.size());
     Tensor normed = arena.alloc(DType::f32, {n_out, H});
