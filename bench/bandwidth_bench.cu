@@ -6,6 +6,13 @@
 // loses its bandwidth to its arithmetic and latency; if it runs near the rows kernel, the pattern
 // (bytes in flight per SM, 8-byte requests) is the limit. Timed back to back over copies that
 // together exceed L2, as matmul_bench times the matvec.
+// Then the L2 prefetch hints' fill rate (BackendOptions::attention_prefetch_mb and
+// update_prefetch_mb): a kernel of B blocks that each issue their slice of an N MB span
+// (prefetch_slice_l2, launch.cuh) and then wait D us, as a latency-bound kernel would, followed by
+// a plain stream of the span; against the same wait with nothing prefetched (cold) and with the
+// span left in L2 by the previous call (hot). "filled" = (cold - prefetched) / (cold - hot): the
+// share of the read's DRAM time the prefetch took away. B = 7 is the cluster residual update's
+// blocks on the 31B's row, 264 the 31B's sliding attention at 2 blocks per SM.
 //   bandwidth_bench
 // Plain CUDA and printf: nvcc compiles this file, which stays free of fmt (docs/architecture.md).
 #include <cuda_runtime.h>
@@ -16,6 +23,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "backend/cuda/launch.cuh"
 #include "bench_timing.h"
 
 namespace {
@@ -72,6 +80,51 @@ __global__ void __launch_bounds__(128)
   if (acc == 0x9E3779B9u) sink[0] = acc;
 }
 
+// B blocks: each prefetches its slice of [p, p + bytes) into L2 (nothing where bytes is 0), then
+// waits until `wait_ns` have passed since it started (the global timer).
+__global__ void prefetch_then_wait_kernel(const uint8_t* p, int64_t bytes, int64_t wait_ns) {
+  uint64_t start = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  if (bytes > 0) fl::cuda::prefetch_slice_l2(p, bytes);
+  for (uint64_t now = start; now - start < static_cast<uint64_t>(wait_ns);)
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+}
+
+// us per (wait kernel + stream read of the span), over `copies` rotating spans (cold or
+// prefetched) or one (hot).
+double time_wait_then_read(const uint8_t* w, int64_t bytes, int copies, unsigned blocks, int64_t wait_ns,
+                           bool prefetch, uint32_t* sink, int sms) {
+  return time_rotating_us(nullptr, 5, copies, [&](int c) {
+    const uint8_t* span = w + c * bytes;
+    prefetch_then_wait_kernel<<<blocks, 128>>>(span, prefetch ? bytes : 0, wait_ns);
+    stream_read_kernel<4><<<8 * sms, 256>>>(reinterpret_cast<const uint4*>(span), bytes / 16, sink);
+  });
+}
+
+void time_prefetch_fill(int sms, uint32_t* sink) {
+  for (int64_t mb : {8, 24}) {
+    const int64_t bytes = mb << 20;
+    const int copies = 16;  // 128-384 MB: every cold call reads DRAM
+    uint8_t* w = nullptr;
+    cuda_ok(cudaMalloc(&w, static_cast<size_t>(bytes * copies)), "cudaMalloc");
+    cuda_ok(cudaMemset(w, 0x5A, static_cast<size_t>(bytes * copies)), "memset");
+    for (int64_t wait_us : {5, 15}) {
+      const int64_t wait_ns = wait_us * 1000;
+      const double cold = time_wait_then_read(w, bytes, copies, 1, wait_ns, false, sink, sms);
+      const double hot = time_wait_then_read(w, bytes, 1, 1, wait_ns, false, sink, sms);
+      for (unsigned blocks : {7u, 33u, static_cast<unsigned>(sms), static_cast<unsigned>(2 * sms)}) {
+        const double pre = time_wait_then_read(w, bytes, copies, blocks, wait_ns, true, sink, sms);
+        cuda_ok(cudaGetLastError(), "launch");
+        std::printf("L2 prefetch %3lld MB, wait %2lld us, %3u blocks: cold %7.1f  hot %7.1f  prefetched %7.1f us"
+                    "  filled %5.1f %%\n",
+                    static_cast<long long>(mb), static_cast<long long>(wait_us), blocks, cold, hot, pre,
+                    100.0 * (cold - pre) / (cold - hot));
+      }
+    }
+    cudaFree(w);
+  }
+}
+
 struct Matrix {
   const char* name;
   int64_t M, K;
@@ -121,6 +174,7 @@ int main() {
     time_rows_pattern<1, 8>(m, w, copies, sink);
     cudaFree(w);
   }
+  time_prefetch_fill(sms, sink);
   cudaFree(sink);
   return 0;
 }
