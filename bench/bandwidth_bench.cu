@@ -11,8 +11,9 @@
 // (prefetch_slice_l2, launch.cuh) and then wait D us, as a latency-bound kernel would, followed by
 // a plain stream of the span; against the same wait with nothing prefetched (cold) and with the
 // span left in L2 by the previous call (hot). "filled" = (cold - prefetched) / (cold - hot): the
-// share of the read's DRAM time the prefetch took away. B = 7 is the cluster residual update's
-// blocks on the 31B's row, 264 the 31B's sliding attention at 2 blocks per SM.
+// share of the read's DRAM time the prefetch took away. B = 1 is the one-block residual update
+// (Qwen3.5's), 7 the cluster update's blocks on the 31B's row, 2 per SM the 31B's sliding
+// attention. With nothing else reading DRAM, so an upper bound on what the hints get in a step.
 //   bandwidth_bench
 // Plain CUDA and printf: nvcc compiles this file, which stays free of fmt (docs/architecture.md).
 #include <cuda_runtime.h>
@@ -112,7 +113,7 @@ void time_prefetch_fill(int sms, uint32_t* sink) {
       const int64_t wait_ns = wait_us * 1000;
       const double cold = time_wait_then_read(w, bytes, copies, 1, wait_ns, false, sink, sms);
       const double hot = time_wait_then_read(w, bytes, 1, 1, wait_ns, false, sink, sms);
-      for (unsigned blocks : {7u, 33u, static_cast<unsigned>(sms), static_cast<unsigned>(2 * sms)}) {
+      for (unsigned blocks : {1u, 7u, 33u, static_cast<unsigned>(sms), static_cast<unsigned>(2 * sms)}) {
         const double pre = time_wait_then_read(w, bytes, copies, blocks, wait_ns, true, sink, sms);
         cuda_ok(cudaGetLastError(), "launch");
         std::printf("L2 prefetch %3lld MB, wait %2lld us, %3u blocks: cold %7.1f  hot %7.1f  prefetched %7.1f us"

@@ -548,18 +548,21 @@ struct BackendOptions {
   // how many warps share a tile: the partial sums' order (last bits), not the arithmetic. For
   // A/B timing of the split apart from the form. `fireline bench --imma-warps-per-sm N`.
   int imma_warps_per_sm = 0;
-  // Decode attention by KV head (one query row over a Q8_0 cache) pulls the first N MB of the
-  // next product's weights (AttentionParams::next_weights: o_proj) into L2 before its wait: on
-  // the H200 the 31B's attention and merge take ~15 us a layer at a fifth of the bandwidth, and
-  // o_proj (24.8 MB, one wave) then reads L2. Each block prefetches its slice with one bulk
-  // prefetch on sm_90 (a line per thread elsewhere). 0: none. More than L2 keeps (50 MB on the
-  // H100 and H200, shared with the K/V rows) evicts the first bytes before they are read. A
-  // hint: identical results. `fireline bench --attention-prefetch-mb N`.
+  // Decode attention by KV head (query rows over a Q8_0 cache) pulls the first N MB of the next
+  // product's weights (AttentionParams::next_weights: o_proj) into L2 before its wait: on the
+  // H200 the 31B's attention and merge take ~15 us a layer at a fifth of the bandwidth, and
+  // o_proj (24.8 MB, one wave) then reads L2. Each block prefetches its slice, one bulk prefetch
+  // per 32 KB on sm_90 (at most 8 lines per thread elsewhere). 0: none. More than L2 keeps (50 MB
+  // on the H100 and H200, shared with the K/V rows) evicts the first bytes before they are read.
+  // A hint: identical results. Not yet timed (forty-first session: no GPU came).
+  // `fireline bench --attention-prefetch-mb N`.
   int attention_prefetch_mb = 0;
   // The same for the one-row residual update (the register and cluster kernels) and the product
-  // after it (ResidualUpdate::next_weights: the 31B's gate_up, 130 MB, and next q/k/v, 50 MB; the
-  // first N MB, what the product's first wave reads first). 0: none. Identical results.
-  // `fireline bench --update-prefetch-mb N`.
+  // after it (ResidualUpdate::next_weights: the 31B's gate_proj, 65 MB, read first by gate_up's
+  // grouped launch, and the next q_proj, 25-50 MB): the first N MB in address order, whole row tiles
+  // of the product's first blocks. The 31B's cluster update is 7 blocks, so how much they can
+  // put in flight in ~5 us is the question (bench/bandwidth_bench's fill table). 0: none.
+  // Identical results. `fireline bench --update-prefetch-mb N`.
   int update_prefetch_mb = 0;
   // With imma_matvec: a one-input product whose weights take fewer bytes than this, and whose
   // input no producer cut (imma_ready_pieces), runs on the f32 rows kernels instead: such a

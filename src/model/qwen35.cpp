@@ -254,7 +254,8 @@ class Qwen35Model final : public Model {
       arena.rewind(layer_mark);  // the mixer's temporaries are dead
       residual_add_then_norm(&layer.post_attention_norm, mlp_input(l));
       feed_forward(arena, layer, x, mixed);
-      residual_add_then_norm(l + 1 < L ? &layers_[l + 1].input_norm : nullptr, l + 1 < L ? mixer_input(l + 1) : nullptr);
+      const bool last = l + 1 == L;
+      residual_add_then_norm(last ? nullptr : &layers_[l + 1].input_norm, last ? nullptr : mixer_input(l + 1));
     }
     const int64_t n_out = mode == LogitsMode::all ? T : static_cast<int64_t>(parts.size());
     Tensor normed = arena.alloc(DType::f32, {n_out, H});

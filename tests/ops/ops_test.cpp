@@ -5,6 +5,7 @@
 
 #include <array>
 
+#include "backend/cuda/l2_prefetch_slice.h"
 #include "model/model.h"
 #include "ops_harness.h"
 
@@ -265,45 +266,60 @@ TEST_F(CudaOps, ResidualUpdateMatchesTheOpsItReplaces) {
 
 // BackendOptions::update_prefetch_mb: the one-row residual update pulls the next product's
 // weights (ResidualUpdate::next_weights) into L2 before its wait, a hint that must change
-// nothing: h and the norm's output the same bytes as without it, the weights untouched. The
-// register kernel (cluster off) and the cluster kernel; the 31B's row (5376) and the 4B's
-// (2560); weights a 3 MB span 4 bytes past a 16-byte boundary cut to 2 MB, a 156-byte span (a
-// block's slice of 16 bytes or none), and weights on the host (ignored).
+// nothing: h and the norm's output the same bytes as without it. The hint must reach the kernel
+// (the prefetch launch count moves by one) for device weights in one row, and not for weights on
+// the host or for an update of 5 rows. The register kernel (cluster off) and the cluster kernel
+// (its launch count moves too); the 31B's row (5376) and the 4B's (2560); weights a 3 MB span 4
+// bytes past a 16-byte boundary, cut to 2 MB, and a 156-byte span (144 aligned bytes: the one
+// block takes them all, the 31B's 7 cluster blocks 32, 32, 32, 32, 16, 0 and 0).
 TEST_F(CudaOps, ResidualUpdateWeightPrefetchChangesNothing) {
   Twin weights = twin_random(DType::f32, {(3 << 20) / 4 + 3});
-  const std::vector<uint8_t> weight_bytes = gpu_bytes(weights);
-  const Tensor tails[] = {weights.gpu.slice(1, weights.gpu.dim(0)), weights.gpu.slice(1, 40), weights.cpu};
+  const Tensor device_spans[] = {weights.gpu.slice(1, weights.gpu.dim(0)), weights.gpu.slice(1, 40)};
   for (bool cluster : {false, true}) {
     BackendOptions with, without;
     with.cluster_residual_update = without.cluster_residual_update = cluster;
     with.update_prefetch_mb = 2;
     auto prefetching = make_backend("cuda", with), plain = make_backend("cuda", without);
-    for (int64_t cols : {5376, 2560}) {
-      SCOPED_TRACE("cols=" + std::to_string(cols) + (cluster ? " cluster" : " one block"));
-      Twin x = twin_random(DType::f32, {1, cols}, 3.0f), w = twin_random(DType::bf16, {cols}),
-           norm_w = twin_random(DType::bf16, {cols}), scalar = twin_random(DType::bf16, {1}, 2.0f);
-      const Twin h_start = twin_random(DType::f32, {1, cols}, 2.0f);
-      auto run = [&](Backend& b, const Tensor* next) {
-        Twin h = twin_bytes(DType::f32, {1, cols}, h_start.host.data());
-        Twin out = twin_output(DType::f32, {1, cols});
-        const ResidualTerm terms[] = {{x.gpu, &w.gpu, NormGain::weight, true}};
-        const StreamNorm norms[] = {{out.gpu, &norm_w.gpu, NormGain::weight}};
-        ResidualUpdate u;
-        u.terms = terms;
-        u.layer_scalar = &scalar.gpu;
-        u.norms = norms;
-        u.next_weights = next;
-        b.residual_update(h.gpu, u);
-        b.synchronize();
-        std::vector<uint8_t> bytes = gpu_bytes(h), out_bytes = gpu_bytes(out);
-        bytes.insert(bytes.end(), out_bytes.begin(), out_bytes.end());
-        return bytes;
-      };
-      const std::vector<uint8_t> base = run(*plain, nullptr);
-      for (const Tensor& tail : tails) EXPECT_EQ(run(*prefetching, &tail), base) << tail.describe();
-    }
+    if (cluster && !cuda_cluster_update_available(*prefetching)) continue;  // (no sm_90a: the one-block arm ran)
+    for (int64_t rows : {1, 5})
+      for (int64_t cols : {5376, 2560}) {
+        SCOPED_TRACE("rows=" + std::to_string(rows) + " cols=" + std::to_string(cols) +
+                     (cluster ? " cluster" : " one block"));
+        Twin x = twin_random(DType::f32, {rows, cols}, 3.0f), w = twin_random(DType::bf16, {cols}),
+             norm_w = twin_random(DType::bf16, {cols}), scalar = twin_random(DType::bf16, {1}, 2.0f);
+        const Twin h_start = twin_random(DType::f32, {rows, cols}, 2.0f);
+        auto run = [&](Backend& b, const Tensor* next) {
+          Twin h = twin_bytes(DType::f32, {rows, cols}, h_start.host.data());
+          Twin out = twin_output(DType::f32, {rows, cols});
+          const ResidualTerm terms[] = {{x.gpu, &w.gpu, NormGain::weight, true}};
+          const StreamNorm norms[] = {{out.gpu, &norm_w.gpu, NormGain::weight}};
+          ResidualUpdate u;
+          u.terms = terms;
+          u.layer_scalar = &scalar.gpu;
+          u.norms = norms;
+          u.next_weights = next;
+          b.residual_update(h.gpu, u);
+          b.synchronize();
+          std::vector<uint8_t> bytes = gpu_bytes(h), out_bytes = gpu_bytes(out);
+          bytes.insert(bytes.end(), out_bytes.begin(), out_bytes.end());
+          return bytes;
+        };
+        const int64_t plain_before = cuda_l2_prefetch_launches();
+        const std::vector<uint8_t> base = run(*plain, device_spans);
+        EXPECT_EQ(cuda_l2_prefetch_launches(), plain_before) << "switch off: no prefetch";
+        for (const Tensor& span : device_spans) {
+          const int64_t before = cuda_l2_prefetch_launches(), clusters = cuda_cluster_update_launches();
+          EXPECT_EQ(run(*prefetching, &span), base) << span.describe();
+          EXPECT_EQ(cuda_l2_prefetch_launches() - before, rows == 1 ? 1 : 0) << span.describe();
+          if (cluster) {
+            EXPECT_EQ(cuda_cluster_update_launches() - clusters, rows == 1 ? 1 : 0);
+          }
+        }
+        const int64_t before = cuda_l2_prefetch_launches();
+        EXPECT_EQ(run(*prefetching, &weights.cpu), base) << "weights on the host";
+        EXPECT_EQ(cuda_l2_prefetch_launches(), before) << "weights on the host: no prefetch";
+      }
   }
-  EXPECT_EQ(gpu_bytes(weights), weight_bytes) << "the prefetched weights";
 }
 
 // BackendOptions::cluster_residual_update: the one-row update spread over a cluster of blocks
@@ -702,11 +718,12 @@ TEST_F(CudaOps, AttentionFromProjectionsMatchesTheThreeOps) {
 
 // BackendOptions::attention_prefetch_mb: decode attention by KV head pulls the next product's
 // weights (AttentionParams::next_weights) into L2 before its wait, a hint that must change
-// nothing: the same output bytes as without it, the weights' bytes untouched. The weights: a 3 MB
-// span starting 4 bytes past a 16-byte boundary and ending off one (the kernel takes the aligned
-// interior), cut to 2 MB and whole; a span smaller than the grid's blocks' slices; and weights
-// on the host, which the backend ignores. Shapes: the 31B's sliding layer (16 splits of 2 tiles)
-// and global layer (D 512, 8 heads per KV head), and one split.
+// nothing: the same output bytes as without it, and the hint must reach the kernel (the prefetch
+// launch count moves by one) for device weights, not for weights on the host or with the switch
+// off. The weights: a 3 MB span starting 4 bytes past a 16-byte boundary and ending off one (the
+// kernel takes the aligned interior), cut to 2 MB and whole; and a 156-byte span, fewer 16-byte
+// units than the grid has blocks. Shapes: the 31B's sliding layer (16-17 splits of 2 tiles) and
+// global layer (D 512, 8 heads per KV head), and one split.
 TEST_F(CudaOps, AttentionWeightPrefetchChangesNothing) {
   if (!cuda::decode_by_kv_head_applies(16, 2, 512, DType::q8_0)) GTEST_SKIP() << "no decode kernel by KV head (HIP)";
   BackendOptions with, without;
@@ -717,8 +734,7 @@ TEST_F(CudaOps, AttentionWeightPrefetchChangesNothing) {
   auto prefetching = make_backend("cuda", with), plain = make_backend("cuda", without),
        prefetching_all = make_backend("cuda", whole);
   Twin weights = twin_random(DType::f32, {(3 << 20) / 4 + 3});
-  const std::vector<uint8_t> weight_bytes = gpu_bytes(weights);
-  const Tensor tails[] = {weights.gpu.slice(1, weights.gpu.dim(0)), weights.gpu.slice(1, 40), weights.cpu};
+  const Tensor device_spans[] = {weights.gpu.slice(1, weights.gpu.dim(0)), weights.gpu.slice(1, 40)};
   struct Case {
     int64_t D;
     int n_heads, n_kv, window;
@@ -741,19 +757,27 @@ TEST_F(CudaOps, AttentionWeightPrefetchChangesNothing) {
          v = twin_random(DType::f32, {1, c.n_kv, c.D});
     Twin pos = twin_positions(c.past, 1);
     AttentionParams p{c.n_heads, c.n_kv, static_cast<int>(c.D), 1.0f / std::sqrt(static_cast<float>(c.D)), c.window};
-    Twin base = twin_output(DType::f32, {1, c.n_heads, c.D});
-    plain->attention(base.gpu, q.gpu, k.gpu, v.gpu, {kc.gpu, vc.gpu}, pos.gpu, p);
-    plain->synchronize();
-    for (const Tensor& tail : tails)
-      for (Backend* b : {prefetching.get(), prefetching_all.get()}) {
-        p.next_weights = &tail;
-        Twin out = twin_output(DType::f32, {1, c.n_heads, c.D});
-        b->attention(out.gpu, q.gpu, k.gpu, v.gpu, {kc.gpu, vc.gpu}, pos.gpu, p);
-        b->synchronize();
-        EXPECT_EQ(gpu_bytes(out), gpu_bytes(base)) << "with a prefetch of " << tail.describe();
+    auto run = [&](Backend& b, const Tensor* next) {
+      p.next_weights = next;
+      Twin out = twin_output(DType::f32, {1, c.n_heads, c.D});
+      b.attention(out.gpu, q.gpu, k.gpu, v.gpu, {kc.gpu, vc.gpu}, pos.gpu, p);
+      b.synchronize();
+      return gpu_bytes(out);
+    };
+    const int64_t plain_before = cuda_l2_prefetch_launches();
+    const std::vector<uint8_t> base = run(*plain, device_spans);
+    EXPECT_EQ(cuda_l2_prefetch_launches(), plain_before) << "switch off: no prefetch";
+    for (Backend* b : {prefetching.get(), prefetching_all.get()}) {
+      for (const Tensor& span : device_spans) {
+        const int64_t before = cuda_l2_prefetch_launches();
+        EXPECT_EQ(run(*b, &span), base) << "with a prefetch of " << span.describe();
+        EXPECT_EQ(cuda_l2_prefetch_launches() - before, 1) << span.describe();
       }
+      const int64_t before = cuda_l2_prefetch_launches();
+      EXPECT_EQ(run(*b, &weights.cpu), base) << "weights on the host";
+      EXPECT_EQ(cuda_l2_prefetch_launches(), before) << "weights on the host: no prefetch";
+    }
   }
-  EXPECT_EQ(gpu_bytes(weights), weight_bytes) << "the prefetched weights";
 }
 
 // Batched decode: one query per sequence, each over its own cache at its own position, in one
@@ -1557,6 +1581,36 @@ TEST(AttentionPlan, KernelAndSplitsForThePublishedShapes) {
 // plan_attention asks for, for every published head shape, cache type, GPU size (SMs up to 256),
 // context, and step: one sequence's prompt steps (unsplit from 16 tokens) and batched decode rows
 // (one per sequence). Host code: runs without a GPU.
+// The slices of a span that a grid's blocks pull into L2 (cuda::l2_prefetch_slice: host
+// arithmetic, runs without a GPU): together they are the span's 16-byte-aligned interior, each
+// once and in block order, 16-byte aligned and whole 16-byte units, never outside the span;
+// spans with no aligned interior (under 16 bytes, or 16 bytes off a boundary) and a grid of 0
+// blocks give none; more blocks than units leave the last blocks empty.
+TEST(L2PrefetchSlice, TheBlocksCoverTheAlignedInteriorOnce) {
+  for (uint64_t address : {uint64_t{0x7f0000000000}, uint64_t{0x7f0000000004}, uint64_t{0x7f000000000f}})
+    for (int64_t bytes : {int64_t{0}, int64_t{5}, int64_t{16}, int64_t{17}, int64_t{156}, int64_t{(3 << 20) + 12}})
+      for (uint64_t blocks : {uint64_t{1}, uint64_t{7}, uint64_t{264}, uint64_t{100000}}) {
+        SCOPED_TRACE("address % 16 = " + std::to_string(address % 16) + ", " + std::to_string(bytes) + " bytes, " +
+                     std::to_string(blocks) + " blocks");
+        const uint64_t begin = (address + 15) / 16 * 16, end = (address + static_cast<uint64_t>(bytes)) / 16 * 16;
+        uint64_t next = begin, covered = 0;
+        for (uint64_t b = 0; b < blocks; ++b) {
+          const cuda::ByteRange r = cuda::l2_prefetch_slice(address, bytes, b, blocks);
+          if (r.last <= r.first) continue;
+          ASSERT_EQ(r.first, next) << "block " << b << ": slices in block order, no gap, no overlap";
+          ASSERT_EQ(r.first % 16, 0u) << "block " << b;
+          ASSERT_EQ((r.last - r.first) % 16, 0u) << "block " << b;
+          ASSERT_GE(r.first, address) << "block " << b;
+          ASSERT_LE(r.last, address + static_cast<uint64_t>(bytes)) << "block " << b;
+          next = r.last;
+          covered += r.last - r.first;
+        }
+        EXPECT_EQ(covered, end > begin ? end - begin : 0) << "the aligned interior, all of it";
+        const cuda::ByteRange none = cuda::l2_prefetch_slice(address, bytes, 0, 0);
+        EXPECT_LE(none.last, none.first) << "a grid of no blocks";
+      }
+}
+
 TEST(AttentionPlan, MemoryPlansCoverThePartials) {
   struct Heads {
     int n_heads, n_kv_heads, head_dim;

@@ -466,7 +466,9 @@ cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   const dim3 grid(static_cast<unsigned>(a.n_tokens * a.n_kv_heads), static_cast<unsigned>(a.n_splits));
-  return launch_kernel(kernel, grid, kDecodeThreads, smem, stream, a);
+  const cudaError_t launched = launch_kernel(kernel, grid, kDecodeThreads, smem, stream, a);
+  if (launched == cudaSuccess && a.l2_prefetch_bytes > 0) count_l2_prefetch_launch();
+  return launched;
 }
 
 std::atomic<int64_t> g_from_projections_launches{0};  // decode_from_projections_launches

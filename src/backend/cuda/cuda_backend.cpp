@@ -424,10 +424,12 @@ class CudaBackend final : public Backend {
     cuda::ResidualUpdateArgs a = cuda::residual_update_args(h, u);
     OpTimer timer(*this, "residual_update", 4.0 * a.rows * a.cols * (2 + 2 * u.terms.size() + u.norms.size()));
     a.cluster = options_.cluster_residual_update;
-    // The next product's first bytes into L2 during the update (a hint; the register and cluster
-    // kernels take it, the general kernel ignores it).
-    if (const Tensor* next = u.next_weights; options_.update_prefetch_mb > 0 && next && next->data &&
-                                             next->device == Device::cuda && next->is_contiguous()) {
+    // The next product's first bytes into L2 during a one-row update (a hint; the register and
+    // cluster kernels take it, the general kernel ignores it; prefill's and batched rows' updates
+    // run beside no idle DRAM).
+    const Tensor* next = u.next_weights;
+    if (a.rows == 1 && options_.update_prefetch_mb > 0 && next && next->data && next->device == Device::cuda &&
+        next->is_contiguous()) {
       a.l2_prefetch = static_cast<const uint8_t*>(next->data);
       a.l2_prefetch_bytes = std::min<int64_t>(next->nbytes(), int64_t{options_.update_prefetch_mb} << 20);
     }

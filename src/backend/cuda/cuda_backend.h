@@ -67,6 +67,9 @@ int64_t cuda_imma_lean_launches();
 // How many one-row residual updates have run as a cluster of blocks (BackendOptions::
 // cluster_residual_update), and whether the backend's GPU runs them (sm_90, a build with sm_90a code).
 int64_t cuda_cluster_update_launches();
+// How many launches have carried an L2 prefetch hint of the next product's weights (BackendOptions::
+// attention_prefetch_mb, update_prefetch_mb).
+int64_t cuda_l2_prefetch_launches();
 // How many times routed experts have run as one launch (BackendOptions::fused_experts).
 int64_t cuda_moe_experts_decode_launches();
 bool cuda_cluster_update_available(Backend& backend);

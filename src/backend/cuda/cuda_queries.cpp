@@ -4,6 +4,7 @@
 #include "backend/cuda/attention.cuh"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/gpu_runtime.h"
+#include "backend/cuda/launch.cuh"
 #include "backend/cuda/linear_attention.cuh"
 #include "backend/cuda/matmul.cuh"
 #include "backend/cuda/matmul_mma.cuh"
@@ -33,6 +34,7 @@ int64_t cuda_imma_matvec_launches() { return cuda::imma_matvec_launches(); }
 int64_t cuda_imma_pieces_launches() { return cuda::imma_pieces_launches(); }
 int64_t cuda_imma_lean_launches() { return cuda::imma_lean_launches(); }
 int64_t cuda_cluster_update_launches() { return cuda::residual_update_cluster_launches(); }
+int64_t cuda_l2_prefetch_launches() { return cuda::l2_prefetch_launches(); }
 int64_t cuda_moe_experts_decode_launches() { return cuda::moe_experts_decode_launches(); }
 int64_t cuda_delta_net_step_launches() { return cuda::delta_net_step_launches(); }
 int64_t cuda_attention_from_projections_launches() { return cuda::decode_from_projections_launches(); }

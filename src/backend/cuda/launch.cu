@@ -1,9 +1,15 @@
-// Per-device facts that launchers size their grids by (launch.cuh).
+// Per-device facts that launchers size their grids by, and the L2 prefetch hints' launch count (launch.cuh).
 #include <atomic>
 
 #include "backend/cuda/launch.cuh"
 
 namespace fl::cuda {
+
+namespace {
+std::atomic<int64_t> g_l2_prefetch_launches{0};
+}  // namespace
+int64_t l2_prefetch_launches() { return g_l2_prefetch_launches.load(std::memory_order_relaxed); }
+void count_l2_prefetch_launch() { g_l2_prefetch_launches.fetch_add(1, std::memory_order_relaxed); }
 
 DeviceTraits current_device_traits() {
   // Asked once per device: launchers call this for every kernel launch. Threads may race to fill

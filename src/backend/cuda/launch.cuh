@@ -1,6 +1,7 @@
 #pragma once
 // Every kernel of the backend is launched through launch_kernel below, and every kernel begins
-// with enter_kernel() (or an L2 prefetch of its weights, then enter_kernel()).
+// with enter_kernel() (or an L2 prefetch of weights, its own or the next kernel's, then
+// enter_kernel()).
 //
 // Why: a batch-1 decode step is hundreds of small kernels (26B-A4B: ~800 per token), each a few
 // microseconds, and between two kernels of a stream the GPU normally drains the first grid,
@@ -27,6 +28,7 @@
 #include <cstdint>
 
 #include "backend/cuda/gpu_runtime.h"
+#include "backend/cuda/l2_prefetch_slice.h"
 
 #ifndef FIRELINE_GPU_PDL
 #define FIRELINE_GPU_PDL 1
@@ -79,34 +81,36 @@ __device__ __forceinline__ void prefetch_spans_l2(const L2Spans& spans) {
     for (int64_t i = first; i < spans.lines[s]; i += stride) prefetch_l2(spans.first_line[s] + i * 128);
 }
 
-// Pulls this block's slice of [p, p + bytes) into L2: the span's 16-byte-aligned interior cut
-// into one slice per block of the grid, in block order. On sm_90a a few threads each issue one
-// bulk prefetch of up to 32 KB (cp.async.bulk.prefetch.L2: the copy engine walks the lines, so a
-// 100 KB slice costs three instructions, not a line per thread); elsewhere the block's threads
-// take the slice's 128-byte lines in turn. Weights only (see above).
+// Pulls this block's slice of [p, p + bytes) into L2 (l2_prefetch_slice: the span's 16-byte-
+// aligned interior, a slice per block of the grid in block order). On sm_90 a few threads each
+// issue one bulk prefetch of up to 32 KB (cp.async.bulk.prefetch.L2: the copy engine walks the
+// lines, so a 100 KB slice costs four instructions, not a line per thread). Elsewhere each thread
+// asks for at most 8 of the slice's 128-byte lines: a line per instruction would put thousands
+// before a one-block kernel's wait. Weights only (see above).
 __device__ __forceinline__ void prefetch_slice_l2(const uint8_t* p, int64_t bytes) {
   const uint64_t blocks = static_cast<uint64_t>(gridDim.x) * gridDim.y * gridDim.z;
   const uint64_t block =
       blockIdx.x + static_cast<uint64_t>(gridDim.x) * (blockIdx.y + static_cast<uint64_t>(gridDim.y) * blockIdx.z);
-  const uint64_t begin = (reinterpret_cast<uint64_t>(p) + 15) & ~uint64_t{15};
-  const uint64_t end = (reinterpret_cast<uint64_t>(p) + static_cast<uint64_t>(bytes)) & ~uint64_t{15};
-  if (bytes <= 0 || end <= begin) return;
-  const uint64_t slice = ((end - begin + blocks - 1) / blocks + 15) & ~uint64_t{15};
-  const uint64_t first = begin + block * slice;
-  const uint64_t last = first + slice < end ? first + slice : end;
-#if FIRELINE_GPU_HOPPER
+  const ByteRange r = l2_prefetch_slice(reinterpret_cast<uint64_t>(p), bytes, block, blocks);
+#if !defined(FIRELINE_GPU_HIP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   constexpr uint64_t kPiece = 32768;
-  for (uint64_t at = first + threadIdx.x * kPiece; at < last; at += blockDim.x * kPiece) {
-    const uint32_t n = static_cast<uint32_t>(last - at < kPiece ? last - at : kPiece);
+  for (uint64_t at = r.first + threadIdx.x * kPiece; at < r.last; at += blockDim.x * kPiece) {
+    const uint32_t n = static_cast<uint32_t>(r.last - at < kPiece ? r.last - at : kPiece);
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(at), "r"(n) : "memory");
   }
 #else
   // (a line holding `first` holds a byte of the span, so rounding down stays inside its pages)
-  for (uint64_t at = (first & ~uint64_t{127}) + threadIdx.x * 128; at < last; at += blockDim.x * 128)
-    prefetch_l2(reinterpret_cast<const void*>(at));
+  uint64_t at = (r.first & ~uint64_t{127}) + threadIdx.x * 128;
+  for (int i = 0; i < 8 && at < r.last; ++i, at += blockDim.x * 128) prefetch_l2(reinterpret_cast<const void*>(at));
 #endif
 }
 #endif
+
+// How many launches have carried an L2 prefetch of another kernel's weights (the decode attention
+// and residual update hints, BackendOptions::attention_prefetch_mb / update_prefetch_mb): for
+// tests that check a hint reached a kernel. count_l2_prefetch_launch: the launchers' side.
+int64_t l2_prefetch_launches();
+void count_l2_prefetch_launch();
 
 // The current device's streaming multiprocessor count and compute capability major, asked once
 // per device.

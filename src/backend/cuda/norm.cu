@@ -196,7 +196,8 @@ template <int kPer, int kMaxThreads, typename G>
 __global__ void __launch_bounds__(kMaxThreads) residual_update_registers_kernel(ResidualUpdateArgs a, L2Spans gains) {
   const int cols = static_cast<int>(a.cols), threads = blockDim.x;
   prefetch_spans_l2(gains);
-  if (a.l2_prefetch_bytes > 0) prefetch_slice_l2(a.l2_prefetch, a.l2_prefetch_bytes);  // the next product's
+  // The next product's weights into L2 (a hint: BackendOptions::update_prefetch_mb).
+  if (a.l2_prefetch_bytes > 0) prefetch_slice_l2(a.l2_prefetch, a.l2_prefetch_bytes);
   float term_gain[kMaxResidualTerms][kPer], merge_gain[kPer], norm_gain[kMaxStreamNorms][kPer];
 #pragma unroll
   for (int t = 0; t < kMaxResidualTerms; ++t)
@@ -408,7 +409,8 @@ __global__ void __launch_bounds__(kClusterMaxWarps* kWarp) residual_update_clust
   const int col = warp * kClusterSpan + 8 * lane;
   const bool in_row = col < cols;  // (cols % 8 == 0: a lane's columns are all in the row or none)
   prefetch_spans_l2(gains);
-  if (a.l2_prefetch_bytes > 0) prefetch_slice_l2(a.l2_prefetch, a.l2_prefetch_bytes);  // the next product's
+  // The next product's weights into L2 (a hint: BackendOptions::update_prefetch_mb).
+  if (a.l2_prefetch_bytes > 0) prefetch_slice_l2(a.l2_prefetch, a.l2_prefetch_bytes);
   float term_gain[kMaxResidualTerms][8], merge_gain[8], norm_gain[kMaxStreamNorms][8];
 #pragma unroll
   for (int t = 0; t < kMaxResidualTerms; ++t)
@@ -593,14 +595,18 @@ cudaError_t launch_residual_update(const ResidualUpdateArgs& a, cudaStream_t str
     // then the one-block kernel below runs instead.
     if (launch_residual_update_cluster(a, *gain_type, gains, stream) == cudaSuccess) {
       g_cluster_update_launches.fetch_add(1, std::memory_order_relaxed);
+      if (a.l2_prefetch_bytes > 0) count_l2_prefetch_launch();
       return cudaSuccess;
     }
     (void)cudaGetLastError();  // (the refused launch's error, not left for the next check)
   }
   if (gain_type && a.cols <= kRegisterRowMax) {
-    if (a.cols <= 4 * 128) return launch_residual_update_registers<4, 128>(a, *gain_type, gains, stream);
-    if (a.cols <= 8 * 512) return launch_residual_update_registers<8, 512>(a, *gain_type, gains, stream);
-    return launch_residual_update_registers<12, 448>(a, *gain_type, gains, stream);
+    const cudaError_t launched =
+        a.cols <= 4 * 128   ? launch_residual_update_registers<4, 128>(a, *gain_type, gains, stream)
+        : a.cols <= 8 * 512 ? launch_residual_update_registers<8, 512>(a, *gain_type, gains, stream)
+                            : launch_residual_update_registers<12, 448>(a, *gain_type, gains, stream);
+    if (launched == cudaSuccess && a.l2_prefetch_bytes > 0) count_l2_prefetch_launch();
+    return launched;
   }
   return launch_kernel(residual_update_kernel, static_cast<unsigned>(a.rows), norm_threads(a.cols), 0, stream, a);
 }
