@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/attention.cuh"
+#include "backend/cuda/cuda_buffers.h"
 #include "backend/cuda/delta_net_step.h"
 #include "backend/cuda/elementwise.cuh"
 #include "backend/cuda/experts_scratch.h"
@@ -32,58 +33,16 @@
 namespace fl {
 namespace {
 
-void check(cudaError_t err, const char* op) {
-  if (err != cudaSuccess)
-    fail("{} {} failed: {} ({})", gpu::kRuntimeName, op, cudaGetErrorString(err), cudaGetErrorName(err));
+using cuda::check;
+using cuda::CudaBuffer;
+using cuda::CudaGraph;
+// A prefetch hint's span (AttentionParams / ResidualUpdate::next_weights): the first `mb` MB of
+// the weights, where they are contiguous device memory; 0 bytes (no prefetch) otherwise.
+int64_t l2_prefetch_bytes(const Tensor* next, int mb, const uint8_t** data) {
+  if (mb <= 0 || !next || !next->data || next->device != Device::cuda || !next->is_contiguous()) return 0;
+  *data = static_cast<const uint8_t*>(next->data);
+  return std::min<int64_t>(next->nbytes(), int64_t{mb} << 20);
 }
-
-// NOTE: every memory operation goes through the backend's stream. The stream is non-blocking,
-// so a cudaMemset or cudaMemcpy on the legacy default stream is not ordered with its kernels: a
-// zero-fill of a new KV cache could land after the first kv_write (seen as intermittent golden
-// failures on the H200).
-class CudaBuffer final : public DeviceBuffer {
- public:
-  CudaBuffer(size_t bytes, cudaStream_t stream) : size_(bytes) {
-    cudaError_t err = cudaMalloc(&data_, bytes == 0 ? 256 : bytes);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      size_t free_bytes = 0, total = 0;
-      cudaMemGetInfo(&free_bytes, &total);
-      fail("out of GPU memory allocating {:.1f} MiB ({:.1f} MiB free of {:.1f} MiB)", bytes / 1048576.0,
-           free_bytes / 1048576.0, total / 1048576.0);
-    }
-    check(cudaMemsetAsync(data_, 0, bytes == 0 ? 256 : bytes, stream), "memset");
-  }
-  ~CudaBuffer() override { cudaFree(data_); }
-  void* data() const override { return data_; }
-  size_t size() const override { return size_; }
-
- private:
-  void* data_ = nullptr;
-  size_t size_;
-};
-
-// A captured graph's kernels keep the addresses they were captured with, the backend's
-// workspaces among them: the graph holds those buffers, so that a workspace that grows later
-// (another sequence's longer prompt on the same backend) is not freed under the graph's replays.
-// The backend moves on to the larger buffer; the graph keeps using its own.
-class CudaGraph final : public CapturedSteps {
- public:
-  CudaGraph(cudaGraphExec_t exec, cudaStream_t stream, std::vector<std::shared_ptr<CudaBuffer>> buffers,
-            std::shared_ptr<uint64_t> ops)
-      : exec_(exec), stream_(stream), buffers_(std::move(buffers)), ops_(std::move(ops)) {}
-  ~CudaGraph() override { cudaGraphExecDestroy(exec_); }
-  void replay() override {
-    ++*ops_;  // (its kernels rewrite the workspace: no eager op's pieces survive a replay)
-    check(cudaGraphLaunch(exec_, stream_), "graph replay");
-  }
-
- private:
-  cudaGraphExec_t exec_;
-  cudaStream_t stream_;
-  std::vector<std::shared_ptr<CudaBuffer>> buffers_;
-  std::shared_ptr<uint64_t> ops_;  // the backend's op count (CudaBackend::ops_)
-};
 
 using cuda::check_gain;
 using cuda::check_rope;
@@ -427,12 +386,8 @@ class CudaBackend final : public Backend {
     // The next product's first bytes into L2 during a one-row update (a hint; the register and
     // cluster kernels take it, the general kernel ignores it; prefill's and batched rows' updates
     // run beside no idle DRAM).
-    const Tensor* next = u.next_weights;
-    if (a.rows == 1 && options_.update_prefetch_mb > 0 && next && next->data && next->device == Device::cuda &&
-        next->is_contiguous()) {
-      a.l2_prefetch = static_cast<const uint8_t*>(next->data);
-      a.l2_prefetch_bytes = std::min<int64_t>(next->nbytes(), int64_t{options_.update_prefetch_mb} << 20);
-    }
+    if (a.rows == 1)
+      a.l2_prefetch_bytes = l2_prefetch_bytes(u.next_weights, options_.update_prefetch_mb, &a.l2_prefetch);
     // One row: each norm's output is a product's input (Gemma 4's MoE layers: the dense MLP's, the
     // router's, the experts'); cut them here, outside branches (norm_pieces.h).
     a.pieces_group = pieces_group_for(a.cols);
@@ -750,12 +705,8 @@ class CudaBackend final : public Backend {
     if (a.n_splits > 1) a.partial = workspace_floats(static_cast<size_t>(T * p.n_heads) * a.n_splits * (D + 2));
     // The next product's first bytes into L2 during the attention (only the kernel by KV head
     // takes them; a hint: a weight on the host or of another layout is simply not prefetched).
-    const Tensor* next = p.next_weights;
-    if (a.by_kv_head && options_.attention_prefetch_mb > 0 && next && next->data && next->device == Device::cuda &&
-        next->is_contiguous()) {
-      a.l2_prefetch = static_cast<const uint8_t*>(next->data);
-      a.l2_prefetch_bytes = std::min<int64_t>(next->nbytes(), int64_t{options_.attention_prefetch_mb} << 20);
-    }
+    if (a.by_kv_head)
+      a.l2_prefetch_bytes = l2_prefetch_bytes(p.next_weights, options_.attention_prefetch_mb, &a.l2_prefetch);
     // Bytes: the KV rows a step can read (the whole ring, or the whole linear cache: an upper
     // bound when the sequence is shorter than the cache), plus q and out; per sequence.
     const double kv_rows = static_cast<double>(std::min<int64_t>(max_keys, cache.n_rows())) * (row_tables ? T : 1);
