@@ -3,7 +3,8 @@
 // (cuda::plan_attention) and through the alternatives it chose against: the SIMT kernel split
 // along the context (one block per query head), the tensor-core kernel with a block per KV
 // head's query group, and the decode kernel by KV head (attention_decode.cu), at several split
-// counts. Each time includes the merge of the splits.
+// counts, in its SIMT form ("kv-head") and, for 4- and 8-head groups, its tensor-core form
+// ("kv-mma"). Each time includes the merge of the splits.
 // Prints microseconds per call (and of the merge alone) and the KV bytes' rate; `--json` adds one
 // JSON object per line. --shape / --context / --variant pick cases (for a profiler), --iters the
 // timed calls per case. --batch N times batched decode instead: N sequences, each one query row at
@@ -190,6 +191,7 @@ int main(int argc, char** argv) {
         int splits;
         int pieces = 3;  // the tensor-core kernel's bf16 pieces per value (3: f32-exact, as decode runs)
         bool by_kv_head = false;
+        bool tensor_cores = false;  // the kernel by KV head's tensor-core form (4- and 8-head groups)
       };
       std::vector<Variant> variants = {{"plan", plan.group_queries, plan.n_splits, 3, plan.by_kv_head}};
       const int64_t heads = static_cast<int64_t>(batch) * s.n_heads, kv_heads = static_cast<int64_t>(batch) * s.n_kv_heads;
@@ -217,11 +219,15 @@ int main(int argc, char** argv) {
           const int splits = static_cast<int>(std::clamp<int64_t>((per_sm * prop.multiProcessorCount + kv_heads - 1) / kv_heads,
                                                                   1, std::min<int64_t>(tiles, max_splits)));
           variants.push_back({fmt::format("kv-head {}/SM", per_sm), false, splits, 3, true});
+          const int group = s.n_heads / s.n_kv_heads;
+          if (group == 4 || group == 8)
+            variants.push_back({fmt::format("kv-mma {}/SM", per_sm), false, splits, 3, true, true});
         }
       }
       for (const Variant& v : variants) {
         if (!only_variant.empty() && only_variant != v.path) continue;
         a.by_kv_head = v.by_kv_head;
+        a.tensor_cores = v.tensor_cores;
         a.group_queries = v.group;
         a.n_splits = v.splits;
         a.pieces = v.pieces;

@@ -557,6 +557,13 @@ struct BackendOptions {
   // A hint: identical results. Not yet timed (forty-first session: no GPU came).
   // `fireline bench --attention-prefetch-mb N`.
   int attention_prefetch_mb = 0;
+  // Decode attention by KV head (query rows over a Q8_0 cache) with 4 or 8 query heads per KV head
+  // on the tensor cores: both products as bf16 mma.sync (the int8 codes exact, q and the value
+  // weights in three bf16 pieces), where the SIMT form spends ~6.6k instructions per warp and
+  // 32-key tile of a Gemma 4 global layer and is bound by issue (batched, 64 rows of it take 542 us
+  // a layer on the H200 where their K/V take ~70). Results differ in summation order only.
+  // Not yet timed (forty-second session). `fireline bench --decode-attention-mma on|off`.
+  bool decode_attention_mma = false;
   // The same for the one-row residual update (the register and cluster kernels) and the product
   // after it (ResidualUpdate::next_weights: the 31B's gate_proj, 65 MB, read first by gate_up's
   // grouped launch, and the next q_proj, 25-50 MB): the first N MB in address order, whole row tiles

@@ -86,6 +86,9 @@ constexpr GpuSwitch kGpuSwitches[] = {
      "on (default): with --imma-matvec on, the plain products and groups on the integer kernel's lean form (pieces "
      "loaded where used, three blocks per SM, tiles split until ~20 warps per SM); off: the register form (the same "
      "numbers but for the order of the warps' partial sums where it splits a tile more; for A/B timing)"},
+    {"--decode-attention-mma", &BackendOptions::decode_attention_mma, "decode_attention_mma",
+     "on: decode attention over a Q8_0 cache with 4 or 8 query heads per KV head on the tensor cores (bf16 "
+     "mma.sync, f32-exact pieces); off (default): the SIMT form (results differ in summation order; for A/B timing)"},
     {"--experts-down-sum", &BackendOptions::experts_down_sum, "experts_down_sum",
      "on: decode's routed expert down products (HFQ4, top-k <= 8) summed per token in their own launch; off "
      "(default): per-pair outputs, then a combine launch (identical results; for A/B timing)"},

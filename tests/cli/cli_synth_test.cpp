@@ -236,7 +236,7 @@ TEST(CliSynth, BenchBranchesOnTheCpuRunInOrder) {
 // --gated-matvec, --weight-prefetch, --hopper-experts, --group-gemm, --async-matvec, --split-matvec,
 // --imma-matvec, --imma-ready-pieces, --imma-experts, --fused-experts, --cluster-update,
 // --fused-delta-net, --fused-decode-attention, --experts-down-sum, --imma-l2-ahead, --imma-lean, --imma-warps-per-sm,
-// --attention-prefetch-mb, --update-prefetch-mb
+// --attention-prefetch-mb, --update-prefetch-mb, --decode-attention-mma
 // and --expert-matvec: GPU switches for A/B timing. The CPU has neither (the JSON says false whatever is asked); a
 // value other than on or off is refused before anything loads.
 TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
@@ -248,11 +248,11 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
         " --fused-delta-net on --imma-l2-ahead 2 --imma-experts on --imma-min-bytes 1048576 --fused-experts on"
         " --fused-experts-blocks 1 --fused-decode-attention on --experts-down-sum on --expert-matvec 8x3"
         " --expert-matvec-ring on --imma-lean on --imma-warps-per-sm 20 --attention-prefetch-mb 24"
-        " --update-prefetch-mb 16",
+        " --update-prefetch-mb 16 --decode-attention-mma on",
         " --gated-matvec off --weight-prefetch off --hopper-experts off --group-gemm off --async-matvec off"
         " --split-matvec off --imma-matvec off --imma-ready-pieces off --cluster-update off"
         " --fused-delta-net off --imma-experts off --fused-experts off --fused-decode-attention off --experts-down-sum "
-        "off --expert-matvec auto --expert-matvec-ring off --imma-lean off"}) {
+        "off --expert-matvec auto --expert-matvec-ring off --imma-lean off --decode-attention-mma off"}) {
     auto r = fireline(common + asked + " --json");
     ASSERT_EQ(r.exit_code, 0) << asked << ": " << r.err;
     const json j = json::parse(r.out);
@@ -272,6 +272,7 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["experts_down_sum"], false) << asked;
     EXPECT_EQ(j["expert_matvec_ring"], false) << asked;
     EXPECT_EQ(j["imma_lean"], false) << asked;
+    EXPECT_EQ(j["decode_attention_mma"], false) << asked;
     EXPECT_EQ(j["imma_l2_ahead"], 0) << asked;
     EXPECT_EQ(j["imma_min_bytes"], 0) << asked;
     EXPECT_EQ(j["imma_warps_per_sm"], 0) << asked;
@@ -281,10 +282,11 @@ TEST(CliSynth, BenchGpuSwitchesAreOffOnTheCpuAndCheckedEverywhere) {
     EXPECT_EQ(j["expert_matvec"], "plain") << asked;
   }
   for (const char* flag :
-       {"--gated-matvec", "--weight-prefetch", "--hopper-experts", "--group-gemm", "--async-matvec", "--split-matvec",
-        "--imma-matvec", "--imma-ready-pieces", "--cluster-update", "--fused-delta-net", "--imma-experts",
-        "--fused-experts", "--fused-decode-attention", "--experts-down-sum", "--imma-l2-ahead", "--imma-min-bytes",
-        "--expert-matvec", "--expert-matvec-ring", "--imma-lean"}) {
+       {"--gated-matvec",           "--weight-prefetch",    "--hopper-experts", "--group-gemm",
+        "--async-matvec",           "--split-matvec",       "--imma-matvec",    "--imma-ready-pieces",
+        "--cluster-update",         "--fused-delta-net",    "--imma-experts",   "--fused-experts",
+        "--fused-decode-attention", "--experts-down-sum",   "--imma-l2-ahead",  "--imma-min-bytes",
+        "--expert-matvec",          "--expert-matvec-ring", "--imma-lean",      "--decode-attention-mma"}) {
     auto bad = fireline(common + " " + flag + " maybe");
     EXPECT_NE(bad.exit_code, 0) << flag;
     EXPECT_NE(bad.err.find(flag), std::string::npos) << bad.err;

@@ -96,7 +96,9 @@ TEST_F(CudaOps, AttentionFromProjectionsMatchesTheThreeOps) {
   BackendOptions on, off;
   on.fused_decode_attention = true;
   off.fused_decode_attention = false;
-  auto fused = make_backend("cuda", on), separate = make_backend("cuda", off);
+  BackendOptions on_mma = on;  // the same launch with 4- and 8-head groups on the tensor cores
+  on_mma.decode_attention_mma = true;
+  auto fused = make_backend("cuda", on), separate = make_backend("cuda", off), fused_mma = make_backend("cuda", on_mma);
   struct Case {
     int64_t D;
     int n_heads, n_kv, window;
@@ -126,6 +128,7 @@ TEST_F(CudaOps, AttentionFromProjectionsMatchesTheThreeOps) {
     // the history: the CPU's and the fused backend's caches (kc, vc), the separate one's (kc2, vc2)
     auto [kc, vc] = zeroed_caches(c.cache, rows, c.n_kv, c.D);
     auto [kc2, vc2] = zeroed_caches(c.cache, rows, c.n_kv, c.D);
+    auto [kc3, vc3] = zeroed_caches(c.cache, rows, c.n_kv, c.D);
     for (int64_t at = 0; at < c.past;) {
       const int64_t n = std::min<int64_t>(29, c.past - at);
       Twin k = twin_random(DType::f32, {n, c.n_kv, c.D}), v = twin_random(DType::f32, {n, c.n_kv, c.D});
@@ -133,6 +136,7 @@ TEST_F(CudaOps, AttentionFromProjectionsMatchesTheThreeOps) {
       cpu_->kv_write({kc.cpu, vc.cpu}, k.cpu, v.cpu, pos.cpu);
       gpu_->kv_write({kc.gpu, vc.gpu}, k.gpu, v.gpu, pos.gpu);
       gpu_->kv_write({kc2.gpu, vc2.gpu}, k.gpu, v.gpu, pos.gpu);
+      gpu_->kv_write({kc3.gpu, vc3.gpu}, k.gpu, v.gpu, pos.gpu);
       at += n;
     }
     gpu_->synchronize();
@@ -142,12 +146,16 @@ TEST_F(CudaOps, AttentionFromProjectionsMatchesTheThreeOps) {
     Twin q2 = twin_bytes(DType::f32, {1, c.n_heads, c.D}, q.host.data());
     Twin k2 = twin_bytes(DType::f32, {1, c.n_kv, c.D}, k.host.data());
     Twin v2 = twin_bytes(DType::f32, {1, c.n_kv, c.D}, v.host.data());
+    Twin q3 = twin_bytes(DType::f32, {1, c.n_heads, c.D}, q.host.data());
+    Twin k3 = twin_bytes(DType::f32, {1, c.n_kv, c.D}, k.host.data());
+    Twin v3 = twin_bytes(DType::f32, {1, c.n_kv, c.D}, v.host.data());
     Twin qw = twin_random(DType::bf16, {c.D}), kw = twin_random(DType::f32, {c.D});
     std::vector<float> freq(static_cast<size_t>(c.half));
     for (int64_t i = 0; i < c.half; ++i) freq[i] = 1.0f / std::pow(1e4f, static_cast<float>(2 * i) / c.D);
     Twin inv = twin_bytes(DType::f32, {c.half}, freq.data());
     Twin pos = twin_positions(c.past, 1);
-    Twin out = twin_output(DType::f32, {1, c.n_heads, c.D}), out2 = twin_output(DType::f32, {1, c.n_heads, c.D});
+    Twin out = twin_output(DType::f32, {1, c.n_heads, c.D}), out2 = twin_output(DType::f32, {1, c.n_heads, c.D}),
+         out3 = twin_output(DType::f32, {1, c.n_heads, c.D});
     const AttentionParams p{c.n_heads, c.n_kv, static_cast<int>(c.D), 1.0f / std::sqrt(static_cast<float>(c.D)),
                             c.window};
     auto norms = [&](const Tensor& qx, const Tensor& kx, const Tensor& vx, bool gpu) {
@@ -173,6 +181,17 @@ TEST_F(CudaOps, AttentionFromProjectionsMatchesTheThreeOps) {
     // Relative to max(1, |out|) as in AttentionAndKvWriteAcrossRingRollovers, with the norms'
     // rounding (q and k at ~1e-6 each) carried through the scores.
     expect_close(out, 10 * kSumBudget, "attention from projections against the CPU", 1.0f);
+    // The tensor-core form: the same caches (the same store), the output within the same budget.
+    const int64_t mma_before = cuda_decode_attention_mma_launches();
+    fused_mma->attention_from_projections(out3.gpu, norms(q3.gpu, k3.gpu, v3.gpu, true), eps, pos.gpu, inv.gpu,
+                                          {kc3.gpu, vc3.gpu}, p);
+    fused_mma->synchronize();
+    const int64_t group = c.n_heads / c.n_kv;
+    EXPECT_EQ(cuda_decode_attention_mma_launches() - mma_before, c.one_launch && (group == 4 || group == 8) ? 1 : 0);
+    EXPECT_EQ(gpu_bytes(kc3), gpu_bytes(kc)) << "K cache, tensor-core form";
+    EXPECT_EQ(gpu_bytes(vc3), gpu_bytes(vc)) << "V cache, tensor-core form";
+    std::memcpy(out3.host.data(), out.host.data(), out.host.size());  // the CPU's output as out3's reference
+    expect_close(out3, 10 * kSumBudget, "attention from projections on the tensor cores against the CPU", 1.0f);
   }
 }
 
@@ -205,14 +224,7 @@ TEST_F(CudaOps, AttentionWeightPrefetchChangesNothing) {
                  " past=" + std::to_string(c.past));
     const int64_t rows = c.window > 0 ? c.window : c.past + 1;
     auto [kc, vc] = zeroed_caches(DType::q8_0, rows, c.n_kv, c.D);
-    for (int64_t at = 0; at < c.past;) {
-      const int64_t n = std::min<int64_t>(64, c.past - at);
-      Twin k = twin_random(DType::f32, {n, c.n_kv, c.D}), v = twin_random(DType::f32, {n, c.n_kv, c.D});
-      Twin pos = twin_positions(at, n);
-      gpu_->kv_write({kc.gpu, vc.gpu}, k.gpu, v.gpu, pos.gpu);
-      at += n;
-    }
-    gpu_->synchronize();
+    write_history(kc, vc, c.past, c.n_kv, c.D, false);
     Twin q = twin_random(DType::f32, {1, c.n_heads, c.D}), k = twin_random(DType::f32, {1, c.n_kv, c.D}),
          v = twin_random(DType::f32, {1, c.n_kv, c.D});
     Twin pos = twin_positions(c.past, 1);
@@ -237,6 +249,89 @@ TEST_F(CudaOps, AttentionWeightPrefetchChangesNothing) {
       EXPECT_EQ(run(*b, &weights.cpu), base) << "weights on the host";
       EXPECT_EQ(cuda_l2_prefetch_launches(), before) << "weights on the host: no prefetch";
     }
+  }
+}
+
+// BackendOptions::decode_attention_mma: decode attention by KV head with 4 or 8 query heads per
+// KV head on the tensor cores (attention_decode.cu), against the CPU within the sum budget, one
+// sequence (attention) and batched rows (attention_rows); the form must run (its launch count
+// moves) for 4- and 8-head groups and not for 2-head ones, and the default backend never runs it.
+// Shapes: Gemma 4 26B's and 31B's global layers (D 512, 8 heads per KV head) at 4000 keys (splits
+// of whole tiles, a partial last tile), at position 0 (only the step's own key) and at 33 keys;
+// D 512 with 4 heads in a 100-key window whose ring wraps inside a tile; Qwen3.5-4B's (D 256, 4
+// heads) and 35B-A3B's (D 256, 8 heads); sharp softmaxes (q scaled by 4); a 2-head sliding layer
+// (the SIMT form).
+TEST_F(CudaOps, DecodeAttentionOnTensorCoresMatchesTheOracle) {
+  if (!cuda::decode_by_kv_head_applies(16, 2, 512, DType::q8_0)) GTEST_SKIP() << "no decode kernel by KV head (HIP)";
+  BackendOptions options;
+  options.decode_attention_mma = true;
+  auto mma = make_backend("cuda", options);
+  struct Case {
+    int64_t D;
+    int n_heads, n_kv, window;
+    int64_t past;
+    float q_scale = 1.0f;
+  };
+  const Case cases[] = {{512, 16, 2, 0, 4000},      {512, 32, 4, 0, 2500},    {512, 16, 2, 0, 0},
+                        {512, 16, 2, 0, 33},        {512, 8, 2, 100, 1500},   {256, 16, 4, 0, 500},
+                        {256, 16, 2, 0, 1500},      {256, 32, 4, 1024, 3000}, {512, 16, 2, 0, 700, 4.0f},
+                        {256, 16, 4, 0, 300, 4.0f}, {256, 16, 8, 1024, 1200}};
+  for (const Case& c : cases) {
+    const int group = c.n_heads / c.n_kv;
+    SCOPED_TRACE("D=" + std::to_string(c.D) + " heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv) +
+                 " window=" + std::to_string(c.window) + " past=" + std::to_string(c.past));
+    const int64_t rows = c.window > 0 ? c.window : c.past + 1;
+    auto [kc, vc] = zeroed_caches(DType::q8_0, rows, c.n_kv, c.D);
+    write_history(kc, vc, c.past, c.n_kv, c.D, true);
+    Twin q = twin_random(DType::f32, {1, c.n_heads, c.D}, c.q_scale), k = twin_random(DType::f32, {1, c.n_kv, c.D}),
+         v = twin_random(DType::f32, {1, c.n_kv, c.D});
+    Twin pos = twin_positions(c.past, 1);
+    Twin out = twin_output(DType::f32, {1, c.n_heads, c.D});
+    const AttentionParams p{c.n_heads, c.n_kv, static_cast<int>(c.D), 1.0f / std::sqrt(static_cast<float>(c.D)),
+                            c.window};
+    cpu_->attention(out.cpu, q.cpu, k.cpu, v.cpu, {kc.cpu, vc.cpu}, pos.cpu, p);
+    const int64_t before = cuda_decode_attention_mma_launches();
+    gpu_->attention(out.gpu, q.gpu, k.gpu, v.gpu, {kc.gpu, vc.gpu}, pos.gpu, p);
+    gpu_->synchronize();
+    EXPECT_EQ(cuda_decode_attention_mma_launches(), before) << "the default backend: the SIMT form";
+    mma->attention(out.gpu, q.gpu, k.gpu, v.gpu, {kc.gpu, vc.gpu}, pos.gpu, p);
+    mma->synchronize();
+    EXPECT_EQ(cuda_decode_attention_mma_launches() - before, group == 4 || group == 8 ? 1 : 0);
+    expect_close(out, kSumBudget, "one row on the tensor cores", 1.0f);
+  }
+  // Batched rows: each sequence over its own cache at its own position (before, at and long after
+  // a ring's rollover), 8 and 4 heads per KV head.
+  for (const Case& c : {Case{512, 16, 2, 0, 0}, Case{256, 16, 4, 100, 0}, Case{256, 16, 2, 0, 0}}) {
+    SCOPED_TRACE("rows: D=" + std::to_string(c.D) + " heads " + std::to_string(c.n_heads) + "/" +
+                 std::to_string(c.n_kv) + " window=" + std::to_string(c.window));
+    const std::vector<int64_t> pasts = {0, 5, 31, 32, 33, 200, 333, 399, 64, 150};
+    const int64_t B = static_cast<int64_t>(pasts.size()), rows = c.window > 0 ? c.window : 400;
+    std::vector<Twin> kc, vc;
+    std::vector<KvView> cpu_caches, gpu_caches;
+    for (int64_t i = 0; i < B; ++i) {
+      auto [k_cache, v_cache] = zeroed_caches(DType::q8_0, rows, c.n_kv, c.D);
+      kc.push_back(std::move(k_cache));
+      vc.push_back(std::move(v_cache));
+      write_history(kc.back(), vc.back(), pasts[i], c.n_kv, c.D, true);
+    }
+    for (int64_t i = 0; i < B; ++i) {
+      cpu_caches.push_back({kc[i].cpu, vc[i].cpu});
+      gpu_caches.push_back({kc[i].gpu, vc[i].gpu});
+    }
+    std::vector<int32_t> pos_host(pasts.begin(), pasts.end());
+    Twin pos = twin_bytes(DType::i32, {B}, pos_host.data());
+    Twin q = twin_random(DType::f32, {B, c.n_heads, c.D}, 2.0f);
+    Twin k = twin_random(DType::f32, {B, c.n_kv, c.D}), v = twin_random(DType::f32, {B, c.n_kv, c.D});
+    Twin out = twin_output(DType::f32, {B, c.n_heads, c.D});
+    const AttentionParams p{c.n_heads, c.n_kv, static_cast<int>(c.D), 1.0f / std::sqrt(static_cast<float>(c.D)),
+                            c.window};
+    cpu_->attention_rows(out.cpu, q.cpu, k.cpu, v.cpu, cpu_caches, pos.cpu, p);
+    const int64_t before = cuda_decode_attention_mma_launches();
+    mma->attention_rows(out.gpu, q.gpu, k.gpu, v.gpu, gpu_caches, pos.gpu, p);
+    mma->synchronize();
+    const int group = c.n_heads / c.n_kv;
+    EXPECT_EQ(cuda_decode_attention_mma_launches() - before, group == 4 || group == 8 ? 1 : 0);
+    expect_close(out, kSumBudget, "batched rows on the tensor cores", 1.0f);
   }
 }
 

@@ -239,6 +239,21 @@ class CudaOps : public ::testing::Test {
     return caches;
   }
 
+  // Writes `past` tokens of random K/V history (positions 0 .. past - 1) into the caches through
+  // kv_write, `chunk` tokens a call: the GPU's always, the CPU's too when with_cpu.
+  void write_history(const Twin& k_cache, const Twin& v_cache, int64_t past, int64_t n_kv, int64_t D, bool with_cpu,
+                     int64_t chunk = 64) {
+    for (int64_t at = 0; at < past;) {
+      const int64_t n = std::min<int64_t>(chunk, past - at);
+      Twin k = twin_random(DType::f32, {n, n_kv, D}), v = twin_random(DType::f32, {n, n_kv, D});
+      Twin pos = twin_positions(at, n);
+      if (with_cpu) cpu_->kv_write({k_cache.cpu, v_cache.cpu}, k.cpu, v.cpu, pos.cpu);
+      gpu_->kv_write({k_cache.gpu, v_cache.gpu}, k.gpu, v.gpu, pos.gpu);
+      at += n;
+    }
+    gpu_->synchronize();
+  }
+
   // A mixture-of-experts block's inputs: T tokens routed top-8 over 128 experts (H = 256, I =
   // 176), routed on the CPU and the same ids and weights given to the GPU; with `favoured`,
   // every token's first choice is expert 0.

@@ -37,6 +37,9 @@ struct AttentionArgs {
   // Decode rows over a Q8_0 cache (attention_decode.cu): a block per (query row, KV head, split)
   // reading the KV head's rows once for its query heads from shared memory (plan_attention sets it).
   bool by_kv_head = false;
+  // With by_kv_head: 4- and 8-head groups on the tensor cores (BackendOptions::decode_attention_mma;
+  // attention_decode.cu says how). Other groups keep the SIMT form.
+  bool tensor_cores = false;
   int n_splits = 1;          // blocks along the context per (token, head), or per (token, KV head) with group_queries
   float* partial = nullptr;  // [T, n_heads, n_splits, head_dim + 2] when n_splits > 1
   // bf16 pieces per Q, K, P and V value in the tensor-core kernel: 3 (the f32 products) or 1
@@ -89,6 +92,7 @@ cudaError_t launch_attention_by_kv_head(const AttentionArgs& args, cudaStream_t 
 // (rope_half % 32 == 0, 2 * rope_half <= head_dim), v without gain or RoPE. False in HIP builds.
 bool decode_from_projections_applies(const AttentionArgs& args);
 int64_t decode_from_projections_launches();  // such launches so far (tests)
+int64_t decode_by_kv_head_mma_launches();    // launches of its tensor-core form so far (tests)
 // The bf16 prompt kernel (attention_flash_bf16.cu): pieces == 1, one sequence's prompt of a shape
 // the tensor-core kernel takes (flash_attention_applies), whose shared memory fits the current
 // device (D = 512: Hopper). It gathers the keys the step sees into bf16 scratch first:

@@ -23,6 +23,23 @@
 // The numbers are the f32 ones up to summation order: q is scaled first, each 32-element block's
 // dot is taken over the int8 codes and multiplied by the block's scale, exp is expf.
 //
+// On the tensor cores (kMma: AttentionArgs::tensor_cores, 4 or 8 query heads per KV head): the
+// SIMT form spends ~6.6k instructions per warp and 32-key tile on a Gemma 4 global layer (8 heads
+// of 512: 16 FMAs per code and the butterflies), so it is bound by issue, not by its 17 KB of K/V
+// per tile. Here warp w owns a quarter of the head dim (a slab of D / 4: 2 or 4 Q8_0 blocks) for
+// all the tile's keys, and both products are bf16 m16n8k16 mma.sync with f32 sums:
+//   scores  S[key][head] = K q^T: the tile's 32 keys are two 16-row A tiles of int8 codes (exact
+//           in bf16), the G heads the 8 columns of B (q in three bf16 pieces, all of an f32's 24
+//           bits; columns past G are zero). Each 32-element block (two k-steps) goes into a fresh
+//           accumulator that is then multiplied by the key's block scale: the SIMT form's per-block
+//           dot, summed in another order. The four slabs' parts meet in shared memory as before.
+//   values  O[d][head] += V^T P': A = the slab's V codes with d as rows and keys as k, B = p times
+//           the key's V block scale (three pieces). A block's 32 elements are its two 16-row m-tiles
+//           in the order d = 4 (r % 8) + 2 (r / 8) + tile, so one 4-byte word of a key's row holds
+//           a lane's rows g and g + 8 of both tiles.
+// So a row's results differ from the SIMT form's in summation order only (the op harness's
+// budget). ~1.6k instructions per warp and tile where the SIMT form takes ~6.6k (G = 8, D = 512).
+//
 // From the projections (kFromProjections, one sequence's decode row): the launch also does the
 // work of the two kernels before it, the head norms with RoPE (rms_norm_rope_group_kernel) and the
 // KV write (kv_write_kernel): each block norms its KV head's G query rows (and, the block holding
@@ -88,6 +105,28 @@ __device__ __forceinline__ void decode_codes4(uint32_t word, float (&c)[4]) {
   for (int i = 0; i < 4; ++i) c[i] = __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7650u + i)) - 8388736.0f;
 }
 
+// The mma form's operands. Byte i of each of two words of offset-binary codes (each byte xor
+// 0x80) as a bf16 pair, x's code in the low half: each code exact as an f32 (decode_codes4's
+// trick), whose upper half is then its bf16 (a code has at most 8 significant bits: nothing is
+// cut).
+template <int i>
+__device__ __forceinline__ uint32_t offset_codes_as_bf16(uint32_t x, uint32_t y) {
+  const float fx = __uint_as_float(__byte_perm(x, 0x4B000000u, 0x7650u + i)) - 8388736.0f;
+  const float fy = __uint_as_float(__byte_perm(y, 0x4B000000u, 0x7650u + i)) - 8388736.0f;
+  return __byte_perm(__float_as_uint(fx), __float_as_uint(fy), 0x7632u);
+}
+// The two codes at p (2-byte aligned: codes sit 2 bytes into 34-byte blocks) as a bf16 pair.
+__device__ __forceinline__ uint32_t codes_as_bf16(const uint8_t* p) {
+  const uint32_t two = *reinterpret_cast<const uint16_t*>(p) ^ 0x8080u;
+  return offset_codes_as_bf16<0>(two, two >> 8);
+}
+// Four bytes at a 2-byte aligned address (a block's codes start 2 bytes past a word for even
+// blocks).
+__device__ __forceinline__ uint32_t load_u32_at_halfword(const uint8_t* p) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<uint32_t>(h[0]) | static_cast<uint32_t>(h[1]) << 16;
+}
+
 // Where a lane's 4 elements of a Q8_0 row are: element d0 = 128 * slab + 4 * lane lies in block
 // b = d0 / 32 at byte 34 b + 2 + 4 (lane % 8): word-aligned for odd b, 2 bytes past a word for
 // even b (34-byte blocks), so the codes come from two words and a funnel shift.
@@ -109,25 +148,30 @@ struct LaneSlice {
   }
 };
 
-template <int D, int G>
+template <int D, int G, bool kMma = false>
 struct DecodeLayout {
   static constexpr int kRowBytes = D / 32 * 34;
-  static constexpr int kSlabs = D / 128;                  // warps across the head dim
+  // warps across the head dim: slabs of 128 elements (4 per lane), or of D / 4 on the tensor cores
+  static constexpr int kSlabs = kMma ? kDecodeWarps : D / 128;
+  static constexpr int kSlabDims = D / kSlabs;
   static constexpr int kKeySets = kDecodeWarps / kSlabs;  // warps across a tile's keys
   // Keys per transposed sum: 32 values (keys x heads) fill the warp, so one butterfly of 5 levels
   // sums several keys and its shuffles overlap; a key at a time (8 values for G = 8) left each
   // warp a chain of ~200 cycles per key.
   static constexpr int kKeysAtOnce = 32 / G < kTileKeys / kKeySets ? 32 / G : kTileKeys / kKeySets;
   // score parts [kSlabs][G][kScoreStride]: the butterfly's lane u * G + h stores key j0 + u of
-  // head h, banks h * kKeysAtOnce + u, all distinct
-  static constexpr int kScoreStride = kTileKeys + kKeysAtOnce;
+  // head h, banks h * kKeysAtOnce + u, all distinct; the mma's lane (g, t) stores keys g (+ 8)
+  // of heads 2t or 2t + 1, banks 4 h + g, distinct at a stride of 36
+  static constexpr int kScoreStride = kMma ? 36 : kTileKeys + kKeysAtOnce;
   static constexpr int kHeadsPerWarp = (G + kDecodeWarps - 1) / kDecodeWarps;  // softmax owners
   static constexpr int kTileBytes = 2 * kTileKeys * kRowBytes;                 // K rows, then V rows
   // shared memory: 2 tiles | score parts [kSlabs][G][kScoreStride] | p [kTileKeys][G] | factor [G]
   static constexpr size_t kSmemBytes = 2 * kTileBytes + sizeof(float) * (kSlabs * G * kScoreStride + kTileKeys * G + G);
   static_assert(D % 256 == 0 && kSlabs <= kDecodeWarps, "head dims 256 and 512");
   static_assert(kRowBytes % 16 == 0, "rows copied in 16-byte pieces");
-  static_assert(kTileKeys % (kKeySets * kKeysAtOnce) == 0, "whole key steps per tile");
+  static_assert(kMma || kTileKeys % (kKeySets * kKeysAtOnce) == 0, "whole key steps per tile");
+  static_assert(!kMma || (kTileKeys == 32 && (G == 4 || G == 8) && kSlabDims % 32 == 0),
+                "the mma form: two 16-key tiles, 8 columns for the heads, whole Q8_0 blocks per slab");
   // the key sets' outputs meet in the tile buffers at the end
   static_assert((kKeySets - 1) * G * D * sizeof(float) <= 2 * kTileBytes, "merge space");
 };
@@ -196,9 +240,9 @@ __device__ __forceinline__ void copy_tile(uint8_t* tile, const uint8_t* k_rows, 
   cp_async_commit();
 }
 
-template <int D, int G, bool kFromProjections>
+template <int D, int G, bool kFromProjections, bool kMma>
 __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(AttentionArgs a) {
-  using L = DecodeLayout<D, G>;
+  using L = DecodeLayout<D, G, kMma>;
   using Fresh = FreshRow<D>;
   // the fresh rows [G + 2][D] (q heads, k, v) in the second tile buffer, idle until tile 0's turn
   static_assert(!kFromProjections || (G + 2) * D * sizeof(float) <= L::kTileBytes, "fresh rows fit a tile buffer");
@@ -304,14 +348,39 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
     }
   }
 
-  // This warp's slab of each head's query, scaled: [G][4]. (q, the fresh rows and out are read and
-  // written element by element: once per block, and views of any alignment are allowed.)
-  const int d0 = slab * 128 + lane * 4;
-  float q[G][4];
+  // (q, the fresh rows and out are read and written element by element: once per block, and
+  // views of any alignment are allowed.)
+  // SIMT: this warp's slab of each head's query, scaled, [G][4], and its output for its keys.
+  // mma: q's slab as B fragments of the score products (k-step, piece, register), and the output
+  // as C fragments of the value products (m-tile: 16 rows of d, 8 columns of heads).
+  constexpr int kSteps = L::kSlabDims / 16;  // (mma) k-steps of the scores, m-tiles of the values
+  const int d0 = kMma ? slab * L::kSlabDims : slab * 128 + lane * 4;
+  const int g = lane / 4, t4 = lane % 4;  // (mma) the fragments' group and thread in group
+  float q[kMma ? 1 : G][4], acc[kMma ? 1 : G][4];
+  uint32_t q_frag[kMma ? kSteps : 1][3][2];
+  float o[kMma ? kSteps : 1][4];
+  if constexpr (!kMma) {
 #pragma unroll
-  for (int h = 0; h < G; ++h) {
+    for (int h = 0; h < G; ++h) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) q[h][e] = q_rows[h * D + d0 + e] * a.scale;
+      for (int e = 0; e < 4; ++e) q[h][e] = q_rows[h * D + d0 + e] * a.scale;
+    }
+  } else {
+    // B (16 x 8, k = d, n = head): lane (g, t4) holds head g's elements 2 t4, 2 t4 + 1 and those
+    // + 8 of each k-step; heads past G are zero columns.
+#pragma unroll
+    for (int ks = 0; ks < kSteps; ++ks) {
+      float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (g < G) {
+        const float* qh = q_rows + g * D + d0 + 16 * ks + 2 * t4;
+        x[0] = qh[0] * a.scale, x[1] = qh[1] * a.scale, x[2] = qh[8] * a.scale, x[3] = qh[9] * a.scale;
+      }
+      uint32_t lo[3], hi[3];
+      split_pair<3>(x[0], x[1], lo);
+      split_pair<3>(x[2], x[3], hi);
+#pragma unroll
+      for (int p = 0; p < 3; ++p) q_frag[ks][p][0] = lo[p], q_frag[ks][p][1] = hi[p];
+    }
   }
   // The running softmax of the heads this warp owns (h = warp + 4 i), seeded by the fresh key.
   float m_run[L::kHeadsPerWarp], l_run[L::kHeadsPerWarp];
@@ -328,9 +397,8 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
       l_run[i] = 1.0f;
     }
   }
-  // The output of this warp's slab and keys, [G][4]: the fresh value row (p = 1) in key set 0.
-  float acc[G][4];
-  {
+  // The output starts as the fresh value row (p = 1), in key set 0 only.
+  if constexpr (!kMma) {
     float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (has_fresh && key_set == 0)
 #pragma unroll
@@ -339,9 +407,17 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
     for (int h = 0; h < G; ++h)
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[h][e] = v[e];
+  } else {
+    // m-tile 2 b + j of block b: row g is element 4 g + j of the block, row g + 8 element 4 g + 2 + j
+#pragma unroll
+    for (int mt = 0; mt < kSteps; ++mt) {
+      const int d = d0 + 32 * (mt / 2) + 4 * g + mt % 2;
+      const float v_lo = has_fresh ? v_fresh[d] : 0.0f, v_hi = has_fresh ? v_fresh[d + 2] : 0.0f;
+      o[mt][0] = v_lo, o[mt][1] = v_lo, o[mt][2] = v_hi, o[mt][3] = v_hi;
+    }
   }
 
-  const LaneSlice slice(slab, lane);
+  const LaneSlice slice(kMma ? 0 : slab, lane);
   for (int tile = 0; tile < n_tiles; ++tile) {
     const int rows = static_cast<int>(min(int64_t{kTileKeys}, n_cached - static_cast<int64_t>(tile) * kTileKeys));
     cp_async_wait<0>();
@@ -357,23 +433,61 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
     const uint8_t* k_tile = smem + (tile & 1) * L::kTileBytes;
     const uint8_t* v_tile = k_tile + kTileKeys * L::kRowBytes;
 
-    // Scores: this slab's share of q . k for kKeysAtOnce keys x G heads per transposed sum. Keys
-    // past `rows` read stale bytes; their sums are never read.
-    constexpr int kValues = L::kKeysAtOnce * G, kLanesPerValue = 32 / kValues;
-    for (int j0 = key_set * L::kKeysAtOnce; j0 < rows; j0 += L::kKeySets * L::kKeysAtOnce) {
-      float s[kValues];
+    // Scores: this slab's share of q . k. Keys past `rows` read stale bytes; their sums are never
+    // read.
+    if constexpr (!kMma) {
+      // kKeysAtOnce keys x G heads per transposed sum
+      constexpr int kValues = L::kKeysAtOnce * G, kLanesPerValue = 32 / kValues;
+      for (int j0 = key_set * L::kKeysAtOnce; j0 < rows; j0 += L::kKeySets * L::kKeysAtOnce) {
+        float s[kValues];
 #pragma unroll
-      for (int u = 0; u < L::kKeysAtOnce; ++u) {
-        float c[4];
-        const float scale = slice.load(k_tile + (j0 + u) * L::kRowBytes, c);
+        for (int u = 0; u < L::kKeysAtOnce; ++u) {
+          float c[4];
+          const float scale = slice.load(k_tile + (j0 + u) * L::kRowBytes, c);
 #pragma unroll
-        for (int h = 0; h < G; ++h)
-          s[u * G + h] = scale * (q[h][0] * c[0] + q[h][1] * c[1] + q[h][2] * c[2] + q[h][3] * c[3]);
+          for (int h = 0; h < G; ++h)
+            s[u * G + h] = scale * (q[h][0] * c[0] + q[h][1] * c[1] + q[h][2] * c[2] + q[h][3] * c[3]);
+        }
+        const float sum = warp_sums_transposed<kValues>(s);
+        if (lane % kLanesPerValue == 0) {
+          const int value = lane / kLanesPerValue, u = value / G, h = value % G;
+          score_parts[(slab * G + h) * L::kScoreStride + j0 + u] = sum;
+        }
       }
-      const float sum = warp_sums_transposed<kValues>(s);
-      if (lane % kLanesPerValue == 0) {
-        const int value = lane / kLanesPerValue, u = value / G, h = value % G;
-        score_parts[(slab * G + h) * L::kScoreStride + j0 + u] = sum;
+    } else {
+      // A (16 x 16, rows = keys, k = d): lane (g, t4) holds keys g and g + 8, elements 2 t4, + 1
+      // and those + 8: two codes by one 2-byte load each.
+#pragma unroll
+      for (int mt = 0; mt < 2; ++mt) {
+        const uint8_t* key_lo = k_tile + (16 * mt + g) * L::kRowBytes;
+        const uint8_t* key_hi = key_lo + 8 * L::kRowBytes;
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int b = 0; b < L::kSlabDims / 32; ++b) {
+          const int block = d0 / 32 + b, codes = 34 * block + 2 + 2 * t4;
+          float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int at = codes + 16 * half;
+            const uint32_t a_frag[4] = {codes_as_bf16(key_lo + at), codes_as_bf16(key_hi + at),
+                                        codes_as_bf16(key_lo + at + 8), codes_as_bf16(key_hi + at + 8)};
+#pragma unroll
+            for (int p = 0; p < 3; ++p) mma_bf16(part, a_frag, q_frag[2 * b + half][p][0], q_frag[2 * b + half][p][1]);
+          }
+          const float scale_lo = f16_bits_to_float(*reinterpret_cast<const uint16_t*>(key_lo + 34 * block));
+          const float scale_hi = f16_bits_to_float(*reinterpret_cast<const uint16_t*>(key_hi + 34 * block));
+          s[0] += part[0] * scale_lo, s[1] += part[1] * scale_lo;
+          s[2] += part[2] * scale_hi, s[3] += part[3] * scale_hi;
+        }
+        // C: rows keys g, g + 8; columns heads 2 t4, 2 t4 + 1
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int h = 2 * t4 + c;
+          if (h < G) {
+            score_parts[(slab * G + h) * L::kScoreStride + 16 * mt + g] = s[c];
+            score_parts[(slab * G + h) * L::kScoreStride + 16 * mt + g + 8] = s[2 + c];
+          }
+        }
       }
     }
     __syncthreads();
@@ -400,21 +514,64 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
     __syncthreads();
 
     // Values: rescale the running output, then add p * v over this warp's keys.
-#pragma unroll
-    for (int h = 0; h < G; ++h) {
-      const float f = factor[h];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) acc[h][e] *= f;
-    }
-#pragma unroll 4
-    for (int j = key_set; j < rows; j += L::kKeySets) {
-      float c[4];
-      const float scale = slice.load(v_tile + j * L::kRowBytes, c);
+    if constexpr (!kMma) {
 #pragma unroll
       for (int h = 0; h < G; ++h) {
-        const float w = probs[j * G + h] * scale;
+        const float f = factor[h];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) acc[h][e] += w * c[e];
+        for (int e = 0; e < 4; ++e) acc[h][e] *= f;
+      }
+#pragma unroll 4
+      for (int j = key_set; j < rows; j += L::kKeySets) {
+        float c[4];
+        const float scale = slice.load(v_tile + j * L::kRowBytes, c);
+#pragma unroll
+        for (int h = 0; h < G; ++h) {
+          const float w = probs[j * G + h] * scale;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[h][e] += w * c[e];
+        }
+      }
+    } else {
+      const float f0 = 2 * t4 < G ? factor[2 * t4] : 1.0f, f1 = 2 * t4 + 1 < G ? factor[2 * t4 + 1] : 1.0f;
+#pragma unroll
+      for (int mt = 0; mt < kSteps; ++mt) o[mt][0] *= f0, o[mt][1] *= f1, o[mt][2] *= f0, o[mt][3] *= f1;
+#pragma unroll
+      for (int ks = 0; ks < 2; ++ks) {
+        // B (16 x 8, k = keys, n = heads): lane (g, t4) holds head g's p of keys 2 t4, + 1, + 8, + 9.
+        // Keys past `rows` have p = 0 and a stale scale: the product is not taken (0 * inf).
+        const int key0 = 16 * ks + 2 * t4;
+        const int keys[4] = {key0, key0 + 1, key0 + 8, key0 + 9};
+        float p[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) p[i] = g < G ? probs[keys[i] * G + g] : 0.0f;
+#pragma unroll
+        for (int b = 0; b < L::kSlabDims / 32; ++b) {
+          const int block = d0 / 32 + b;
+          float w[4];
+          uint32_t words[4];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const uint8_t* row = v_tile + keys[i] * L::kRowBytes;
+            const float scale = f16_bits_to_float(*reinterpret_cast<const uint16_t*>(row + 34 * block));
+            w[i] = p[i] != 0.0f ? p[i] * scale : 0.0f;
+            // elements 4 g .. 4 g + 3 of the block: rows g (tiles 0, 1) and g + 8 (tiles 0, 1)
+            words[i] = load_u32_at_halfword(row + 34 * block + 2 + 4 * g) ^ 0x80808080u;
+          }
+          uint32_t lo[3], hi[3];
+          split_pair<3>(w[0], w[1], lo);
+          split_pair<3>(w[2], w[3], hi);
+          // A (16 x 16, rows = d, k = keys) of m-tile 2 b + j: bytes j (row g) and 2 + j (row g + 8)
+          const uint32_t a0[4] = {offset_codes_as_bf16<0>(words[0], words[1]), offset_codes_as_bf16<2>(words[0], words[1]),
+                                  offset_codes_as_bf16<0>(words[2], words[3]), offset_codes_as_bf16<2>(words[2], words[3])};
+          const uint32_t a1[4] = {offset_codes_as_bf16<1>(words[0], words[1]), offset_codes_as_bf16<3>(words[0], words[1]),
+                                  offset_codes_as_bf16<1>(words[2], words[3]), offset_codes_as_bf16<3>(words[2], words[3])};
+#pragma unroll
+          for (int pc = 0; pc < 3; ++pc) {
+            mma_bf16(o[2 * b], a0, lo[pc], hi[pc]);
+            mma_bf16(o[2 * b + 1], a1, lo[pc], hi[pc]);
+          }
+        }
       }
     }
   }
@@ -425,43 +582,65 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
   float* head_max = factor;                        // reuses [G]: every warp is past the last tile
   float* head_sum = probs;
   __syncthreads();
-  if (key_set > 0)
+  if constexpr (!kMma) {
+    if (key_set > 0)
 #pragma unroll
-    for (int h = 0; h < G; ++h)
-      *reinterpret_cast<float4*>(merged + ((key_set - 1) * G + h) * D + d0) =
-          make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+      for (int h = 0; h < G; ++h)
+        *reinterpret_cast<float4*>(merged + ((key_set - 1) * G + h) * D + d0) =
+            make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+  }
 #pragma unroll
   for (int i = 0; i < L::kHeadsPerWarp; ++i) {
     const int h = warp + kDecodeWarps * i;
     if (h < G && lane == 0) head_max[h] = m_run[i], head_sum[h] = l_run[i];
   }
   __syncthreads();
-  if (key_set != 0) return;
+  if constexpr (kMma) {
+    // C of m-tile mt: rows d and d + 2 (above), columns heads 2 t4 and 2 t4 + 1
 #pragma unroll
-  for (int h = 0; h < G; ++h) {
+    for (int c = 0; c < 2; ++c) {
+      const int h = 2 * t4 + c;
+      if (h >= G) break;
+      const int64_t head = q_head0 + h;
+      const float inv = a.n_splits == 1 ? 1.0f / head_sum[h] : 1.0f;
+      float* dst = a.n_splits == 1 ? a.out + head * D : a.partial + (head * a.n_splits + blockIdx.y) * (D + 2);
 #pragma unroll
-    for (int other = 1; other < L::kKeySets; ++other) {
-      const float4 v = *reinterpret_cast<const float4*>(merged + ((other - 1) * G + h) * D + d0);
-      acc[h][0] += v.x, acc[h][1] += v.y, acc[h][2] += v.z, acc[h][3] += v.w;
+      for (int mt = 0; mt < kSteps; ++mt) {
+        const int d = d0 + 32 * (mt / 2) + 4 * g + mt % 2;
+        dst[d] = o[mt][c] * inv;
+        dst[d + 2] = o[mt][2 + c] * inv;
+      }
+      if (a.n_splits > 1 && slab == 0 && g == 0) dst[D] = head_max[h], dst[D + 1] = head_sum[h];
     }
-    const int64_t head = q_head0 + h;
-    if (a.n_splits == 1) {
-      const float inv = 1.0f / head_sum[h];
+    return;
+  } else {
+    if (key_set != 0) return;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) a.out[head * D + d0 + e] = acc[h][e] * inv;
-    } else {
-      float* part = a.partial + (head * a.n_splits + blockIdx.y) * (D + 2);
+    for (int h = 0; h < G; ++h) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) part[d0 + e] = acc[h][e];
-      if (slab == 0 && lane == 0) part[D] = head_max[h], part[D + 1] = head_sum[h];
+      for (int other = 1; other < L::kKeySets; ++other) {
+        const float4 v = *reinterpret_cast<const float4*>(merged + ((other - 1) * G + h) * D + d0);
+        acc[h][0] += v.x, acc[h][1] += v.y, acc[h][2] += v.z, acc[h][3] += v.w;
+      }
+      const int64_t head = q_head0 + h;
+      if (a.n_splits == 1) {
+        const float inv = 1.0f / head_sum[h];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) a.out[head * D + d0 + e] = acc[h][e] * inv;
+      } else {
+        float* part = a.partial + (head * a.n_splits + blockIdx.y) * (D + 2);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[d0 + e] = acc[h][e];
+        if (slab == 0 && lane == 0) part[D] = head_max[h], part[D + 1] = head_sum[h];
+      }
     }
   }
 }
 
-template <int D, int G, bool kFromProjections = false>
+template <int D, int G, bool kFromProjections = false, bool kMma = false>
 cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
-  constexpr size_t smem = DecodeLayout<D, G>::kSmemBytes;
-  auto kernel = attention_decode_kernel<D, G, kFromProjections>;
+  constexpr size_t smem = DecodeLayout<D, G, kMma>::kSmemBytes;
+  auto kernel = attention_decode_kernel<D, G, kFromProjections, kMma>;
   const cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
   if (err != cudaSuccess) return err;
@@ -472,6 +651,20 @@ cudaError_t launch_decode(const AttentionArgs& a, cudaStream_t stream) {
 }
 
 std::atomic<int64_t> g_from_projections_launches{0};  // decode_from_projections_launches
+std::atomic<int64_t> g_mma_launches{0};               // decode_by_kv_head_mma_launches
+
+// The tensor-core form where it applies (tensor_cores, 4 or 8 heads per KV head), else the SIMT one.
+template <int D, int G, bool kFromProjections>
+cudaError_t launch_decode_form(const AttentionArgs& a, cudaStream_t stream) {
+  if constexpr (G == 4 || G == 8) {
+    if (a.tensor_cores) {
+      const cudaError_t err = launch_decode<D, G, kFromProjections, true>(a, stream);
+      if (err == cudaSuccess) g_mma_launches.fetch_add(1, std::memory_order_relaxed);
+      return err;
+    }
+  }
+  return launch_decode<D, G, kFromProjections>(a, stream);
+}
 
 template <int D>
 cudaError_t launch_decode_group(const AttentionArgs& a, cudaStream_t stream) {
@@ -480,16 +673,16 @@ cudaError_t launch_decode_group(const AttentionArgs& a, cudaStream_t stream) {
     switch (a.n_heads / a.n_kv_heads) {
       case 1: return launch_decode<D, 1, true>(a, stream);
       case 2: return launch_decode<D, 2, true>(a, stream);
-      case 4: return launch_decode<D, 4, true>(a, stream);
-      case 8: return launch_decode<D, 8, true>(a, stream);
+      case 4: return launch_decode_form<D, 4, true>(a, stream);
+      case 8: return launch_decode_form<D, 8, true>(a, stream);
       default: return cudaErrorInvalidValue;
     }
   }
   switch (a.n_heads / a.n_kv_heads) {
     case 1: return launch_decode<D, 1>(a, stream);
     case 2: return launch_decode<D, 2>(a, stream);
-    case 4: return launch_decode<D, 4>(a, stream);
-    case 8: return launch_decode<D, 8>(a, stream);
+    case 4: return launch_decode_form<D, 4, false>(a, stream);
+    case 8: return launch_decode_form<D, 8, false>(a, stream);
     case 16:
       if constexpr (D * 16 <= 4096) return launch_decode<D, 16>(a, stream);
       return cudaErrorInvalidValue;
@@ -510,6 +703,7 @@ bool decode_by_kv_head_applies(int64_t n_heads, int64_t n_kv_heads, int64_t head
 int64_t decode_by_kv_head_tile_keys() { return kTileKeys; }
 
 int64_t decode_from_projections_launches() { return g_from_projections_launches.load(std::memory_order_relaxed); }
+int64_t decode_by_kv_head_mma_launches() { return g_mma_launches.load(std::memory_order_relaxed); }
 
 bool decode_from_projections_applies(const AttentionArgs& a) {
   const HeadNormPart& v = a.fresh_norms[2];
@@ -539,6 +733,7 @@ bool decode_by_kv_head_applies(int64_t, int64_t, int64_t, DType) { return false;
 int64_t decode_by_kv_head_tile_keys() { return 0; }
 bool decode_from_projections_applies(const AttentionArgs&) { return false; }
 int64_t decode_from_projections_launches() { return 0; }
+int64_t decode_by_kv_head_mma_launches() { return 0; }
 cudaError_t launch_attention_by_kv_head(const AttentionArgs&, cudaStream_t) { return cudaErrorInvalidValue; }
 
 #endif

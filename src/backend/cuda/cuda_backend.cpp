@@ -686,6 +686,7 @@ class CudaBackend final : public Backend {
                                                           row_tables != nullptr, sm_count_, cache.k.dtype);
     a.group_queries = plan.group_queries;
     a.by_kv_head = plan.by_kv_head;
+    a.tensor_cores = plan.by_kv_head && options_.decode_attention_mma;
     a.n_splits = plan.n_splits;
     if (from_projections) {
       const cuda::AttentionArgs& f = *from_projections;

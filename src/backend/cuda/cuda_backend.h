@@ -80,6 +80,9 @@ bool cuda_delta_net_step_available(Backend& backend);
 // How many decode attention steps have run from their projections in one launch (BackendOptions::
 // fused_decode_attention).
 int64_t cuda_attention_from_projections_launches();
+// How many decode attention launches by KV head have run on the tensor cores (BackendOptions::
+// decode_attention_mma).
+int64_t cuda_decode_attention_mma_launches();
 // How many routed experts' down products have run summed per token in their launch
 // (BackendOptions::experts_down_sum).
 int64_t cuda_experts_down_sum_launches();

@@ -38,6 +38,7 @@ int64_t cuda_l2_prefetch_launches() { return cuda::l2_prefetch_launches(); }
 int64_t cuda_moe_experts_decode_launches() { return cuda::moe_experts_decode_launches(); }
 int64_t cuda_delta_net_step_launches() { return cuda::delta_net_step_launches(); }
 int64_t cuda_attention_from_projections_launches() { return cuda::decode_from_projections_launches(); }
+int64_t cuda_decode_attention_mma_launches() { return cuda::decode_by_kv_head_mma_launches(); }
 int64_t cuda_experts_down_sum_launches() { return cuda::hfq4_pairs_sum_launches(); }
 
 // A kernel family's availability on the backend's GPU (the answer depends on the current device).
