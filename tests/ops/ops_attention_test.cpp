@@ -115,6 +115,7 @@ TEST_F(CudaOps, AttentionFromProjectionsMatchesTheThreeOps) {
                         {512, 16, 8, 100, 1500, 64},
                         {256, 16, 2, 0, 33, 128},
                         {256, 16, 8, 0, 20, 128},  // one tile: one split, the kernel writes out itself
+                        {512, 16, 2, 0, 20, 64},   // the same with 8 heads per KV head (the mma form)
                         {512, 16, 4, 0, 30, 64},
                         {512, 8, 8, 0, 300, 64},
                         {256, 16, 1, 0, 32, 128, DType::q8_0, false},
@@ -260,7 +261,7 @@ TEST_F(CudaOps, AttentionWeightPrefetchChangesNothing) {
 // of whole tiles, a partial last tile), at position 0 (only the step's own key) and at 33 keys;
 // D 512 with 4 heads in a 100-key window whose ring wraps inside a tile; Qwen3.5-4B's (D 256, 4
 // heads) and 35B-A3B's (D 256, 8 heads); sharp softmaxes (q scaled by 4); a 2-head sliding layer
-// (the SIMT form).
+// (the SIMT form); one tile of cached keys (one split: the kernel normalises and writes out).
 TEST_F(CudaOps, DecodeAttentionOnTensorCoresMatchesTheOracle) {
   if (!cuda::decode_by_kv_head_applies(16, 2, 512, DType::q8_0)) GTEST_SKIP() << "no decode kernel by KV head (HIP)";
   BackendOptions options;
@@ -275,7 +276,8 @@ TEST_F(CudaOps, DecodeAttentionOnTensorCoresMatchesTheOracle) {
   const Case cases[] = {{512, 16, 2, 0, 4000},      {512, 32, 4, 0, 2500},    {512, 16, 2, 0, 0},
                         {512, 16, 2, 0, 33},        {512, 8, 2, 100, 1500},   {256, 16, 4, 0, 500},
                         {256, 16, 2, 0, 1500},      {256, 32, 4, 1024, 3000}, {512, 16, 2, 0, 700, 4.0f},
-                        {256, 16, 4, 0, 300, 4.0f}, {256, 16, 8, 1024, 1200}};
+                        {256, 16, 4, 0, 300, 4.0f}, {256, 16, 8, 1024, 1200}, {512, 16, 2, 0, 20},
+                        {256, 16, 4, 0, 31}};
   for (const Case& c : cases) {
     const int group = c.n_heads / c.n_kv;
     SCOPED_TRACE("D=" + std::to_string(c.D) + " heads " + std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv) +
@@ -294,10 +296,14 @@ TEST_F(CudaOps, DecodeAttentionOnTensorCoresMatchesTheOracle) {
     gpu_->attention(out.gpu, q.gpu, k.gpu, v.gpu, {kc.gpu, vc.gpu}, pos.gpu, p);
     gpu_->synchronize();
     EXPECT_EQ(cuda_decode_attention_mma_launches(), before) << "the default backend: the SIMT form";
-    mma->attention(out.gpu, q.gpu, k.gpu, v.gpu, {kc.gpu, vc.gpu}, pos.gpu, p);
+    expect_close(out, kSumBudget, "one row, SIMT form", 1.0f);
+    // the tensor-core form into its own (NaN-filled) output: an element it fails to write shows
+    Twin out_mma = twin_output(DType::f32, {1, c.n_heads, c.D});
+    std::memcpy(out_mma.host.data(), out.host.data(), out.host.size());  // the CPU's output, the reference
+    mma->attention(out_mma.gpu, q.gpu, k.gpu, v.gpu, {kc.gpu, vc.gpu}, pos.gpu, p);
     mma->synchronize();
     EXPECT_EQ(cuda_decode_attention_mma_launches() - before, group == 4 || group == 8 ? 1 : 0);
-    expect_close(out, kSumBudget, "one row on the tensor cores", 1.0f);
+    expect_close(out_mma, kSumBudget, "one row on the tensor cores", 1.0f);
   }
   // Batched rows: each sequence over its own cache at its own position (before, at and long after
   // a ring's rollover), 8 and 4 heads per KV head.
