@@ -56,7 +56,7 @@
 #include "backend/cuda/device_common.cuh"
 #include "backend/cuda/head_rows.cuh"
 #if !defined(FIRELINE_GPU_HIP)
-#include "backend/cuda/mma_sync.cuh"  // cp.async
+#include "backend/cuda/mma_sync.cuh"  // cp.async, mma.sync, bf16 pieces and codes
 #endif
 
 namespace fl::cuda {
@@ -105,20 +105,10 @@ __device__ __forceinline__ void decode_codes4(uint32_t word, float (&c)[4]) {
   for (int i = 0; i < 4; ++i) c[i] = __uint_as_float(__byte_perm(word, 0x4B000000u, 0x7650u + i)) - 8388736.0f;
 }
 
-// The mma form's operands. Byte i of each of two words of offset-binary codes (each byte xor
-// 0x80) as a bf16 pair, x's code in the low half: each code exact as an f32 (decode_codes4's
-// trick), whose upper half is then its bf16 (a code has at most 8 significant bits: nothing is
-// cut).
-template <int i>
-__device__ __forceinline__ uint32_t offset_codes_as_bf16(uint32_t x, uint32_t y) {
-  const float fx = __uint_as_float(__byte_perm(x, 0x4B000000u, 0x7650u + i)) - 8388736.0f;
-  const float fy = __uint_as_float(__byte_perm(y, 0x4B000000u, 0x7650u + i)) - 8388736.0f;
-  return __byte_perm(__float_as_uint(fx), __float_as_uint(fy), 0x7632u);
-}
-// The two codes at p (2-byte aligned: codes sit 2 bytes into 34-byte blocks) as a bf16 pair.
+// The mma form's operands (offset_codes_as_bf16, int8_pair_to_bf16x2: mma_sync.cuh). The two
+// codes at p (2-byte aligned: codes sit 2 bytes into 34-byte blocks) as a bf16 pair.
 __device__ __forceinline__ uint32_t codes_as_bf16(const uint8_t* p) {
-  const uint32_t two = *reinterpret_cast<const uint16_t*>(p) ^ 0x8080u;
-  return offset_codes_as_bf16<0>(two, two >> 8);
+  return int8_pair_to_bf16x2(*reinterpret_cast<const uint16_t*>(p));
 }
 // Four bytes at a 2-byte aligned address (a block's codes start 2 bytes past a word for even
 // blocks).

@@ -77,15 +77,6 @@ __device__ __forceinline__ uint32_t codes_to_bf16x2(uint32_t low_nibbles, uint32
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// Two int8 weights (Q8_0 codes, the even k in the low byte of `halfword`) as a bf16 pair, even k
-// in the low half: |code| <= 127 needs 7 significant bits, which bf16's 8 hold exactly.
-__device__ __forceinline__ uint32_t int8_pair_to_bf16x2(uint32_t halfword) {
-  const float even = static_cast<float>(static_cast<int8_t>(halfword & 0xffu));
-  const float odd = static_cast<float>(static_cast<int8_t>((halfword >> 8) & 0xffu));
-  const __nv_bfloat162 v = __floats2bfloat162_rn(even, odd);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
 // Q8_0 (34-byte blocks of 32 k: an f16 scale, 32 int8 codes): one block is one 32-wide half of a
 // stage, so the scale is applied per half. Its codes are stored as bf16 pairs, 16 words per
 // (half, row) plus 4 of padding: lanes (g, q) read word 20 g + q + c, 32 distinct banks.
