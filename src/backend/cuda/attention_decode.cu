@@ -346,6 +346,9 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
   constexpr int kSteps = L::kSlabDims / 16;  // (mma) k-steps of the scores, m-tiles of the values
   const int d0 = kMma ? slab * L::kSlabDims : slab * 128 + lane * 4;
   const int g = lane / 4, t4 = lane % 4;  // (mma) the fragments' group and thread in group
+  // (mma) the head-dim element of row g of value m-tile mt (row g + 8: that + 2): m-tile 2 b + j of
+  // the slab's block b holds element 4 g + j of the block in row g and 4 g + 2 + j in row g + 8
+  auto row_element = [&](int mt) { return d0 + 32 * (mt / 2) + 4 * g + mt % 2; };
   float q[kMma ? 1 : G][4], acc[kMma ? 1 : G][4];
   uint32_t q_frag[kMma ? kSteps : 1][3][2];
   float o[kMma ? kSteps : 1][4];
@@ -398,10 +401,9 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
 #pragma unroll
       for (int e = 0; e < 4; ++e) acc[h][e] = v[e];
   } else {
-    // m-tile 2 b + j of block b: row g is element 4 g + j of the block, row g + 8 element 4 g + 2 + j
 #pragma unroll
     for (int mt = 0; mt < kSteps; ++mt) {
-      const int d = d0 + 32 * (mt / 2) + 4 * g + mt % 2;
+      const int d = row_element(mt);
       const float v_lo = has_fresh ? v_fresh[d] : 0.0f, v_hi = has_fresh ? v_fresh[d + 2] : 0.0f;
       o[mt][0] = v_lo, o[mt][1] = v_lo, o[mt][2] = v_hi, o[mt][3] = v_hi;
     }
@@ -596,7 +598,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(Attent
       float* dst = a.n_splits == 1 ? a.out + head * D : a.partial + (head * a.n_splits + blockIdx.y) * (D + 2);
 #pragma unroll
       for (int mt = 0; mt < kSteps; ++mt) {
-        const int d = d0 + 32 * (mt / 2) + 4 * g + mt % 2;
+        const int d = row_element(mt);
         dst[d] = o[mt][c] * inv;
         dst[d + 2] = o[mt][2 + c] * inv;
       }
